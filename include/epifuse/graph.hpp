@@ -1,0 +1,114 @@
+#pragma once
+/// The epilogue IR: a DAG of typed values (DESIGN §1, §3).
+///
+/// Leaves are mainloop accumulators (`acc`, `acc0`, `acc1`, fp32) and tensor
+/// inputs (storage dtype + broadcast). Ops compute in fp32. Nodes are
+/// validated when they are made: a bad operand throws UserError right there.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "epifuse/dtype.hpp"
+
+namespace epifuse {
+
+/// Every op of the IR. The one table describing them is src/ir/op_table.
+enum class OpKind : std::uint8_t {
+  add, sub, mul, max, min,    // binary, broadcasting
+  scale,                      // alpha * x
+  relu, gelu_tanh, gelu_erf, sigmoid, silu, tanh,
+  dropout,                    // DESIGN §4
+  cast,                       // round to a dtype (explicit rounding point)
+};
+
+/// Dropout RNG mode (DESIGN §4).
+enum class RngMode : std::uint8_t { philox4, triton };
+std::string_view to_string(RngMode);
+
+enum class NodeKind : std::uint8_t { accumulator, input, op };
+
+/// A handle to a value of one Graph: the index of its node.
+struct Value {
+  std::uint32_t id = UINT32_MAX;
+  bool valid() const { return id != UINT32_MAX; }
+  friend bool operator==(Value, Value) = default;
+};
+
+struct Node {
+  NodeKind kind = NodeKind::op;
+  OpKind op = OpKind::add;        ///< kind == op
+  std::vector<Value> args;        ///< kind == op
+  DType dtype = DType::f32;       ///< inputs: storage dtype; cast: target; else f32
+  Broadcast broadcast = Broadcast::full;  ///< shape class of the value
+  int accumulator = 0;            ///< kind == accumulator: 0 (`acc`/`acc0`) or 1 (`acc1`)
+  double alpha = 1.0;             ///< scale
+  double p = 0.0;                 ///< dropout probability
+  RngMode rng = RngMode::philox4; ///< dropout
+  int stream = 0;                 ///< dropout: index among the graph's dropout nodes
+  std::string name;               ///< binding name (inputs) or value name (ops); not code
+};
+
+struct Output {
+  std::string name;
+  Value value;
+  DType dtype = DType::f32;
+};
+
+/// Builder and container. Every method validates its operands and throws
+/// UserError naming the offending operand.
+class Graph {
+ public:
+  /// Accumulator leaf: index 0 is `acc` (gemm) or `acc0` (dual_gemm), 1 is `acc1`.
+  Value accumulator(int index = 0);
+  /// Tensor input bound by name at launch. Names must be unique identifiers.
+  Value input(std::string name, DType dtype, Broadcast broadcast = Broadcast::full);
+
+  Value add(Value a, Value b) { return binary(OpKind::add, a, b); }
+  Value sub(Value a, Value b) { return binary(OpKind::sub, a, b); }
+  Value mul(Value a, Value b) { return binary(OpKind::mul, a, b); }
+  Value max(Value a, Value b) { return binary(OpKind::max, a, b); }
+  Value min(Value a, Value b) { return binary(OpKind::min, a, b); }
+  Value relu(Value a) { return unary(OpKind::relu, a); }
+  Value gelu_tanh(Value a) { return unary(OpKind::gelu_tanh, a); }
+  Value gelu_erf(Value a) { return unary(OpKind::gelu_erf, a); }
+  Value sigmoid(Value a) { return unary(OpKind::sigmoid, a); }
+  Value silu(Value a) { return unary(OpKind::silu, a); }
+  Value tanh(Value a) { return unary(OpKind::tanh, a); }
+  Value scale(Value a, double alpha);
+  /// Dropout with probability p in [0,1]; its stream is the number of dropout
+  /// nodes made before it. The result is always full ([M,N]).
+  Value dropout(Value a, double p, RngMode rng = RngMode::philox4);
+  Value cast(Value a, DType to);
+
+  Value binary(OpKind op, Value a, Value b);
+  Value unary(OpKind op, Value a);
+
+  /// Marks a value as an output stored in `dtype`. Outputs must be full [M,N].
+  void output(std::string name, Value v, DType dtype);
+
+  /// Gives an op node a display name (JSON value name); not part of the signature.
+  void set_name(Value v, std::string name);
+
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<Output>& outputs() const { return outputs_; }
+  const Node& node(Value v) const;
+  /// Input nodes in declaration order (their binding order).
+  std::vector<Value> inputs() const;
+  int dropout_count() const { return dropout_count_; }
+  /// Looks up an input or named value; returns an invalid Value when absent.
+  Value find(std::string_view name) const;
+
+ private:
+  Value push(Node n);
+  void check_operand(Value v, std::string_view what) const;
+
+  std::vector<Node> nodes_;
+  std::vector<Output> outputs_;
+  int dropout_count_ = 0;
+};
+
+/// Checks a whole graph: at least one output, every output full, no unused
+/// inputs are allowed (they are bindings without code), names unique.
+void verify(const Graph& g);
+
+}  // namespace epifuse

@@ -1,0 +1,60 @@
+#pragma once
+/// KernelSpec: the graph plus the mainloop that produces its accumulator.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "epifuse/graph.hpp"
+
+namespace epifuse {
+
+enum class MainloopKind : std::uint8_t { elementwise, gemm, dual_gemm };
+std::string_view to_string(MainloopKind);
+
+/// Which template produces the accumulator and how its operands are stored.
+struct Mainloop {
+  MainloopKind kind = MainloopKind::elementwise;
+  DType a = DType::f16;            ///< gemm kinds: A operand dtype
+  DType b = DType::f16;            ///< gemm kinds: B (B0, B1) operand dtype
+  Layout a_layout = Layout::row;
+  Layout b_layout = Layout::row;
+  friend bool operator==(const Mainloop&, const Mainloop&) = default;
+};
+
+/// DESIGN §3 precision policy.
+enum class Precision : std::uint8_t { accurate, fast };
+
+/// Problem shape: elementwise uses M, N (leading dims folded into M); GEMM kinds M, N, K.
+struct Shape {
+  std::int64_t m = 0, n = 0, k = 0;
+  friend bool operator==(const Shape&, const Shape&) = default;
+};
+
+struct KernelSpec {
+  std::string name;                ///< for display and kernel naming only
+  Mainloop mainloop;
+  Graph graph;
+  Precision precision = Precision::accurate;
+  /// Optional default problem shape (JSON "shape"); not part of the signature.
+  std::optional<Shape> default_shape;
+};
+
+/// Validates a spec: the graph (verify), leaves matching the mainloop
+/// (elementwise: no accumulators and a full input; gemm: acc only;
+/// dual_gemm: acc0 and acc1), and that no input takes a GEMM operand's name
+/// (`a`, `b`, `b0`, `b1` are bound to the mainloop's operands).
+void verify(const KernelSpec& spec);
+
+/// Validates a shape against a spec: positive, K present for GEMM kinds, and no
+/// dimension absurd (each <= 2^40, M*N <= 2^48).
+void verify_shape(const KernelSpec& spec, const Shape& shape);
+
+/// Canonical printer: one line per node, with names. Used by `epifuse validate`.
+std::string print(const KernelSpec& spec);
+
+/// Canonical signature: like print() but with inputs numbered in declaration
+/// order and values numbered by position, so renaming inputs, values or
+/// outputs does not change it; structure, dtypes and attributes do.
+std::string signature(const KernelSpec& spec);
+
+}  // namespace epifuse

@@ -1,0 +1,42 @@
+#pragma once
+/// Host tensors: a dtype, a logical row-major shape and the stored bytes.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "epifuse/dtype.hpp"
+#include "epifuse/spec.hpp"
+
+namespace epifuse {
+
+/// IEEE binary16 / bfloat16 conversions, round-to-nearest-even, NaN kept NaN.
+std::uint16_t float_to_half_bits(float);
+float half_bits_to_float(std::uint16_t);
+std::uint16_t float_to_bf16_bits(float);
+float bf16_bits_to_float(std::uint16_t);
+/// Rounds an fp32 value to `dtype` and back (the store's rounding point).
+float round_to(DType dtype, float v);
+
+struct HostTensor {
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> shape;
+  std::vector<std::byte> bytes;
+
+  static HostTensor zeros(DType dtype, std::vector<std::int64_t> shape);
+  std::int64_t numel() const;
+  /// Element i (row-major linear index) converted to fp32.
+  float get(std::int64_t i) const;
+  /// Stores v rounded to nearest-even into the tensor's dtype.
+  void set(std::int64_t i, float v);
+};
+
+/// Logical shape of an operand of shape class `b` in an [M,N] epilogue:
+/// full [M,N], row [N], col [M], scalar [] (numpy 0-d).
+std::vector<std::int64_t> operand_shape(Broadcast b, const Shape& shape);
+
+/// Random, non-zero values in [-range, range] (|v| >= range/64), already
+/// representable in `dtype`; a pure function of `seed`.
+HostTensor random_tensor(DType dtype, std::vector<std::int64_t> shape, std::uint64_t seed,
+                         float range = 2.0f);
+
+}  // namespace epifuse
