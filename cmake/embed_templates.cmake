@@ -1,5 +1,6 @@
 # Writes a C++ file holding every template as a raw string, keyed by its path
 # relative to templates/. Deterministic: sorted input, no timestamps.
+string(REPLACE "|" ";" FILES "${FILES}")
 set(body "")
 set(index "")
 set(i 0)

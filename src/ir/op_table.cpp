@@ -21,7 +21,7 @@ constexpr std::array<OpInfo, 14> k_ops = {{
     {OpKind::sigmoid, "sigmoid", 1, "1/(1+exp(-a))"},
     {OpKind::silu, "silu", 1, "a/(1+exp(-a))"},
     {OpKind::tanh, "tanh", 1, "tanh(a)"},
-    {OpKind::dropout, "dropout", 1, "keep(seed, offset, stream, i) ? a/(1-p) : 0 (DESIGN §4)"},
+    {OpKind::dropout, "dropout", 1, "keep(seed, offset, stream, i) ? a*scale : 0, scale = float(1/(1-p)) (DESIGN §4)"},
     {OpKind::cast, "cast", 1, "round a to dtype (nearest even), back to fp32"},
 }};
 }  // namespace

@@ -1,3 +1,112 @@
-// Placeholder entry point, replaced by the CLI subcommands.
-#include <cstdio>
-int main() { std::puts("epifuse: CLI not built yet"); return 0; }
+// The `epifuse` command line (DESIGN §7). Subcommands register themselves
+// (commands.hpp); this file maps every failure to an exit code (DESIGN §6) so
+// that no exception escapes and nothing aborts.
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "common.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/json.hpp"
+
+namespace {
+
+using namespace epifuse::cli;
+
+// `--json` belongs to the subcommands, but a parse error can come before CLI11 has
+// stored it; so for error reports the raw argument list decides.
+bool json_requested(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--json") == 0) return true;
+  return false;
+}
+
+struct Failure {
+  int exit_code;
+  const char* kind;
+  std::string message;
+  nlohmann::ordered_json details = nlohmann::ordered_json::object();
+};
+
+int report(const Failure& f, bool json) {
+  std::cerr << "epifuse: " << (std::strcmp(f.kind, "user") == 0 ? "error" : fmt::format("{} error", f.kind))
+            << ": " << f.message << '\n';
+  if (json) {
+    nlohmann::ordered_json err = {{"kind", f.kind}, {"message", f.message}};
+    err.update(f.details);
+    print_json({{"error", err}});
+  }
+  return f.exit_code;
+}
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"epifuse: JIT-compiled fused GPU epilogues (GEMM + bias/activation/dropout/...)", "epifuse"};
+  app.set_version_flag("--version",
+                       fmt::format("epifuse {} (JSON schema version {})", EPIFUSE_VERSION,
+                                   epifuse::k_schema_version));
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  app.footer(
+      "Exit codes: 0 ok, 1 verification or benchmark target failed, 2 user error (bad chain,\n"
+      "shape, option or file), 3 compile error, 4 runtime or device error.\n"
+      "Run 'epifuse SUBCOMMAND --help' for a subcommand's options; docs/cli.md has the full guide.");
+  for (AddCommand add : k_commands) add(app);
+
+  const bool json = json_requested(argc, argv);
+  if (argc == 1) {
+    std::cerr << app.help();
+    return k_exit_user;
+  }
+  if (argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end())
+      return report({k_exit_user, "user",
+                     fmt::format("unknown subcommand '{}' (subcommands: {}; see --help)", argv[1],
+                                 fmt::join(names, ", "))},
+                    json);
+  }
+  try {
+    app.parse(argc, argv);
+    return session().exit_code;
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    return report({k_exit_user, "user", fmt::format("{} (see --help)", e.what())}, json);
+  } catch (const epifuse::UserError& e) {
+    return report({k_exit_user, "user", e.what()}, json);
+  } catch (const epifuse::CompileError& e) {
+    return report({k_exit_compile, "compile", e.what(),
+                   {{"target", e.target()}, {"options", e.options()}, {"log", e.log()}}},
+                  json);
+  } catch (const epifuse::RuntimeError& e) {
+    return report({k_exit_runtime, "runtime", e.what()}, json);
+  } catch (const epifuse::InternalError& e) {
+    return report({k_exit_runtime, "internal", fmt::format("{} (a bug in epifuse; please report it)", e.what())},
+                  json);
+  } catch (const std::bad_alloc&) {
+    return report({k_exit_runtime, "runtime", "out of host memory"}, json);
+  } catch (const std::exception& e) {
+    return report({k_exit_runtime, "internal", fmt::format("{} (a bug in epifuse; please report it)", e.what())},
+                  json);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_cli(argc, argv);
+  } catch (...) {
+    // Reached only if reporting itself failed (stdout closed, say).
+    return k_exit_runtime;
+  }
+}

@@ -1,0 +1,194 @@
+// Pass 5: fill templates/elementwise.cu.in. Generated identifiers only:
+// in<k>/out<k> pointers, v<node> values, d<k> draws.
+#include "codegen/kernel_plan.hpp"
+#include "codegen/template_engine.hpp"
+#include "epifuse/errors.hpp"
+#include "ir/op_table.hpp"
+
+namespace epifuse {
+
+namespace {
+
+void layout_params(const KernelPlan& plan, KernelSource& ks, std::string& fields) {
+  std::size_t offset = 0;
+  auto add = [&](ParamField::Kind kind, std::string name, std::string decl) {
+    const std::size_t size = kind == ParamField::Kind::f32 ? 4 : 8;
+    offset = (offset + size - 1) / size * size;
+    ks.params.push_back({kind, name, offset});
+    offset += size;
+    fields += fmt::format("  {};\n", decl);
+  };
+  for (const auto& t : plan.inputs)
+    add(ParamField::Kind::pointer, t.field,
+        fmt::format("const {}* {}", storage_type_name(t.dtype), t.field));
+  for (const auto& t : plan.outputs)
+    add(ParamField::Kind::pointer, t.field, fmt::format("{}* {}", storage_type_name(t.dtype), t.field));
+  add(ParamField::Kind::i64, "m", "long long m");
+  add(ParamField::Kind::i64, "n", "long long n");
+  add(ParamField::Kind::u64, "seed", "unsigned long long seed");
+  add(ParamField::Kind::u64, "offset", "unsigned long long offset");
+  for (std::size_t k = 0; k < plan.scales.size(); ++k)
+    add(ParamField::Kind::f32, fmt::format("alpha{}", k), fmt::format("float alpha{}", k));
+  ks.params_size = (offset + 7) / 8 * 8;
+  if (!fields.empty()) fields.pop_back();
+}
+
+std::string emit_coordinates(const KernelPlan& plan) {
+  if (!plan.needs_row_index && !plan.needs_col_index) return "    // no broadcast operand: no coordinates";
+  std::string s = "    // coordinates (row, column) of each element; a vector may wrap rows\n";
+  s += "    long long row[VEC], col[VEC];\n";
+  s += "    {\n      long long r = e0 / p.n, c = e0 - r * p.n;\n";
+  s += "#pragma unroll\n      for (int j = 0; j < VEC; ++j) {\n";
+  s += "        row[j] = r;\n        col[j] = c;\n        if (++c == p.n) { c = 0; ++r; }\n      }\n    }";
+  return s;
+}
+
+std::string emit_loads(const KernelPlan& plan) {
+  std::string s;
+  for (const auto& t : plan.inputs) {
+    const auto type = storage_type_name(t.dtype);
+    const std::string& f = t.field;
+    s += fmt::format("    float {}_v[VEC];  // {} {}\n", f, to_string(t.dtype), to_string(t.broadcast));
+    switch (t.broadcast) {
+      case Broadcast::full:
+        s += fmt::format("    if (whole) ef_load_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, f, f);
+        s += fmt::format(
+            "    else {{\n#pragma unroll\n      for (int j = 0; j < VEC; ++j) "
+            "{}_v[j] = e0 + j < total ? ef_to_float(p.{}[e0 + j]) : 0.0f;\n    }}\n",
+            f, f);
+        break;
+      case Broadcast::row:
+        if (plan.row_vectors_aligned)
+          s += fmt::format("    if (whole) ef_load_vec<{}, VEC>(p.{} + col[0], {}_v);\n    else ", type,
+                           f, f);
+        else
+          s += "    ";
+        s += fmt::format("{{\n#pragma unroll\n      for (int j = 0; j < VEC; ++j) "
+                         "{}_v[j] = ef_to_float(p.{}[col[j]]);\n    }}\n",
+                         f, f);
+        break;
+      case Broadcast::col:
+        s += fmt::format(
+            "#pragma unroll\n    for (int j = 0; j < VEC; ++j) "
+            "{}_v[j] = e0 + j < total ? ef_to_float(p.{}[row[j]]) : 0.0f;\n",
+            f, f);
+        break;
+      case Broadcast::scalar:
+        s += fmt::format("    {{\n      const float s = ef_to_float(p.{}[0]);\n#pragma unroll\n"
+                         "      for (int j = 0; j < VEC; ++j) {}_v[j] = s;\n    }}\n",
+                         f, f);
+        break;
+    }
+  }
+  if (!s.empty()) s.pop_back();
+  return s;
+}
+
+std::string emit_draws(const KernelPlan& plan) {
+  const Graph& g = plan.spec->graph;
+  std::string s;
+  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
+    const Node& n = g.node(plan.dropouts[k]);
+    s += fmt::format("    unsigned d{}[VEC];  // dropout stream {} ({})\n", k, n.stream, to_string(n.rng));
+    if (n.rng == RngMode::philox4) {
+      s += fmt::format(
+          "#pragma unroll\n    for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
+          "      const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {}u, "
+          "(unsigned long long)(e0 + j) >> 2);\n"
+          "      d{}[j] = w.x;\n      d{}[j + 1] = w.y;\n      d{}[j + 2] = w.z;\n      d{}[j + 3] = w.w;\n"
+          "    }}\n",
+          n.stream, k, k, k, k);
+    } else {
+      s += fmt::format(
+          "#pragma unroll\n    for (int j = 0; j < VEC; ++j) "
+          "d{}[j] = ef_triton_draw(p.seed, p.offset, (unsigned long long)(e0 + j));\n",
+          k);
+    }
+  }
+  if (s.empty()) return "    // no dropout: no draws";
+  s.pop_back();
+  return s;
+}
+
+std::string emit_compute(const KernelPlan& plan) {
+  std::string decl = "    float";
+  std::string call = fmt::format("      {}_epilogue(p", plan.kernel_name);
+  for (const auto& t : plan.inputs) call += fmt::format(", {}_v[j]", t.field);
+  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) call += fmt::format(", d{}[j]", k);
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
+    decl += fmt::format("{} {}_v[VEC]", k ? "," : "", plan.outputs[k].field);
+    call += fmt::format(", {}_v[j]", plan.outputs[k].field);
+  }
+  return fmt::format("{};\n#pragma unroll\n    for (int j = 0; j < VEC; ++j)\n{});", decl, call);
+}
+
+std::string emit_stores(const KernelPlan& plan) {
+  std::string s;
+  for (const auto& t : plan.outputs) {
+    const auto type = storage_type_name(t.dtype);
+    s += fmt::format("    if (whole) ef_store_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, t.field, t.field);
+    s += fmt::format(
+        "    else {{\n#pragma unroll\n      for (int j = 0; j < VEC; ++j)\n"
+        "        if (e0 + j < total) p.{}[e0 + j] = ef_from_float<{}>({}_v[j]);\n    }}\n",
+        t.field, type, t.field);
+  }
+  s.pop_back();
+  return s;
+}
+
+// What the kernel computes, from op-table names and dtypes only (no user text).
+std::string describe(const KernelPlan& plan) {
+  std::string s;
+  for (const Node& n : plan.spec->graph.nodes())
+    if (n.kind == NodeKind::op) s += fmt::format("{}{}", s.empty() ? "" : " -> ", op_info(n.op).name);
+  s += " | out";
+  for (const auto& t : plan.outputs) s += fmt::format(" {}", to_string(t.dtype));
+  return s;
+}
+
+int alignment_needed(const KernelPlan& plan, const TensorPlan& t) {
+  const bool vector_loaded = t.broadcast == Broadcast::full ||
+                             (t.broadcast == Broadcast::row && plan.row_vectors_aligned);
+  if (!vector_loaded) return 0;
+  return static_cast<int>(std::min<std::size_t>(16, plan.tile.vec * size_of(t.dtype)));
+}
+
+}  // namespace
+
+KernelSource emit_elementwise(const KernelPlan& plan) {
+  KernelSource ks;
+  ks.name = plan.kernel_name;
+  ks.tile = plan.tile;
+  std::string fields;
+  layout_params(plan, ks, fields);
+  for (const auto& t : plan.inputs) {
+    ks.inputs.push_back(t.binding);
+    ks.input_alignment.push_back(alignment_needed(plan, t));
+  }
+  for (const auto& t : plan.outputs) {
+    ks.outputs.push_back(t.binding);
+    ks.output_alignment.push_back(alignment_needed(plan, t));
+  }
+  for (Value v : plan.scales) ks.alphas.push_back(plan.spec->graph.node(v).alpha);
+
+  std::string signature;
+  const std::string body = emit_epilogue(plan, signature);
+  TemplateVars vars{
+      {"kernel", plan.kernel_name},
+      {"description", describe(plan)},
+      {"param_fields", fields},
+      {"epilogue_signature", signature},
+      {"epilogue_body", body},
+      {"vec", std::to_string(plan.tile.vec)},
+      {"threads", std::to_string(plan.tile.threads)},
+      {"coordinates", emit_coordinates(plan)},
+      {"loads", emit_loads(plan)},
+      {"draws", emit_draws(plan)},
+      {"compute", emit_compute(plan)},
+      {"stores", emit_stores(plan)},
+  };
+  ks.text = render_template(embedded_template("elementwise.cu.in"), vars, "elementwise.cu.in");
+  return ks;
+}
+
+}  // namespace epifuse

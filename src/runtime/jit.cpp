@@ -1,0 +1,249 @@
+// The Jit: key -> cache -> (emit, NVRTC, load) -> launch.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+
+#include "backend/cuda_driver.hpp"
+#include "backend/nvrtc.hpp"
+#include "codegen/kernel_plan.hpp"
+#include "codegen/template_engine.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
+#include "runtime/kernel_cache.hpp"
+
+namespace epifuse {
+
+namespace {
+
+using backend::CudaDriver;
+
+struct LoadedKernel final : CompiledKernel {
+  KernelSource src;
+  CacheKey k;
+  std::vector<char> cubin;
+  double ms = 0;
+  std::optional<backend::Module> module;
+  backend::CUfunction vec_fn = nullptr, scalar_fn = nullptr;
+  backend::FunctionInfo info;
+
+  const KernelSource& source() const override { return src; }
+  const CacheKey& key() const override { return k; }
+  const std::vector<char>& binary() const override { return cubin; }
+  double compile_ms() const override { return ms; }
+  int registers() const override { return info.registers; }
+  int local_bytes() const override { return info.local_bytes; }
+};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+  return s;
+}
+
+// The key of (signature, M, N) in the tuner's memory.
+std::string tune_key(const std::string& signature, const Shape& shape) {
+  return fmt::format("{}|{}x{}", signature, shape.m, shape.n);
+}
+
+}  // namespace
+
+std::string gpu_unavailable_reason() {
+  if (!backend::cuda_or_null()) return backend::cuda_unavailable_reason();
+  if (backend::cuda().device_count() == 0) return "the CUDA driver reports no device";
+  return {};
+}
+
+struct Jit::Impl {
+  std::string target_name;
+  backend::Target target;
+  backend::Nvrtc* rtc = nullptr;
+  CudaDriver* driver = nullptr;  // null when this target cannot run here
+  int multiprocessors = 0;
+  std::string compiler, options;
+  std::vector<backend::Header> headers;
+  KernelCache cache;
+  mutable std::mutex tuned_mutex;
+  std::unordered_map<std::string, TileConfig> tuned;
+
+  CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape,
+                    const TileConfig& tile) const {
+    CacheKey k;
+    k.signature = std::move(sig);
+    k.tile = resolve_tile(spec, tile);
+    k.shape_class = shape.n % k.tile.vec == 0 ? "row_aligned" : "row_unaligned";
+    k.target = target_name;
+    k.compiler = compiler;
+    k.options = options;
+    k.templates = templates_hash();
+    k.version = EPIFUSE_VERSION;
+    return k;
+  }
+  TileConfig tuned_tile(const std::string& sig, const Shape& shape) const {
+    std::lock_guard lock(tuned_mutex);
+    auto it = tuned.find(tune_key(sig, shape));
+    return it == tuned.end() ? TileConfig{} : it->second;
+  }
+};
+
+Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.rtc = &backend::nvrtc();
+  const bool has_gpu = gpu_unavailable_reason().empty();
+  if (target.empty()) {
+    EPIFUSE_CHECK(has_gpu, "no target given and no GPU to detect one from ({}); name one with "
+                           "--target, e.g. sm_90a",
+                  gpu_unavailable_reason());
+    d.target = backend::detect_target(0);
+  } else {
+    d.target = backend::parse_target(target);
+  }
+  d.target_name = d.target.str();
+  if (has_gpu && backend::detect_target(0) == d.target) {
+    d.driver = &backend::cuda();
+    d.driver->use_device(0);
+    d.multiprocessors = d.driver->device(0).multiprocessors;
+  }
+  d.compiler = d.rtc->version_string();
+  d.options = join(d.rtc->default_options(d.target));
+  for (const auto& [path, text] : embedded_templates())
+    if (path.starts_with("common/")) d.headers.push_back({std::string(path), std::string(text)});
+}
+
+Jit::~Jit() = default;
+
+const std::string& Jit::target() const { return impl_->target_name; }
+
+CacheKey Jit::key(const KernelSpec& spec, const Shape& shape, const TileConfig& tile) const {
+  return impl_->make_key(signature(spec), spec, shape, tile);
+}
+
+std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const Shape& shape,
+                                                   const TileConfig& requested) {
+  Impl& d = *impl_;
+  std::string sig = signature(spec);
+  const TileConfig tile = requested == TileConfig{} ? d.tuned_tile(sig, shape) : requested;
+  const CacheKey k = d.make_key(std::move(sig), spec, shape, tile);
+  return d.cache.get_or_build(k, [&]() -> KernelCache::Entry {
+    auto kernel = std::make_shared<LoadedKernel>();
+    kernel->k = k;
+    kernel->src = emit_kernel(spec, shape, tile);
+    backend::CompiledBinary bin =
+        d.rtc->compile(kernel->src.text, kernel->src.name + ".cu", d.target, {}, d.headers);
+    kernel->cubin = std::move(bin.cubin);
+    kernel->ms = bin.compile_ms;
+    if (d.driver) {
+      kernel->module.emplace(kernel->cubin);
+      kernel->vec_fn = kernel->module->function(kernel->src.name + "_vec");
+      kernel->scalar_fn = kernel->module->function(kernel->src.name + "_scalar");
+      kernel->info = d.driver->function_info(kernel->vec_fn);
+    }
+    return kernel;
+  });
+}
+
+void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const Shape& shape,
+                 const LaunchArgs& args, void* stream) const {
+  const Impl& d = *impl_;
+  const auto& kernel = static_cast<const LoadedKernel&>(compiled);
+  const KernelSource& ks = kernel.src;
+  EPIFUSE_CHECK(d.driver && kernel.vec_fn,
+                "kernel for {} cannot run here: {}", d.target_name,
+                gpu_unavailable_reason().empty() ? "the GPU is a different architecture"
+                                                 : gpu_unavailable_reason());
+  EPIFUSE_CHECK(b.inputs.size() == ks.inputs.size() && b.outputs.size() == ks.outputs.size(),
+                "launch: {} inputs and {} outputs bound, the kernel takes {} and {}",
+                b.inputs.size(), b.outputs.size(), ks.inputs.size(), ks.outputs.size());
+  EPIFUSE_CHECK((shape.n % ks.tile.vec == 0) == (kernel.k.shape_class == "row_aligned"),
+                "launch: N={} is not of the shape class this kernel was compiled for ({})",
+                shape.n, kernel.k.shape_class);
+  EPIFUSE_CHECK(shape.m > 0 && shape.n > 0, "launch: empty shape");
+
+  // Pack the parameter struct exactly as emit_elementwise laid it out.
+  alignas(16) unsigned char params[4096];
+  EPIFUSE_ASSERT(ks.params_size <= sizeof params, "parameter struct too large");
+  std::memset(params, 0, ks.params_size);
+  bool aligned = true;
+  std::size_t in = 0, out = 0, alpha = 0;
+  for (const ParamField& f : ks.params) {
+    unsigned char* at = params + f.offset;
+    switch (f.kind) {
+      case ParamField::Kind::pointer: {
+        const bool is_in = f.name.starts_with("in");
+        const std::uint64_t ptr = is_in ? b.inputs[in] : b.outputs[out];
+        const int need = is_in ? ks.input_alignment[in] : ks.output_alignment[out];
+        if (need && ptr % need) aligned = false;
+        (is_in ? in : out)++;
+        std::memcpy(at, &ptr, 8);
+        break;
+      }
+      case ParamField::Kind::i64: {
+        const std::int64_t v = f.name == "m" ? shape.m : shape.n;
+        std::memcpy(at, &v, 8);
+        break;
+      }
+      case ParamField::Kind::u64: {
+        const std::uint64_t v = f.name == "seed" ? args.seed : args.offset;
+        std::memcpy(at, &v, 8);
+        break;
+      }
+      case ParamField::Kind::f32: {
+        const float v = static_cast<float>(ks.alphas[alpha++]);
+        std::memcpy(at, &v, 4);
+        break;
+      }
+    }
+  }
+  const std::int64_t total = shape.m * shape.n;
+  const std::int64_t nvec = (total + ks.tile.vec - 1) / ks.tile.vec;
+  std::int64_t blocks = (nvec + ks.tile.threads - 1) / ks.tile.threads;
+  if (ks.tile.blocks_per_sm > 0)
+    blocks = std::min<std::int64_t>(blocks, std::int64_t{d.multiprocessors} * ks.tile.blocks_per_sm);
+  blocks = std::min<std::int64_t>(blocks, 0x7fffffff);
+  void* kernel_args[] = {params};
+  d.driver->launch(aligned ? kernel.vec_fn : kernel.scalar_fn,
+                   {static_cast<unsigned>(blocks), 1, 1},
+                   {static_cast<unsigned>(ks.tile.threads), 1, 1}, kernel_args, 0,
+                   static_cast<backend::CUstream>(stream));
+}
+
+Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const DeviceBindings& b,
+                          const LaunchArgs& args, std::vector<TileConfig> candidates) {
+  if (candidates.empty()) candidates = tile_candidates(spec, shape);
+  CudaDriver& drv = backend::cuda();
+  TuneResult result;
+  result.ms = 1e30;
+  for (const TileConfig& tile : candidates) {
+    auto kernel = compile(spec, shape, tile);
+    for (int i = 0; i < 3; ++i) launch(*kernel, b, shape, args);
+    std::vector<double> times;
+    for (int rep = 0; rep < 15; ++rep) {
+      backend::EventTimer timer;
+      timer.start();
+      launch(*kernel, b, shape, args);
+      timer.stop();
+      times.push_back(timer.elapsed_ms());
+    }
+    std::sort(times.begin(), times.end());
+    const double median = times[times.size() / 2];
+    result.all.push_back({kernel->source().tile, median});
+    if (median < result.ms) {
+      result.ms = median;
+      result.tile = kernel->source().tile;
+    }
+  }
+  drv.synchronize();
+  std::lock_guard lock(impl_->tuned_mutex);
+  impl_->tuned[tune_key(signature(spec), shape)] = result.tile;
+  return result;
+}
+
+TileConfig Jit::tuned_tile(const KernelSpec& spec, const Shape& shape) const {
+  return impl_->tuned_tile(signature(spec), shape);
+}
+
+CacheStats Jit::stats() const { return impl_->cache.stats(); }
+std::vector<CacheKey> Jit::cached_keys() const { return impl_->cache.keys(); }
+void Jit::clear() { impl_->cache.clear(); }
+
+}  // namespace epifuse

@@ -1,0 +1,39 @@
+#pragma once
+// The in-memory kernel cache (DESIGN §5; arrayfire's kernel_cache): a
+// shared-lock lookup, an unlocked compile, and a first-writer-wins insert of
+// a shared future, so a key is compiled once however many threads ask at the
+// same moment; the others wait for that compile. A failed compile is not
+// cached: the next request tries again (and gets the same error).
+#include <atomic>
+#include <functional>
+#include <future>
+#include <memory>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "epifuse/jit.hpp"
+
+namespace epifuse {
+
+class KernelCache {
+ public:
+  using Entry = std::shared_ptr<const CompiledKernel>;
+
+  /// Returns the cached entry for `key`, or runs `build` once and caches it.
+  Entry get_or_build(const CacheKey& key, const std::function<Entry()>& build);
+  CacheStats stats() const;
+  std::vector<CacheKey> keys() const;
+  void clear();
+
+ private:
+  struct KeyHash {
+    std::size_t operator()(const CacheKey& k) const { return static_cast<std::size_t>(k.hash()); }
+  };
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<CacheKey, std::shared_future<Entry>, KeyHash> map_;
+  std::atomic<std::uint64_t> hits_{0}, misses_{0}, compiles_{0}, failures_{0};
+  std::atomic<std::uint64_t> compile_us_{0};
+};
+
+}  // namespace epifuse

@@ -1,0 +1,60 @@
+// Host-tensor convenience over Jit: the path `epifuse run --device cuda`,
+// the examples and the GPU tests take.
+#include "backend/cuda_driver.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
+
+namespace epifuse {
+
+TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
+                        const TensorMap& inputs, const LaunchArgs& args, const TileConfig& tile,
+                        std::size_t misalign_elements) {
+  verify(spec);
+  verify_shape(spec, shape);
+  // The same input checks as the reference evaluator, so both fail alike.
+  const auto required = required_inputs(spec, shape);
+  for (const auto& want : required) {
+    auto it = inputs.find(want.name);
+    EPIFUSE_CHECK(it != inputs.end(), "input '{}' is missing", want.name);
+    EPIFUSE_CHECK(it->second.dtype == want.dtype && it->second.shape == want.shape,
+                  "input '{}': expected {} of shape [{}], got {} of shape [{}]", want.name,
+                  to_string(want.dtype), fmt::join(want.shape, ","), to_string(it->second.dtype),
+                  fmt::join(it->second.shape, ","));
+  }
+  auto kernel = jit.compile(spec, shape, tile);
+  const KernelSource& ks = kernel->source();
+
+  auto& drv = backend::cuda();
+  drv.ensure_context();
+  std::vector<backend::DeviceBuffer> buffers;
+  DeviceBindings bindings;
+  auto place = [&](std::size_t bytes, std::size_t elem) {
+    const std::size_t shift = misalign_elements * elem;
+    buffers.emplace_back(bytes + shift + 16);
+    return buffers.back().ptr() + shift;
+  };
+  for (const std::string& name : ks.inputs) {
+    const HostTensor& t = inputs.at(name);
+    const std::uint64_t ptr = place(t.bytes.size(), size_of(t.dtype));
+    drv.copy_to_device(ptr, t.bytes.data(), t.bytes.size());
+    bindings.inputs.push_back(ptr);
+  }
+  TensorMap outputs;
+  const auto& outs = spec.graph.outputs();
+  for (std::size_t k = 0; k < ks.outputs.size(); ++k) {
+    HostTensor t = HostTensor::zeros(outs[k].dtype, {shape.m, shape.n});
+    const std::uint64_t ptr = place(t.bytes.size(), size_of(t.dtype));
+    drv.memset8(ptr, 0xFF, t.bytes.size());  // poison: every bit set is NaN in all dtypes
+    bindings.outputs.push_back(ptr);
+    outputs.emplace(ks.outputs[k], std::move(t));
+  }
+  jit.launch(*kernel, bindings, shape, args);
+  drv.synchronize();
+  for (std::size_t k = 0; k < ks.outputs.size(); ++k) {
+    HostTensor& t = outputs.at(ks.outputs[k]);
+    drv.copy_to_host(t.bytes.data(), bindings.outputs[k], t.bytes.size());
+  }
+  return outputs;
+}
+
+}  // namespace epifuse

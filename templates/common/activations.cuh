@@ -1,0 +1,59 @@
+// Elementwise math in fp32 (DESIGN §3). Each op has an accurate form (libm-
+// grade: tanhf, expf, erff) and, where it pays, a fast form built on the
+// hardware's tanh.approx.f32 / ex2.approx, used only where the emitter's
+// precision policy allows it (16-bit outputs or "precision": "fast").
+// Infinities and NaN follow the reference evaluator (src/reference).
+#pragma once
+
+// max/min propagate NaN (fmaxf/fminf would drop it).
+__device__ __forceinline__ float ef_max(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
+__device__ __forceinline__ float ef_min(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
+
+// relu(x) = max(x, 0), NaN propagates.
+__device__ __forceinline__ float ef_relu(float x) { return x != x ? x : fmaxf(x, 0.0f); }
+
+// tanh.approx.f32: max relative error about 2^-11, one MUFU instruction.
+__device__ __forceinline__ float ef_tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// gelu_tanh(x) = 0.5*x*(1+tanh(0.7978845608028654*(x+0.044715*x^3)));
+// gelu(-inf) = 0 (the formula alone gives -inf*0).
+__device__ __forceinline__ float ef_gelu_tanh(float x) {
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  const float y = 0.5f * x * (1.0f + tanhf(u));
+  return x == -__int_as_float(0xff800000) ? 0.0f : y;
+}
+__device__ __forceinline__ float ef_gelu_tanh_fast(float x) {
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  const float hx = 0.5f * x;
+  const float y = fmaf(hx, ef_tanh_approx(u), hx);
+  return x == -__int_as_float(0xff800000) ? 0.0f : y;
+}
+
+// gelu_erf(x) = 0.5*x*(1+erf(x/sqrt(2))).
+__device__ __forceinline__ float ef_gelu_erf(float x) {
+  const float y = 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+  return x == -__int_as_float(0xff800000) ? 0.0f : y;
+}
+
+// sigmoid(x) = 1/(1+exp(-x)).
+__device__ __forceinline__ float ef_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float ef_sigmoid_fast(float x) {
+  return fmaf(0.5f, ef_tanh_approx(0.5f * x), 0.5f);
+}
+
+// silu(x) = x*sigmoid(x); silu(-inf) = 0.
+__device__ __forceinline__ float ef_silu(float x) {
+  const float y = x / (1.0f + expf(-x));
+  return x == -__int_as_float(0xff800000) ? 0.0f : y;
+}
+__device__ __forceinline__ float ef_silu_fast(float x) {
+  const float y = x * ef_sigmoid_fast(x);
+  return x == -__int_as_float(0xff800000) ? 0.0f : y;
+}
+
+__device__ __forceinline__ float ef_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ float ef_tanh_fast(float x) { return ef_tanh_approx(x); }

@@ -1,0 +1,43 @@
+// Storage <-> fp32 conversion for the three storage dtypes. Every op computes
+// in fp32; a value is rounded to its storage dtype once, at the store, with
+// round-to-nearest-even.
+//
+// Note [No toolkit headers in kernels]
+// cuda_fp16.h and cuda_bf16.h are large: parsing them is most of NVRTC's
+// time for a small kernel. Kernels only need storage types and the two
+// conversions, so those are defined here as 16-bit wrappers over one PTX
+// instruction each (cvt.rn.f16.f32 and cvt.rn.bf16.f32 need sm_80+, which
+// every target epifuse builds for has). Kernels then compile with no -I.
+#pragma once
+
+struct __align__(2) ef_half { unsigned short bits; };
+struct __align__(2) ef_bf16 { unsigned short bits; };
+
+__device__ __forceinline__ float ef_to_float(float v) { return v; }
+__device__ __forceinline__ float ef_to_float(ef_half v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+  return f;
+}
+// bf16 is the upper half of an fp32: widening is a shift.
+__device__ __forceinline__ float ef_to_float(ef_bf16 v) {
+  return __uint_as_float(((unsigned int)v.bits) << 16);
+}
+
+template <class T> __device__ __forceinline__ T ef_from_float(float v);
+template <> __device__ __forceinline__ float ef_from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ ef_half ef_from_float<ef_half>(float v) {
+  ef_half h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(v));
+  return h;
+}
+template <> __device__ __forceinline__ ef_bf16 ef_from_float<ef_bf16>(float v) {
+  ef_bf16 h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(v));
+  return h;
+}
+
+// cast op: round to T and back (the explicit rounding point of the IR).
+template <class T> __device__ __forceinline__ float ef_round_to(float v) {
+  return ef_to_float(ef_from_float<T>(v));
+}

@@ -1,0 +1,155 @@
+// Philox4x32-10 and the dropout keep rule: DESIGN §4, bit-exact on every kernel
+// and on the CPU. This is THE one definition: the reference evaluator includes
+// it from src/reference (g++), kernels get it through NVRTC/hipRTC. No standard
+// headers are available there, so only built-in types are used.
+//
+// Note [Triton compatibility mode]
+// Verified against triton-lang/triton python/triton/language/random.py (Triton
+// 3.x: philox_impl, philox, randint4x, randint, rand, uint32_to_uniform_float):
+//  - round: c0' = umulhi(0xCD9E8D57, c2) ^ c1 ^ k0, c1' = 0xCD9E8D57 * c2,
+//    c2' = umulhi(0xD2511F53, c0) ^ c3 ^ k1, c3' = 0xD2511F53 * c0; then
+//    k0 += 0x9E3779B9, k1 += 0xBB67AE85; 10 rounds. Same as Random123.
+//  - philox(seed, ...): seed.to(uint64), key = {seed & 0xffffffff, seed >> 32}.
+//  - randint4x(seed, offset) = philox(seed, offset, 0, 0, 0); randint takes word 0.
+//  - rand(seed, offset) first does offset.to(tl.uint32, bitcast=True), which only
+//    compiles for 32-bit offsets (a 64-bit bitcast to 32 bits raises "Cannot
+//    bitcast data-type of size 64 to 32"). So Triton's counter is {off, 0, 0, 0}
+//    with a 32-bit off; DESIGN's {off_lo, off_hi, 0, 0} equals it for every
+//    offset + i < 2^32 and is an epifuse extension beyond (Triton has no answer).
+//  - uint32_to_uniform_float: x = bitcast int32; x = x < 0 ? -x - 1 : x;
+//    return x * 4.656613e-10. The literal is a Python float that Triton makes an
+//    fp32 constant (in range, builder.get_fp32): float(4.656613e-10) is
+//    0x30000000 = 2^-31 exactly, NOT 0x2FFFFFFF as DESIGN §4 says (DESIGN
+//    deviation, reported). x converts to fp32 by round-to-nearest-even, and the
+//    product by 2^-31 is exact, so r = float(x) * 2^-31 in [0, 1] (x = 2^31-1
+//    rounds to 2^31, r = 1).
+//  - Triton's dropout tutorial keeps `r > p` (p an fp32 scalar).
+// Deviation: p == 0 keeps every element in both modes (DESIGN: "p = 0 keeps
+// all"); bare Triton `r > 0` would drop the two draws with r == 0 (0 and
+// 0xFFFFFFFF), a 2^-31 chance per element.
+#pragma once
+
+#ifndef EPIFUSE_HD
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
+#define EPIFUSE_HD __host__ __device__ __forceinline__
+#else
+#define EPIFUSE_HD inline
+#endif
+#endif
+
+/// Four 32-bit words: a Philox counter or its output.
+struct ef_u32x4 {
+  unsigned int x, y, z, w;
+};
+
+/// Two 32-bit words: a Philox key.
+struct ef_u32x2 {
+  unsigned int x, y;
+};
+
+// Philox4x32 constants (Random123; DESIGN §4).
+#define EF_PHILOX_M0 0xD2511F53u
+#define EF_PHILOX_M1 0xCD9E8D57u
+#define EF_PHILOX_W0 0x9E3779B9u
+#define EF_PHILOX_W1 0xBB67AE85u
+
+// hi32(a * b): the 64-bit product compiles to one mul.wide / mul.hi on GPUs.
+EPIFUSE_HD unsigned int ef_mulhi32(unsigned int a, unsigned int b) {
+  return (unsigned int)(((unsigned long long)a * (unsigned long long)b) >> 32);
+}
+
+// One round: {hi(M1*z) ^ y ^ k.x, M1*z, hi(M0*x) ^ w ^ k.y, M0*x}.
+EPIFUSE_HD ef_u32x4 ef_philox_round(ef_u32x4 c, ef_u32x2 k) {
+  ef_u32x4 r;
+  r.x = ef_mulhi32(EF_PHILOX_M1, c.z) ^ c.y ^ k.x;
+  r.y = EF_PHILOX_M1 * c.z;
+  r.z = ef_mulhi32(EF_PHILOX_M0, c.x) ^ c.w ^ k.y;
+  r.w = EF_PHILOX_M0 * c.x;
+  return r;
+}
+
+/// Philox4x32-10: ten rounds, key += {W0, W1} between rounds.
+EPIFUSE_HD ef_u32x4 ef_philox4x32_10(ef_u32x4 counter, ef_u32x2 key) {
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#pragma unroll
+#endif
+  for (int round = 0; round < 10; ++round) {
+    counter = ef_philox_round(counter, key);
+    key.x += EF_PHILOX_W0;
+    key.y += EF_PHILOX_W1;
+  }
+  return counter;
+}
+
+/// key = {seed_lo, seed_hi} (both modes).
+EPIFUSE_HD ef_u32x2 ef_philox_key(unsigned long long seed) {
+  ef_u32x2 k;
+  k.x = (unsigned int)seed;
+  k.y = (unsigned int)(seed >> 32);
+  return k;
+}
+
+/// Word w (0..3) of r, without dynamic indexing (keeps r in registers).
+EPIFUSE_HD unsigned int ef_u32x4_word(ef_u32x4 r, unsigned int w) {
+  return w == 0u ? r.x : w == 1u ? r.y : w == 2u ? r.z : r.w;
+}
+
+// ---- default mode (philox4): one Philox call serves elements 4q .. 4q+3 ----
+
+/// counter = {q_lo, (q_hi & 0xFFFF) | (stream << 16), offset_lo, offset_hi}, q = i >> 2.
+EPIFUSE_HD ef_u32x4 ef_philox4_counter(unsigned long long q, unsigned int stream,
+                                       unsigned long long offset) {
+  ef_u32x4 c;
+  c.x = (unsigned int)q;
+  c.y = ((unsigned int)(q >> 32) & 0xFFFFu) | (stream << 16);
+  c.z = (unsigned int)offset;
+  c.w = (unsigned int)(offset >> 32);
+  return c;
+}
+
+/// The four draws of elements 4q .. 4q+3 (word w is element 4q + w).
+EPIFUSE_HD ef_u32x4 ef_philox4_draws(unsigned long long seed, unsigned long long offset,
+                                     unsigned int stream, unsigned long long q) {
+  return ef_philox4x32_10(ef_philox4_counter(q, stream, offset), ef_philox_key(seed));
+}
+
+/// draw(i) = word (i & 3) of Philox(counter(i >> 2, stream, offset), key(seed)).
+EPIFUSE_HD unsigned int ef_philox4_draw(unsigned long long seed, unsigned long long offset,
+                                        unsigned int stream, unsigned long long i) {
+  return ef_u32x4_word(ef_philox4_draws(seed, offset, stream, i >> 2), (unsigned int)(i & 3u));
+}
+
+/// keep = (draw >> 8) >= thr, thr = llround(p * 2^24) (host, double); thr 0 keeps
+/// all, thr 2^24 drops all.
+EPIFUSE_HD bool ef_dropout_keep(unsigned int draw, unsigned int thr) {
+  return (draw >> 8) >= thr;
+}
+
+// ---- compatibility mode (triton): tl.rand(seed, offset + i), keep = r > p ----
+
+/// counter = {off_lo, off_hi, 0, 0}, off = offset + i (see Note above).
+EPIFUSE_HD ef_u32x4 ef_triton_counter(unsigned long long off) {
+  ef_u32x4 c;
+  c.x = (unsigned int)off;
+  c.y = (unsigned int)(off >> 32);
+  c.z = 0u;
+  c.w = 0u;
+  return c;
+}
+
+/// draw(i) = word 0 of Philox({off_lo, off_hi, 0, 0}, key(seed)), off = offset + i (mod 2^64).
+EPIFUSE_HD unsigned int ef_triton_draw(unsigned long long seed, unsigned long long offset,
+                                       unsigned long long i) {
+  return ef_philox4x32_10(ef_triton_counter(offset + i), ef_philox_key(seed)).x;
+}
+
+/// r = float(x < 0 ? -x - 1 : x) * 2^-31, x = int32 bitcast of draw (-x - 1 == ~x).
+EPIFUSE_HD float ef_triton_uniform(unsigned int draw) {
+  const unsigned int u = (draw & 0x80000000u) ? ~draw : draw;  // in [0, 2^31 - 1]
+  return (float)(int)u * (1.0f / 2147483648.0f);                // RNE convert, exact scale
+}
+
+/// keep = p <= 0 || r > p, p the fp32 probability (p = 0 keeps all; p = 1 drops all).
+EPIFUSE_HD bool ef_triton_keep(unsigned int draw, float p) {
+  return p <= 0.0f || ef_triton_uniform(draw) > p;
+}

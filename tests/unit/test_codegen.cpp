@@ -1,0 +1,77 @@
+// Code generation: the template engine's strictness, determinism of emitted
+// text, that no user text reaches the source, and the per-output precision
+// policy. Golden text lives in tests/golden (test_golden_source.cpp).
+#include <doctest/doctest.h>
+
+#include "codegen/kernel_plan.hpp"
+#include "codegen/template_engine.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
+
+using namespace epifuse;
+
+namespace {
+KernelSpec bias_gelu_dropout_add(DType dt, std::string bias_name = "bias") {
+  KernelSpec s;
+  Graph& g = s.graph;
+  Value x = g.input("x", dt);
+  Value b = g.input(bias_name, dt, Broadcast::row);
+  Value r = g.input("residual", dt);
+  Value y = g.add(g.dropout(g.gelu_tanh(g.add(x, b)), 0.1), r);
+  g.output("y", y, dt);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("template engine fails on a missing or unused key") {
+  CHECK(render_template("a ${x} b ${y}", {{"x", "1"}, {"y", "2"}}) == "a 1 b 2");
+  CHECK_THROWS_AS(render_template("a ${x} b ${y}", {{"x", "1"}}), InternalError);
+  CHECK_THROWS_AS(render_template("a ${x}", {{"x", "1"}, {"z", "2"}}), InternalError);
+  CHECK_THROWS_AS(render_template("a ${x", {{"x", "1"}}), InternalError);
+}
+
+TEST_CASE("emitted source is deterministic and free of user names") {
+  const Shape shape{64, 96, 0};
+  const auto a = emit_kernel(bias_gelu_dropout_add(DType::f32), shape);
+  const auto b = emit_kernel(bias_gelu_dropout_add(DType::f32, "my_secret_bias"), shape);
+  CHECK(a.text == b.text);
+  CHECK(a.text.find("bias") == std::string::npos);
+  CHECK(b.text.find("my_secret_bias") == std::string::npos);
+  CHECK(b.inputs == std::vector<std::string>{"x", "my_secret_bias", "residual"});
+  CHECK(a.tile.vec == 4);
+  CHECK(emit_kernel(bias_gelu_dropout_add(DType::bf16), shape).tile.vec == 8);
+}
+
+TEST_CASE("precision policy: approximate tanh only where every output is bf16 or precision is fast") {
+  const Shape shape{8, 8, 0};
+  CHECK(emit_kernel(bias_gelu_dropout_add(DType::f32), shape).text.find("ef_gelu_tanh_fast") ==
+        std::string::npos);
+  CHECK(emit_kernel(bias_gelu_dropout_add(DType::f16), shape).text.find("ef_gelu_tanh_fast") ==
+        std::string::npos);
+  CHECK(emit_kernel(bias_gelu_dropout_add(DType::bf16), shape).text.find("ef_gelu_tanh_fast") !=
+        std::string::npos);
+  auto fast = bias_gelu_dropout_add(DType::f32);
+  fast.precision = Precision::fast;
+  CHECK(emit_kernel(fast, shape).text.find("ef_gelu_tanh_fast") != std::string::npos);
+  // A node that also feeds an f32 output stays accurate.
+  auto mixed = bias_gelu_dropout_add(DType::bf16);
+  mixed.graph.output("pre", mixed.graph.gelu_tanh(mixed.graph.find("x")), DType::f32);
+  const auto text = emit_kernel(mixed, shape).text;
+  CHECK(text.find("ef_gelu_tanh_fast") != std::string::npos);
+  CHECK(text.find("ef_gelu_tanh(") != std::string::npos);
+}
+
+TEST_CASE("float literals read back exactly") {
+  CHECK(float_literal(1.0f) == "1.0f");
+  CHECK(float_literal(0.1f) == "0.1f");
+  CHECK(float_literal(1.1111112f) == "1.1111112f");
+  CHECK(float_literal(1e-30f) == "1e-30f");
+}
+
+TEST_CASE("row-vector alignment is part of the shape class") {
+  const auto aligned = emit_kernel(bias_gelu_dropout_add(DType::f32), {4, 64, 0});
+  const auto unaligned = emit_kernel(bias_gelu_dropout_add(DType::f32), {4, 65, 0});
+  CHECK(aligned.name != unaligned.name);
+  CHECK(aligned.input_alignment[1] == 16);
+  CHECK(unaligned.input_alignment[1] == 0);
+}

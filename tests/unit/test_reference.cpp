@@ -1,0 +1,333 @@
+// The reference evaluator against hand-computed values: every op, special
+// values, GEMM and dual GEMM on integer matrices, broadcasting, rounding at the
+// store, and the input checks.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+
+#include "epifuse/errors.hpp"
+#include "epifuse/reference.hpp"
+
+using namespace epifuse;
+
+namespace {
+
+const float inf = std::numeric_limits<float>::infinity();
+const float nan_ = std::numeric_limits<float>::quiet_NaN();
+
+HostTensor tensor(DType dt, std::vector<std::int64_t> shape, std::vector<float> values) {
+  HostTensor t = HostTensor::zeros(dt, std::move(shape));
+  REQUIRE(static_cast<std::int64_t>(values.size()) == t.numel());
+  for (std::size_t i = 0; i < values.size(); ++i) t.set(static_cast<std::int64_t>(i), values[i]);
+  return t;
+}
+
+std::vector<float> values(const HostTensor& t) {
+  std::vector<float> v;
+  for (std::int64_t i = 0; i < t.numel(); ++i) v.push_back(t.get(i));
+  return v;
+}
+
+// Runs y = op(x) elementwise over the given points, f32 in and out.
+std::vector<float> apply(const std::function<Value(Graph&, Value)>& op, std::vector<float> xs) {
+  KernelSpec s;
+  Value x = s.graph.input("x", DType::f32);
+  s.graph.output("y", op(s.graph, x), DType::f32);
+  const auto n = static_cast<std::int64_t>(xs.size());
+  return values(evaluate(s, {1, n, 0}, {{"x", tensor(DType::f32, {1, n}, xs)}}, {}).at("y"));
+}
+
+// Bitwise equality, except that any NaN equals any NaN.
+bool same(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  std::uint32_t ua, ub;
+  std::memcpy(&ua, &a, 4);
+  std::memcpy(&ub, &b, 4);
+  return ua == ub;
+}
+
+void check_points(const char* name, const std::function<Value(Graph&, Value)>& op,
+                  std::vector<std::pair<float, float>> points) {
+  std::vector<float> xs;
+  for (auto [x, y] : points) xs.push_back(x);
+  const auto ys = apply(op, xs);
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    INFO(name << "(" << points[i].first << ") = " << ys[i] << ", want " << points[i].second);
+    CHECK(same(ys[i], points[i].second));
+  }
+}
+
+}  // namespace
+
+// Expected values: Python's math module in double on the same fp32 inputs,
+// rounded to fp32 (struct.pack('<f')), printed with float.hex():
+//   gelu_tanh: 0.5*x*(1+math.tanh(0.7978845608028654*(x+0.044715*x**3)))
+//   gelu_erf:  0.5*x*(1+math.erf(x/math.sqrt(2)))
+//   sigmoid:   1/(1+math.exp(-x));  silu: x/(1+math.exp(-x));  tanh: math.tanh(x)
+TEST_CASE("activations at chosen points match Python's math module") {
+  check_points("gelu_tanh", [](Graph& g, Value x) { return g.gelu_tanh(x); },
+               {{-3.0f, -0x1.dcc2ap-9f}, {-1.0f, -0x1.453d22p-3f}, {0.0f, 0.0f},
+                {0.5f, 0x1.6202dap-2f}, {1.0f, 0x1.aeb0b8p-1f}, {3.0f, 0x1.7f88d0p+1f},
+                // The naive formula cancels to 0 here; the reference computes it as
+                // x/(1+exp(-2u)) (the same function): Python gives -0x1.47c8fep-123.
+                {-10.0f, -0x1.47c8fep-123f}});
+  check_points("gelu_erf", [](Graph& g, Value x) { return g.gelu_erf(x); },
+               {{-3.0f, -0x1.096698p-8f}, {-1.0f, -0x1.44ed0cp-3f}, {0.5f, 0x1.62075ep-2f},
+                {1.0f, 0x1.aec4bep-1f}, {3.0f, 0x1.7f7b4cp+1f}});
+  check_points("sigmoid", [](Graph& g, Value x) { return g.sigmoid(x); },
+               {{-3.0f, 0x1.848344p-5f}, {-1.0f, 0x1.136562p-2f}, {0.0f, 0.5f},
+                {0.5f, 0x1.3eb2fep-1f}, {2.0f, 0x1.c2f7d6p-1f}});
+  check_points("silu", [](Graph& g, Value x) { return g.silu(x); },
+               {{-3.0f, -0x1.236272p-3f}, {-1.0f, -0x1.136562p-2f}, {0.5f, 0x1.3eb2fep-2f},
+                {2.0f, 0x1.c2f7d6p+0f}});
+  check_points("tanh", [](Graph& g, Value x) { return g.tanh(x); },
+               {{-1.0f, -0x1.85efacp-1f}, {0.5f, 0x1.d9353ep-2f}, {2.0f, 0x1.ed9506p-1f}});
+  check_points("relu", [](Graph& g, Value x) { return g.relu(x); },
+               {{-2.5f, 0.0f}, {-0.0f, 0.0f}, {0.0f, 0.0f}, {1.25f, 1.25f}});
+  // 0.1f*3 in fp32: Python f32(f32(0.1)*3.0) = 0x1.333334p-2.
+  check_points("scale", [](Graph& g, Value x) { return g.scale(x, 3.0); },
+               {{0.1f, 0x1.333334p-2f}, {-2.0f, -6.0f}});
+  // alpha is a runtime fp32 scalar: float(0.1) * 10 in fp32 is 1.0000000149 -> 1.0f.
+  check_points("scale", [](Graph& g, Value x) { return g.scale(x, 0.1); }, {{10.0f, 1.0f}});
+}
+
+// Special values: the reference's definition (src/reference/ops.hpp). NaN
+// propagates everywhere; activations take their limits at +-inf, where the
+// literal formulas would give -inf*0 = NaN: gelu(-inf) = silu(-inf) = +0.
+TEST_CASE("NaN and infinities through the activations") {
+  const std::vector<float> xs = {nan_, inf, -inf};
+  struct Row {
+    const char* name;
+    std::function<Value(Graph&, Value)> op;
+    std::vector<float> want;
+  };
+  const Row rows[] = {
+      {"relu", [](Graph& g, Value x) { return g.relu(x); }, {nan_, inf, 0.0f}},
+      {"gelu_tanh", [](Graph& g, Value x) { return g.gelu_tanh(x); }, {nan_, inf, 0.0f}},
+      {"gelu_erf", [](Graph& g, Value x) { return g.gelu_erf(x); }, {nan_, inf, 0.0f}},
+      {"sigmoid", [](Graph& g, Value x) { return g.sigmoid(x); }, {nan_, 1.0f, 0.0f}},
+      {"silu", [](Graph& g, Value x) { return g.silu(x); }, {nan_, inf, 0.0f}},
+      {"tanh", [](Graph& g, Value x) { return g.tanh(x); }, {nan_, 1.0f, -1.0f}},
+  };
+  for (const auto& row : rows) {
+    const auto ys = apply(row.op, xs);
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      INFO(row.name << "(" << xs[i] << ") = " << ys[i]);
+      CHECK(same(ys[i], row.want[i]));
+    }
+  }
+  // Large finite inputs reach the same limits (x^3 would overflow in fp32).
+  const auto big = apply([](Graph& g, Value x) { return g.gelu_tanh(x); }, {1e30f, -1e30f, 3e38f});
+  CHECK(big[0] == 1e30f);
+  CHECK(big[1] == 0.0f);
+  CHECK(big[2] == 3e38f);
+}
+
+TEST_CASE("binary ops, NaN through max and min, broadcasting") {
+  KernelSpec s;
+  Graph& g = s.graph;
+  Value x = g.input("x", DType::f32);
+  Value row = g.input("row", DType::f32, Broadcast::row);
+  Value col = g.input("col", DType::f32, Broadcast::col);
+  Value sc = g.input("s", DType::f32, Broadcast::scalar);
+  g.output("add", g.add(x, row), DType::f32);
+  g.output("sub", g.sub(x, col), DType::f32);
+  g.output("mul", g.mul(x, sc), DType::f32);
+  g.output("max", g.max(x, row), DType::f32);
+  g.output("min", g.min(x, col), DType::f32);
+  const TensorMap in = {
+      {"x", tensor(DType::f32, {2, 3}, {1, -2, nan_, 4, 0.1f, -0.0f})},
+      {"row", tensor(DType::f32, {3}, {10, 20, 30})},
+      {"col", tensor(DType::f32, {2}, {100, nan_})},
+      {"s", tensor(DType::f32, {}, {0.5f})},
+  };
+  const auto out = evaluate(s, {2, 3, 0}, in, {});
+  auto check = [&](const char* name, std::vector<float> want) {
+    const auto got = values(out.at(name));
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      INFO(std::string(name) << "[" << i << "] = " << got[i] << ", want " << want[i]);
+      CHECK(same(got[i], want[i]));
+    }
+  };
+  // 0.1f + 20 in fp32 = 0x1.41999ap+4 (Python: f32(f32(0.1) + 20.0)).
+  check("add", {11, 18, nan_, 14, 0x1.41999ap+4f, 30});
+  check("sub", {-99, -102, nan_, nan_, nan_, nan_});
+  check("mul", {0.5f, -1, nan_, 2, 0.05f, -0.0f});
+  check("max", {10, 20, nan_, 10, 20, 30});
+  check("min", {1, -2, nan_, nan_, nan_, nan_});
+}
+
+TEST_CASE("max/min of signed zeros, cast, and rounding once at the store") {
+  const auto mx = apply([](Graph& g, Value x) { return g.max(x, g.scale(x, -1.0)); }, {0.0f, -0.0f});
+  CHECK(!std::signbit(mx[0]));
+  CHECK(!std::signbit(mx[1]));
+  const auto mn = apply([](Graph& g, Value x) { return g.min(x, g.scale(x, -1.0)); }, {0.0f, -0.0f});
+  CHECK(std::signbit(mn[0]));
+  CHECK(std::signbit(mn[1]));
+
+  // cast rounds in the middle of the chain: (1 + 2^-11) -> f16 = 1, then + 2^-11.
+  KernelSpec s;
+  Value x = s.graph.input("x", DType::f32);
+  Value d = s.graph.input("d", DType::f32);
+  s.graph.output("with_cast", s.graph.add(s.graph.cast(x, DType::f16), d), DType::f32);
+  s.graph.output("no_cast", s.graph.add(x, d), DType::f32);
+  s.graph.output("f16", s.graph.add(x, d), DType::f16);
+  s.graph.output("bf16", s.graph.add(x, d), DType::bf16);
+  const TensorMap in = {{"x", tensor(DType::f32, {1, 1}, {1.0f + 0x1p-11f})},
+                        {"d", tensor(DType::f32, {1, 1}, {0x1p-11f})}};
+  const auto out = evaluate(s, {1, 1, 0}, in, {});
+  CHECK(out.at("with_cast").get(0) == 1.0f + 0x1p-11f);
+  CHECK(out.at("no_cast").get(0) == 1.0f + 0x1p-10f);
+  CHECK(out.at("f16").dtype == DType::f16);
+  CHECK(out.at("f16").get(0) == 1.0f + 0x1p-10f);  // representable in f16
+  CHECK(out.at("bf16").get(0) == 1.0f);            // 1 + 2^-10 rounds to 1 in bf16
+}
+
+TEST_CASE("GEMM on integer matrices against a hand computation") {
+  // a = [[1,2,3],[4,5,6]], b = [[7,8],[9,10],[11,12]]: a@b = [[58,64],[139,154]].
+  // Layouts are device layouts: the host arrays stay logical row-major.
+  for (Layout la : {Layout::row, Layout::col}) {
+    for (DType dt : {DType::f16, DType::bf16, DType::f32}) {
+      KernelSpec s;
+      s.mainloop = {MainloopKind::gemm, dt, dt, la, Layout::col};
+      Value acc = s.graph.accumulator();
+      Value bias = s.graph.input("bias", DType::f32, Broadcast::row);
+      Value colv = s.graph.input("colv", DType::f16, Broadcast::col);
+      Value sc = s.graph.input("s", DType::bf16, Broadcast::scalar);
+      s.graph.output("acc", acc, DType::f32);
+      s.graph.output("y", s.graph.add(s.graph.add(s.graph.add(acc, bias), colv), sc), DType::f32);
+      const TensorMap in = {
+          {"a", tensor(dt, {2, 3}, {1, 2, 3, 4, 5, 6})},
+          {"b", tensor(dt, {3, 2}, {7, 8, 9, 10, 11, 12})},
+          {"bias", tensor(DType::f32, {2}, {1000, 2000})},
+          {"colv", tensor(DType::f16, {2}, {100, 200})},
+          {"s", tensor(DType::bf16, {}, {0.5f})},
+      };
+      const auto out = evaluate(s, {2, 2, 3}, in, {});
+      CHECK(values(out.at("acc")) == std::vector<float>{58, 64, 139, 154});
+      // + bias by column, + colv by row, + scalar
+      CHECK(values(out.at("y")) == std::vector<float>{1158.5f, 2164.5f, 1339.5f, 2354.5f});
+    }
+  }
+}
+
+TEST_CASE("GEMM accumulates in double and rounds once") {
+  // 1*2^24 + 1*1 + 1*(-2^24): fp32 accumulation in k order gives 0, double gives 1.
+  KernelSpec s;
+  s.mainloop = {MainloopKind::gemm, DType::f32, DType::f32};
+  s.graph.output("y", s.graph.accumulator(), DType::f32);
+  const TensorMap in = {{"a", tensor(DType::f32, {1, 3}, {1, 1, 1})},
+                        {"b", tensor(DType::f32, {3, 1}, {0x1p24f, 1, -0x1p24f})}};
+  CHECK(evaluate(s, {1, 1, 3}, in, {}).at("y").get(0) == 1.0f);
+}
+
+TEST_CASE("dual GEMM: the gating pattern on integer matrices") {
+  // a@b0 = [[58,64],[139,154]]; a@b1 with b1 = [[1,0],[0,1],[1,1]] = [[4,5],[10,11]].
+  KernelSpec s;
+  s.mainloop = {MainloopKind::dual_gemm, DType::f16, DType::f16};
+  Value a0 = s.graph.accumulator(0), a1 = s.graph.accumulator(1);
+  s.graph.output("y", s.graph.mul(a0, a1), DType::f32);
+  s.graph.output("acc1", a1, DType::f16);
+  const TensorMap in = {{"a", tensor(DType::f16, {2, 3}, {1, 2, 3, 4, 5, 6})},
+                        {"b0", tensor(DType::f16, {3, 2}, {7, 8, 9, 10, 11, 12})},
+                        {"b1", tensor(DType::f16, {3, 2}, {1, 0, 0, 1, 1, 1})}};
+  const auto out = evaluate(s, {2, 2, 3}, in, {});
+  CHECK(values(out.at("y")) == std::vector<float>{232, 320, 1390, 1694});
+  CHECK(values(out.at("acc1")) == std::vector<float>{4, 5, 10, 11});
+  CHECK(mainloop_operand_names(MainloopKind::dual_gemm) == std::vector<std::string>{"a", "b0", "b1"});
+}
+
+TEST_CASE("evaluate checks every input and names it") {
+  KernelSpec s;
+  s.mainloop = {MainloopKind::gemm, DType::f16, DType::f16};
+  Value bias = s.graph.input("bias", DType::f32, Broadcast::row);
+  s.graph.output("y", s.graph.relu(s.graph.add(s.graph.accumulator(), bias)), DType::f16);
+  const Shape shape{64, 128, 32};
+  const auto req = required_inputs(s, shape);
+  REQUIRE(req.size() == 3);
+  CHECK(req[0].name == "a");
+  CHECK(req[0].shape == std::vector<std::int64_t>{64, 32});
+  CHECK(req[1].name == "b");
+  CHECK(req[1].shape == std::vector<std::int64_t>{32, 128});
+  CHECK(req[2].name == "bias");
+  CHECK(req[2].shape == std::vector<std::int64_t>{128});
+
+  const TensorMap good = make_inputs(s, shape, 5);
+  CHECK_NOTHROW(evaluate(s, shape, good, {}));
+
+  TensorMap bad = good;
+  bad.at("bias") = HostTensor::zeros(DType::f32, {64});
+  CHECK_THROWS_WITH_AS(evaluate(s, shape, bad, {}),
+                       "input 'bias': expected shape [128] (row vector of N), got [64]", UserError);
+  bad = good;
+  bad.at("a") = HostTensor::zeros(DType::f16, {32, 64});
+  CHECK_THROWS_WITH_AS(evaluate(s, shape, bad, {}),
+                       "input 'a': expected shape [64,32] (GEMM operand A [M,K]), got [32,64]",
+                       UserError);
+  bad = good;
+  bad.at("bias") = HostTensor::zeros(DType::f16, {128});
+  CHECK_THROWS_WITH_AS(evaluate(s, shape, bad, {}), "input 'bias': expected dtype f32, got f16",
+                       UserError);
+  bad = good;
+  bad.erase("b");
+  CHECK_THROWS_WITH_AS(evaluate(s, shape, bad, {}),
+                       "missing input 'b': expected f16 [32,128] (GEMM operand B [K,N])", UserError);
+  bad = good;
+  bad.emplace("bais", HostTensor::zeros(DType::f32, {128}));
+  CHECK_THROWS_WITH_AS(evaluate(s, shape, bad, {}),
+                       "unknown input 'bais': this kernel takes a, b, bias", UserError);
+  bad = good;
+  bad.at("bias").bytes.resize(10);
+  CHECK_THROWS_AS(evaluate(s, shape, bad, {}), UserError);
+  CHECK_THROWS_AS(evaluate(s, {64, 128, 0}, good, {}), UserError);  // K missing
+}
+
+TEST_CASE("make_inputs draws what is missing, per name, deterministically") {
+  KernelSpec s;
+  Value x = s.graph.input("x", DType::bf16);
+  Value b = s.graph.input("b", DType::f16, Broadcast::col);
+  s.graph.output("y", s.graph.add(x, b), DType::f32);
+  const auto in = make_inputs(s, {8, 4, 0}, 1);
+  CHECK(in.at("x").shape == std::vector<std::int64_t>{8, 4});
+  CHECK(in.at("x").dtype == DType::bf16);
+  CHECK(in.at("b").shape == std::vector<std::int64_t>{8});
+  CHECK(make_inputs(s, {8, 4, 0}, 1).at("x").bytes == in.at("x").bytes);
+  CHECK(make_inputs(s, {8, 4, 0}, 2).at("x").bytes != in.at("x").bytes);
+  // A given input is kept, and the others do not change because of it.
+  const HostTensor mine = HostTensor::zeros(DType::f16, {8});
+  const auto partly = make_inputs(s, {8, 4, 0}, 1, {{"b", mine}});
+  CHECK(partly.at("b").bytes == mine.bytes);
+  CHECK(partly.at("x").bytes == in.at("x").bytes);
+}
+
+TEST_CASE("reference evaluator is fast enough for the test tiers") {
+  using clock = std::chrono::steady_clock;
+  KernelSpec s;  // bias-GELU-dropout-residual, DESIGN §0
+  Value x = s.graph.input("x", DType::f32);
+  Value bias = s.graph.input("bias", DType::f32, Broadcast::row);
+  Value res = s.graph.input("residual", DType::f32);
+  Value y = s.graph.add(s.graph.dropout(s.graph.gelu_tanh(s.graph.add(x, bias)), 0.1), res);
+  s.graph.output("y", y, DType::f32);
+  const Shape es{1024, 1024, 0};
+  const auto in = make_inputs(s, es, 3);
+  auto t0 = clock::now();
+  const auto fwd = evaluate(s, es, in, {1, 2});
+  const double elementwise_s = std::chrono::duration<double>(clock::now() - t0).count();
+  MESSAGE("elementwise [1024,1024] bias-gelu-dropout-residual: " << elementwise_s << " s");
+  CHECK(elementwise_s < 2.0);  // generous: the machine is shared
+
+  KernelSpec g;
+  g.mainloop = {MainloopKind::gemm, DType::f16, DType::f16};
+  g.graph.output("y", g.graph.relu(g.graph.accumulator()), DType::f16);
+  const Shape gs{256, 256, 256};
+  const auto gin = make_inputs(g, gs, 4);
+  t0 = clock::now();
+  (void)evaluate(g, gs, gin, {});
+  const double gemm_s = std::chrono::duration<double>(clock::now() - t0).count();
+  MESSAGE("gemm 256^3 + relu: " << gemm_s << " s");
+  CHECK(gemm_s < 5.0);
+}

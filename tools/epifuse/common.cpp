@@ -1,0 +1,120 @@
+#include "common.hpp"
+
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+// Inlined so that the CLI needs no libxxhash at link or run time.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "epifuse/errors.hpp"
+
+namespace epifuse::cli {
+
+Session& session() {
+  static Session s;
+  return s;
+}
+
+void add_json_flag(CLI::App& sub) {
+  sub.add_flag("--json", session().json,
+               "print one machine-readable JSON document on stdout (errors too: "
+               "{\"error\": {\"kind\", \"message\"}}); progress still goes to stderr");
+}
+
+void print_json(const nlohmann::ordered_json& doc) {
+  // Invalid UTF-8 in messages (a file name, say) must not turn into an exception here.
+  std::cout << doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+  std::cout.flush();
+}
+
+namespace {
+
+bool all_digits(std::string_view s, int base) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    const bool dec = c >= '0' && c <= '9';
+    const bool hex = (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    if (!dec && !(base == 16 && hex)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Shape parse_shape(std::string_view text, const KernelSpec& spec) {
+  const bool gemm = spec.mainloop.kind != MainloopKind::elementwise;
+  const char* form = gemm ? "M,N,K" : "M,N";
+  std::vector<std::int64_t> dims;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    const std::string_view part =
+        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    EPIFUSE_CHECK(all_digits(part, 10),
+                  "--shape '{}': expected {} with positive decimal integers, got '{}'", text, form, part);
+    std::int64_t d = 0;
+    auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), d);
+    EPIFUSE_CHECK(ec == std::errc{} && ptr == part.data() + part.size(),
+                  "--shape '{}': dimension '{}' is too large", text, part);
+    dims.push_back(d);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  EPIFUSE_CHECK(dims.size() == (gemm ? 3u : 2u), "--shape '{}': {} {} kernel takes {} ({} numbers), got {}",
+                text, gemm ? "a" : "an", to_string(spec.mainloop.kind), form, gemm ? 3 : 2, dims.size());
+  Shape s{dims[0], dims[1], gemm ? dims[2] : 0};
+  verify_shape(spec, s);
+  return s;
+}
+
+Shape resolve_shape(const std::string& text, const KernelSpec& spec) {
+  if (!text.empty()) return parse_shape(text, spec);
+  const bool gemm = spec.mainloop.kind != MainloopKind::elementwise;
+  EPIFUSE_CHECK(spec.default_shape.has_value(),
+                "no shape: give --shape {} or add \"shape\": [{}] to the chain", gemm ? "M,N,K" : "M,N",
+                gemm ? "M, N, K" : "M, N");
+  Shape s = *spec.default_shape;
+  if (!gemm) s.k = 0;
+  verify_shape(spec, s);
+  return s;
+}
+
+std::uint64_t parse_u64(std::string_view text, std::string_view option) {
+  std::string_view digits = text;
+  int base = 10;
+  if (digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) {
+    digits.remove_prefix(2);
+    base = 16;
+  }
+  std::uint64_t v = 0;
+  bool ok = all_digits(digits, base);
+  if (ok) {
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v, base);
+    ok = ec == std::errc{} && ptr == digits.data() + digits.size();
+  }
+  EPIFUSE_CHECK(ok, "{} '{}': expected an unsigned 64-bit integer (decimal, or hex with 0x)", option, text);
+  return v;
+}
+
+std::pair<std::string, std::string> parse_binding(std::string_view text, std::string_view option) {
+  const std::size_t eq = text.find('=');
+  EPIFUSE_CHECK(eq != std::string_view::npos && eq > 0 && eq + 1 < text.size(),
+                "{} '{}': expected NAME=FILE.npy", option, text);
+  return {std::string(text.substr(0, eq)), std::string(text.substr(eq + 1))};
+}
+
+std::string signature_hash(const KernelSpec& spec) {
+  const std::string sig = signature(spec);
+  return fmt::format("{:016x}", XXH3_64bits(sig.data(), sig.size()));
+}
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+}  // namespace epifuse::cli
