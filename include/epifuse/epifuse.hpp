@@ -8,3 +8,5 @@
 #include "epifuse/reference.hpp"
 #include "epifuse/json.hpp"
 #include "epifuse/npy.hpp"
+#include "epifuse/compare.hpp"
+#include "epifuse/jit.hpp"

@@ -23,14 +23,14 @@ struct TileConfig {
 
 /// One field of a generated kernel's parameter struct (passed by value).
 struct ParamField {
-  enum class Kind { pointer, i64, u64, f32 } kind;
+  enum class Kind { pointer, i64, u64, f32, flag } kind;  ///< flag: int 0/1
   std::string name;     ///< "in0", "out1", "m", "alpha0", ...
   std::size_t offset;   ///< byte offset in the struct
 };
 
 /// Generated source and everything needed to launch it.
 struct KernelSource {
-  std::string name;                 ///< functions are <name>_vec and <name>_scalar
+  std::string name;                 ///< the __global__ function's name
   std::string text;                 ///< CUDA C++ source
   TileConfig tile;                  ///< with vec resolved
   std::vector<ParamField> params;

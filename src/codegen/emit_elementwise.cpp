@@ -12,7 +12,7 @@ namespace {
 void layout_params(const KernelPlan& plan, KernelSource& ks, std::string& fields) {
   std::size_t offset = 0;
   auto add = [&](ParamField::Kind kind, std::string name, std::string decl) {
-    const std::size_t size = kind == ParamField::Kind::f32 ? 4 : 8;
+    const std::size_t size = kind == ParamField::Kind::f32 || kind == ParamField::Kind::flag ? 4 : 8;
     offset = (offset + size - 1) / size * size;
     ks.params.push_back({kind, name, offset});
     offset += size;
@@ -29,6 +29,7 @@ void layout_params(const KernelPlan& plan, KernelSource& ks, std::string& fields
   add(ParamField::Kind::u64, "offset", "unsigned long long offset");
   for (std::size_t k = 0; k < plan.scales.size(); ++k)
     add(ParamField::Kind::f32, fmt::format("alpha{}", k), fmt::format("float alpha{}", k));
+  add(ParamField::Kind::flag, "vectorized", "int vectorized");
   ks.params_size = (offset + 7) / 8 * 8;
   if (!fields.empty()) fields.pop_back();
 }

@@ -241,7 +241,8 @@ HostTensor read_npy(const std::filesystem::path& path) {
         "{}: {} dtype '{}'; epifuse reads little-endian '<f4' (f32), '<f2' (f16) and '<u2' "
         "(bf16 bits){}",
         name, big ? "big-endian" : "unsupported", h.descr,
-        big ? "; convert with arr.astype(arr.dtype.newbyteorder('<'))" : ""));
+        big ? "; convert with arr.astype(arr.dtype.newbyteorder('<'))"
+            : (h.descr == "<f8" ? "; convert with arr.astype(np.float32)" : "")));
   }
   std::int64_t numel = 1;
   for (std::int64_t d : h.shape) {

@@ -24,7 +24,7 @@ struct LoadedKernel final : CompiledKernel {
   std::vector<char> cubin;
   double ms = 0;
   std::optional<backend::Module> module;
-  backend::CUfunction vec_fn = nullptr, scalar_fn = nullptr;
+  backend::CUfunction function = nullptr;
   backend::FunctionInfo info;
 
   const KernelSource& source() const override { return src; }
@@ -134,9 +134,8 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const
     kernel->ms = bin.compile_ms;
     if (d.driver) {
       kernel->module.emplace(kernel->cubin);
-      kernel->vec_fn = kernel->module->function(kernel->src.name + "_vec");
-      kernel->scalar_fn = kernel->module->function(kernel->src.name + "_scalar");
-      kernel->info = d.driver->function_info(kernel->vec_fn);
+      kernel->function = kernel->module->function(kernel->src.name);
+      kernel->info = d.driver->function_info(kernel->function);
     }
     return kernel;
   });
@@ -147,7 +146,7 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
   const Impl& d = *impl_;
   const auto& kernel = static_cast<const LoadedKernel&>(compiled);
   const KernelSource& ks = kernel.src;
-  EPIFUSE_CHECK(d.driver && kernel.vec_fn,
+  EPIFUSE_CHECK(d.driver && kernel.function,
                 "kernel for {} cannot run here: {}", d.target_name,
                 gpu_unavailable_reason().empty() ? "the GPU is a different architecture"
                                                  : gpu_unavailable_reason());
@@ -164,6 +163,7 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
   EPIFUSE_ASSERT(ks.params_size <= sizeof params, "parameter struct too large");
   std::memset(params, 0, ks.params_size);
   bool aligned = true;
+  unsigned char* flag = nullptr;
   std::size_t in = 0, out = 0, alpha = 0;
   for (const ParamField& f : ks.params) {
     unsigned char* at = params + f.offset;
@@ -192,8 +192,12 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
         std::memcpy(at, &v, 4);
         break;
       }
+      case ParamField::Kind::flag: flag = at; break;
     }
   }
+  EPIFUSE_ASSERT(flag, "kernel has no vectorized flag");
+  const int vectorized = aligned ? 1 : 0;
+  std::memcpy(flag, &vectorized, 4);
   const std::int64_t total = shape.m * shape.n;
   const std::int64_t nvec = (total + ks.tile.vec - 1) / ks.tile.vec;
   std::int64_t blocks = (nvec + ks.tile.threads - 1) / ks.tile.threads;
@@ -201,7 +205,7 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
     blocks = std::min<std::int64_t>(blocks, std::int64_t{d.multiprocessors} * ks.tile.blocks_per_sm);
   blocks = std::min<std::int64_t>(blocks, 0x7fffffff);
   void* kernel_args[] = {params};
-  d.driver->launch(aligned ? kernel.vec_fn : kernel.scalar_fn,
+  d.driver->launch(kernel.function,
                    {static_cast<unsigned>(blocks), 1, 1},
                    {static_cast<unsigned>(ks.tile.threads), 1, 1}, kernel_args, 0,
                    static_cast<backend::CUstream>(stream));

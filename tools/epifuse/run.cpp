@@ -50,7 +50,12 @@ constexpr std::int64_t k_first_values = 8;
 // Reads an --input file and checks it against the operand it binds; f32/f16/bf16
 // files are converted to the operand's dtype (rounding to nearest even).
 HostTensor load_input(const OperandDesc& want, const std::string& file) {
-  HostTensor t = read_npy(file);
+  HostTensor t;
+  try {
+    t = read_npy(file);
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("--input {}: {}", want.name, e.what()));
+  }
   EPIFUSE_CHECK(t.shape == want.shape, "--input {}={}: shape {} does not match the expected {} ({} operand)",
                 want.name, file, shape_string(t.shape), shape_string(want.shape), to_string(want.dtype));
   if (t.dtype == want.dtype) return t;
@@ -138,6 +143,9 @@ void run(const RunOptions& opt) {
     EPIFUSE_CHECK(std::find(output_names.begin(), output_names.end(), name) != output_names.end(),
                   "--output {}: the chain has no output '{}' (it has: {})", b, name, fmt::join(output_names, ", "));
     EPIFUSE_CHECK(output_files.emplace(name, file).second, "--output {}: '{}' is named twice", b, name);
+    const fs::path dir = fs::path(file).parent_path();
+    EPIFUSE_CHECK(dir.empty() || fs::is_directory(dir), "--output {}: directory '{}' does not exist", b,
+                  dir.string());
   }
   if (!opt.output_dir.empty()) {
     for (const auto& name : output_names) check_file_name(name);

@@ -1,0 +1,191 @@
+// epifuse bench: fused vs unfused vs the same-run copy ceiling (METHOD: count
+// the bytes, measure the ceiling in the same run, report ratios).
+#include "epifuse/bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+
+#include "backend/cuda_driver.hpp"
+#include "epifuse/errors.hpp"
+#include "ir/op_table.hpp"
+
+namespace epifuse {
+
+namespace {
+
+using backend::DeviceBuffer;
+
+// Median over `repeats` batches of `batch` runs of `fn`, in ms per run.
+double time_median(const std::function<void()>& fn, int repeats, int batch) {
+  for (int i = 0; i < 3; ++i) fn();  // warm-up: module load, clocks, caches
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) {
+    backend::EventTimer timer;
+    timer.start();
+    for (int b = 0; b < batch; ++b) fn();
+    timer.stop();
+    ms.push_back(timer.elapsed_ms() / batch);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct DeviceTensors {
+  std::vector<DeviceBuffer> buffers;
+  DeviceBindings bindings;
+};
+
+DeviceTensors upload(const KernelSource& ks, const TensorMap& inputs, const KernelSpec& spec,
+                     const Shape& shape) {
+  DeviceTensors t;
+  for (const std::string& name : ks.inputs) {
+    const HostTensor& h = inputs.at(name);
+    t.buffers.emplace_back(h.bytes.size());
+    t.buffers.back().upload(h.bytes.data(), h.bytes.size());
+    t.bindings.inputs.push_back(t.buffers.back().ptr());
+  }
+  for (const Output& o : spec.graph.outputs()) {
+    t.buffers.emplace_back(static_cast<std::size_t>(shape.m * shape.n) * size_of(o.dtype));
+    t.buffers.back().fill_bytes(0xFF);
+    t.bindings.outputs.push_back(t.buffers.back().ptr());
+  }
+  return t;
+}
+
+// The fewest bytes a fused kernel must move: each input read once, each output written once.
+double required_bytes(const KernelSpec& spec, const Shape& shape) {
+  double bytes = 0;
+  for (const auto& in : required_inputs(spec, shape)) {
+    double n = 1;
+    for (auto d : in.shape) n *= static_cast<double>(d);
+    bytes += n * static_cast<double>(size_of(in.dtype));
+  }
+  for (const Output& o : spec.graph.outputs())
+    bytes += static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(size_of(o.dtype));
+  return bytes;
+}
+
+// One single-op spec per op node, reading the op's operands from memory: what
+// an eager framework runs. Intermediates are stored in the first output's dtype.
+std::optional<std::vector<KernelSpec>> unfused_specs(const KernelSpec& spec) {
+  const Graph& g = spec.graph;
+  const DType inter = g.outputs().front().dtype;
+  std::vector<KernelSpec> out;
+  for (const Node& n : g.nodes()) {
+    if (n.kind != NodeKind::op) continue;
+    if (n.broadcast != Broadcast::full) return std::nullopt;  // an op on vectors only: no [M,N] kernel
+    KernelSpec s;
+    s.precision = spec.precision;
+    std::vector<Value> args;
+    for (std::size_t a = 0; a < n.args.size(); ++a) {
+      const Node& arg = g.node(n.args[a]);
+      const DType dt = arg.kind == NodeKind::input ? arg.dtype : inter;
+      const Broadcast b = arg.kind == NodeKind::input ? arg.broadcast : Broadcast::full;
+      args.push_back(s.graph.input("a" + std::to_string(a), dt, b));
+    }
+    Value v;
+    switch (n.op) {
+      case OpKind::scale: v = s.graph.scale(args[0], n.alpha); break;
+      case OpKind::dropout: v = s.graph.dropout(args[0], n.p, n.rng); break;
+      case OpKind::cast: v = s.graph.cast(args[0], n.dtype); break;
+      default:
+        v = op_info(n.op).arity == 2 ? s.graph.binary(n.op, args[0], args[1]) : s.graph.unary(n.op, args[0]);
+    }
+    // An op whose operands are all vectors cannot run as an [M,N] elementwise kernel alone.
+    bool has_full = false;
+    for (Value a : args) has_full |= s.graph.node(a).broadcast == Broadcast::full;
+    if (!has_full) return std::nullopt;
+    s.graph.output("y", v, inter);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const BenchOptions& opt) {
+  auto& drv = backend::cuda();
+  drv.ensure_context();
+  BenchReport r;
+  r.device = drv.device(0).name;
+  r.shape = shape;
+  r.bytes = required_bytes(spec, shape);
+
+  const TensorMap inputs = make_inputs(spec, shape, opt.data_seed);
+  auto first = jit.compile(spec, shape);
+  r.compile_ms = first->compile_ms();
+  DeviceTensors t = upload(first->source(), inputs, spec, shape);
+
+  // Copy ceiling: exactly the bytes the fused kernel moves (read + write).
+  const std::size_t half = static_cast<std::size_t>(r.bytes / 2) / 16 * 16;
+  {
+    DeviceBuffer src(half), dst(half);
+    src.fill_bytes(0x3C);
+    r.copy_ms = time_median([&] { drv.copy_device(dst.ptr(), src.ptr(), half); }, opt.repeats, opt.batch);
+    r.copy_gbps = 2.0 * static_cast<double>(half) / (r.copy_ms * 1e6);
+  }
+  auto gbps = [&](double ms) { return r.bytes / (ms * 1e6); };
+
+  if (opt.tune) jit.tune(spec, shape, t.bindings, opt.args);
+  auto fused = jit.compile(spec, shape);  // the tuned tile
+  r.tile = fused->source().tile;
+  r.registers = fused->registers();
+  r.fused_ms = time_median([&] { jit.launch(*fused, t.bindings, shape, opt.args); }, opt.repeats, opt.batch);
+  r.fused_gbps = gbps(r.fused_ms);
+  r.fused_of_copy = r.fused_gbps / r.copy_gbps;
+
+  if (opt.sweep) {
+    for (int threads : {128, 256, 512, 1024})
+      for (int blocks_per_sm : {0, 4, 16}) {
+        TileConfig tile{threads, r.tile.vec, blocks_per_sm};
+        auto k = jit.compile(spec, shape, tile);
+        SweepRow row;
+        row.tile = k->source().tile;
+        row.ms = time_median([&] { jit.launch(*k, t.bindings, shape, opt.args); }, std::max(5, opt.repeats / 3), opt.batch);
+        row.gbps = gbps(row.ms);
+        row.of_copy = row.gbps / r.copy_gbps;
+        r.sweep.push_back(row);
+      }
+  }
+
+  if (opt.unfused) {
+    if (auto specs = unfused_specs(spec)) {
+      // Each op's kernel reads its operands from buffers of the right size; the
+      // values are whatever the previous kernel left, as in an eager framework.
+      std::vector<std::shared_ptr<const CompiledKernel>> kernels;
+      std::vector<DeviceTensors> bound;
+      for (const KernelSpec& s : *specs) {
+        kernels.push_back(jit.compile(s, shape));
+        bound.push_back(upload(kernels.back()->source(), make_inputs(s, shape, opt.data_seed), s, shape));
+      }
+      r.unfused_kernels = static_cast<int>(kernels.size());
+      r.unfused_ms = time_median(
+          [&] {
+            for (std::size_t k = 0; k < kernels.size(); ++k) jit.launch(*kernels[k], bound[k].bindings, shape, opt.args);
+          },
+          opt.repeats, opt.batch);
+      r.speedup_vs_unfused = *r.unfused_ms / r.fused_ms;
+    }
+  }
+
+  // Host costs of the cached path: key + lookup, and one launch.
+  {
+    using clock = std::chrono::steady_clock;
+    const TileConfig tile = r.tile;
+    constexpr int n = 2000;
+    auto t0 = clock::now();
+    for (int i = 0; i < n; ++i) (void)jit.compile(spec, shape, tile);
+    r.hit_us = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / n;
+    // Fewer launches than the driver's queue holds, so the host never waits.
+    constexpr int launches = 200;
+    drv.synchronize();
+    t0 = clock::now();
+    for (int i = 0; i < launches; ++i) jit.launch(*fused, t.bindings, shape, opt.args);
+    r.launch_us = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / launches;
+    drv.synchronize();
+  }
+  return r;
+}
+
+}  // namespace epifuse

@@ -1,0 +1,181 @@
+// GPU tier for generated elementwise kernels (DESIGN §8): every op, dtype and
+// broadcast kind against the reference evaluator on random non-zero data,
+// shapes that break assumptions, misaligned pointers, poisoned outputs (set
+// by run_on_device), and dropout masks equal bit for bit in both RNG modes.
+// Without a GPU the suite prints one visible line and passes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "epifuse/compare.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
+#include "epifuse/reference.hpp"
+#include "test_specs.hpp"
+
+using namespace epifuse;
+
+namespace {
+
+// One Jit for the suite (compiling is the slow part); null without a GPU.
+Jit* gpu_jit() {
+  static std::unique_ptr<Jit> jit;
+  static std::string reason;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    reason = gpu_unavailable_reason();
+    if (reason.empty()) {
+      try {
+        jit = std::make_unique<Jit>();
+      } catch (const Error& e) {
+        reason = e.what();
+      }
+    }
+  }
+  if (!jit) MESSAGE("GPU suite skipped: " << reason);
+  return jit.get();
+}
+
+// Runs spec on the GPU and the reference; checks every output.
+void check_against_reference(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t data_seed,
+                             LaunchArgs args = {}, TileConfig tile = {}, std::size_t misalign = 0) {
+  const TensorMap inputs = make_inputs(spec, shape, data_seed);
+  const TensorMap want = evaluate(spec, shape, inputs, args);
+  const TensorMap got = run_on_device(jit, spec, shape, inputs, args, tile, misalign);
+  for (const Output& o : spec.graph.outputs()) {
+    const Comparison c = compare(got.at(o.name), want.at(o.name), tolerance_for(o.dtype, spec.precision));
+    INFO("output " << o.name << " shape " << shape.m << "x" << shape.n << " tile " << tile.str()
+                   << " misalign " << misalign);
+    CHECK_MESSAGE(c.ok, c.message);
+  }
+}
+
+// A single dropout of x, so a zero output means exactly "dropped".
+KernelSpec dropout_only(DType dt, double p, RngMode rng, int extra_streams = 0) {
+  KernelSpec s;
+  Value x = s.graph.input("x", dt);
+  Value v = x;
+  for (int i = 0; i < extra_streams; ++i) s.graph.output("d" + std::to_string(i), s.graph.dropout(x, 0.5, rng), dt);
+  v = s.graph.dropout(v, p, rng);
+  s.graph.output("y", v, dt);
+  return s;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("every op, dtype and broadcast kind matches the reference") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    std::uint64_t seed = 1;
+    for (const auto& [name, spec] : test_specs::coverage()) {
+      INFO(name);
+      for (const Shape& shape : {Shape{37, 129, 0}, Shape{64, 256, 0}}) check_against_reference(*jit, spec, shape, ++seed);
+    }
+  }
+
+  TEST_CASE("shapes that break assumptions") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    // M = 1, N = 1, N below and not a multiple of the vector width, a tensor
+    // just over one block's worth of vectors, and odd sizes everywhere.
+    const Shape shapes[] = {{1, 1, 0},   {1, 7, 0},    {7, 1, 0},    {1, 1025, 0}, {3, 5, 0},
+                            {256, 4, 0}, {1, 2049, 0}, {33, 67, 0},  {2, 8193, 0}};
+    std::uint64_t seed = 100;
+    for (DType dt : {DType::f32, DType::f16, DType::bf16})
+      for (const Shape& shape : shapes) {
+        INFO("dtype " << to_string(dt));
+        check_against_reference(*jit, test_specs::bias_gelu_dropout_add(dt), shape, ++seed, {7, 3});
+        check_against_reference(*jit, test_specs::add_mul(dt), shape, ++seed);
+      }
+  }
+
+  TEST_CASE("misaligned base pointers take the scalar path and stay correct") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    std::uint64_t seed = 200;
+    for (DType dt : {DType::f32, DType::f16, DType::bf16})
+      for (std::size_t misalign : {1u, 2u, 3u}) {
+        check_against_reference(*jit, test_specs::bias_gelu_dropout_add(dt), {19, 64, 0}, ++seed, {5, 0}, {},
+                                misalign);
+        check_against_reference(*jit, test_specs::add_mul(dt), {1, 1001, 0}, ++seed, {}, {}, misalign);
+      }
+  }
+
+  TEST_CASE("every tile candidate computes the same result") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const KernelSpec spec = test_specs::bias_gelu_dropout_add(DType::bf16);
+    const Shape shape{96, 1000, 0};
+    for (const TileConfig& tile : tile_candidates(spec, shape)) check_against_reference(*jit, spec, shape, 300, {11, 4}, tile);
+  }
+
+  TEST_CASE("dropout masks equal the reference bit for bit in both RNG modes") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const LaunchArgs launches[] = {{0, 0}, {0x123456789abcdefULL, 42}, {7, (1ULL << 32) - 5}};
+    for (RngMode rng : {RngMode::philox4, RngMode::triton})
+      for (DType dt : {DType::f32, DType::f16, DType::bf16})
+        for (double p : {0.0, 0.1, 0.5, 0.9, 1.0})
+          for (const LaunchArgs& args : launches)
+            for (const Shape& shape : {Shape{13, 77, 0}, Shape{128, 512, 0}}) {
+              INFO("rng " << to_string(rng) << " dtype " << to_string(dt) << " p " << p << " seed " << args.seed
+                          << " offset " << args.offset);
+              const KernelSpec spec = dropout_only(dt, p, rng, p == 0.1 ? 2 : 0);  // streams 0..2
+              const TensorMap inputs = make_inputs(spec, shape, 400);
+              const TensorMap want = evaluate(spec, shape, inputs, args);
+              const TensorMap got = run_on_device(*jit, spec, shape, inputs, args);
+              for (const auto& [name, w] : want) {
+                const HostTensor& g = got.at(name);
+                std::int64_t differ = 0, kept = 0;
+                for (std::int64_t i = 0; i < w.numel(); ++i) {
+                  // Bit for bit: the same mask and the same kept value.
+                  differ += g.get(i) != w.get(i);
+                  kept += w.get(i) != 0.0f;
+                }
+                CHECK_MESSAGE(differ == 0, name << ": " << differ << " elements differ");
+                if (p == 0.0) CHECK(kept == w.numel());
+                if (p == 1.0) CHECK(kept == 0);
+              }
+            }
+  }
+
+  TEST_CASE("NaN and infinities flow through activations as in the reference") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const float specials[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, -3.0f, -1.0f,
+                              0.0f, 0.5f, 1.0f, 3.0f, -10.0f, 10.0f, 1e-3f};
+    for (OpKind op : {OpKind::relu, OpKind::gelu_tanh, OpKind::gelu_erf, OpKind::sigmoid, OpKind::silu,
+                      OpKind::tanh})
+      for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+        KernelSpec spec;
+        spec.graph.output("y", spec.graph.unary(op, spec.graph.input("x", dt)), dt);
+        const Shape shape{1, static_cast<std::int64_t>(std::size(specials)), 0};
+        TensorMap inputs;
+        HostTensor x = HostTensor::zeros(dt, {shape.m, shape.n});
+        for (std::size_t i = 0; i < std::size(specials); ++i) x.set(static_cast<std::int64_t>(i), specials[i]);
+        inputs.emplace("x", x);
+        const auto want = evaluate(spec, shape, inputs, {});
+        const auto got = run_on_device(*jit, spec, shape, inputs, {});
+        const Comparison c = compare(got.at("y"), want.at("y"), tolerance_for(dt, spec.precision));
+        INFO("op " << static_cast<int>(op) << " dtype " << to_string(dt));
+        CHECK_MESSAGE(c.ok, c.message);
+      }
+  }
+
+  TEST_CASE("the cache hands out one kernel per key and launches survive many threads") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const KernelSpec spec = test_specs::add_mul(DType::f32, 0.25);
+    const auto before = jit->stats();
+    auto a = jit->compile(spec, {64, 64, 0});
+    auto b = jit->compile(spec, {128, 64, 0});
+    CHECK(a.get() == b.get());
+    CHECK(jit->stats().hits >= before.hits + 1);
+    MESSAGE("registers per thread: " << a->registers() << ", local bytes: " << a->local_bytes());
+    CHECK(a->local_bytes() == 0);
+  }
+}

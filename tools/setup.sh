@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Sets up a Debian 12 machine for epifuse and builds it (Release) in build/.
+#
+# Installs with apt-get whichever of the build and test dependencies are missing
+# (running `apt-get update` first only then; via sudo when not root), then
+# configures and builds. Safe to run again: installed packages are left alone and
+# the build is incremental.
+#
+# Environment: JOBS (parallel build jobs, default: the number of CPUs),
+#              BUILD_DIR (default: build).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+# python3-numpy: Debian's, so that tests/cli/run_examples.sh can check with
+# /usr/bin/python3 that numpy reads the .npy files epifuse writes.
+PACKAGES=(cmake g++ make libfmt-dev nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev python3-numpy)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} > 0)); then
+  echo "setup: installing ${missing[*]}"
+  if ! command -v apt-get >/dev/null; then
+    echo "setup: apt-get not found; install these packages by hand: ${missing[*]}" >&2
+    exit 1
+  fi
+  SUDO=()
+  if ((EUID != 0)); then
+    if ! command -v sudo >/dev/null; then
+      echo "setup: not root and no sudo; as root run: apt-get install ${missing[*]}" >&2
+      exit 1
+    fi
+    SUDO=(sudo)
+  fi
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all dependencies are installed"
+fi
+
+echo "setup: building in ${BUILD_DIR#"$ROOT"/} (Release, $JOBS jobs)"
+cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD_DIR" -j "$JOBS"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Sets up and builds (tools/setup.sh), then runs the doctest suite and the CLI tests.
+# Exits non-zero when anything failed. GPU tests skip with a visible line when no
+# GPU is present.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+cd "$ROOT"
+
+tools/setup.sh || { echo "test: setup or build failed" >&2; exit 1; }
+
+failed=()
+echo
+echo "== doctest suite ($BUILD_DIR/epifuse_tests)"
+"$BUILD_DIR/epifuse_tests" || failed+=("doctest suite")
+echo
+echo "== CLI tests (tests/cli/run_examples.sh)"
+tests/cli/run_examples.sh "$BUILD_DIR/epifuse" || failed+=("CLI tests")
+echo
+if ((${#failed[@]} > 0)); then
+  echo "test: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "test: all passed"
