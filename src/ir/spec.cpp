@@ -68,33 +68,33 @@ std::string render(const KernelSpec& spec, bool canonical) {
                        to_string(ml.a_layout), to_string(ml.b), to_string(ml.b_layout));
   }
   if (spec.precision == Precision::fast) out += "precision fast\n";
-  int input_index = 0;
+  // Values are numbered by their index among ops (and inputs among inputs),
+  // so the signature does not depend on when leaves were created.
+  int input_index = 0, op_index = 0;
+  // Leaves first (inputs in declaration order), then ops in build order.
   for (std::size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
-    switch (n.kind) {
-      case NodeKind::accumulator:
-        ref[i] = ml.kind == MainloopKind::dual_gemm ? fmt::format("acc{}", n.accumulator) : "acc";
-        break;
-      case NodeKind::input:
-        ref[i] = canonical || n.name.empty() ? fmt::format("in{}", input_index) : n.name;
-        out += fmt::format("input {}: {} {}\n", ref[i], to_string(n.dtype), to_string(n.broadcast));
-        ++input_index;
-        break;
-      case NodeKind::op: {
-        ref[i] = canonical || n.name.empty() ? fmt::format("v{}", i) : n.name;
-        std::string line = fmt::format("{} = {}(", ref[i], op_info(n.op).name);
-        for (std::size_t a = 0; a < n.args.size(); ++a)
-          line += (a ? ", " : "") + ref[n.args[a].id];
-        line += ")";
-        // Attributes print round-trip exact so the signature tells them apart.
-        if (n.op == OpKind::scale) line += fmt::format(" alpha={}", n.alpha);
-        if (n.op == OpKind::dropout)
-          line += fmt::format(" p={} rng={} stream={}", n.p, to_string(n.rng), n.stream);
-        if (n.op == OpKind::cast) line += fmt::format(" to={}", to_string(n.dtype));
-        out += fmt::format("{} : {}\n", line, to_string(n.broadcast));
-        break;
-      }
+    if (n.kind == NodeKind::accumulator) {
+      ref[i] = ml.kind == MainloopKind::dual_gemm ? fmt::format("acc{}", n.accumulator) : "acc";
+    } else if (n.kind == NodeKind::input) {
+      ref[i] = canonical || n.name.empty() ? fmt::format("in{}", input_index) : n.name;
+      out += fmt::format("input {}: {} {}\n", ref[i], to_string(n.dtype), to_string(n.broadcast));
+      ++input_index;
     }
+  }
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.kind != NodeKind::op) continue;
+    ref[i] = canonical || n.name.empty() ? fmt::format("v{}", op_index) : n.name;
+    ++op_index;
+    std::string line = fmt::format("{} = {}(", ref[i], op_info(n.op).name);
+    for (std::size_t a = 0; a < n.args.size(); ++a) line += (a ? ", " : "") + ref[n.args[a].id];
+    line += ")";
+    // Attributes print round-trip exact so the signature tells them apart.
+    if (n.op == OpKind::scale) line += fmt::format(" alpha={}", n.alpha);
+    if (n.op == OpKind::dropout) line += fmt::format(" p={} rng={} stream={}", n.p, to_string(n.rng), n.stream);
+    if (n.op == OpKind::cast) line += fmt::format(" to={}", to_string(n.dtype));
+    out += fmt::format("{} : {}\n", line, to_string(n.broadcast));
   }
   for (std::size_t o = 0; o < g.outputs().size(); ++o) {
     const Output& oc = g.outputs()[o];

@@ -24,19 +24,19 @@ __device__ __forceinline__ float ef_tanh_approx(float x) {
 __device__ __forceinline__ float ef_gelu_tanh(float x) {
   const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
   const float y = 0.5f * x * (1.0f + tanhf(u));
-  return x == -__int_as_float(0xff800000) ? 0.0f : y;
+  return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
 }
 __device__ __forceinline__ float ef_gelu_tanh_fast(float x) {
   const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
   const float hx = 0.5f * x;
   const float y = fmaf(hx, ef_tanh_approx(u), hx);
-  return x == -__int_as_float(0xff800000) ? 0.0f : y;
+  return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
 }
 
 // gelu_erf(x) = 0.5*x*(1+erf(x/sqrt(2))).
 __device__ __forceinline__ float ef_gelu_erf(float x) {
   const float y = 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
-  return x == -__int_as_float(0xff800000) ? 0.0f : y;
+  return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
 }
 
 // sigmoid(x) = 1/(1+exp(-x)).
@@ -48,11 +48,11 @@ __device__ __forceinline__ float ef_sigmoid_fast(float x) {
 // silu(x) = x*sigmoid(x); silu(-inf) = 0.
 __device__ __forceinline__ float ef_silu(float x) {
   const float y = x / (1.0f + expf(-x));
-  return x == -__int_as_float(0xff800000) ? 0.0f : y;
+  return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
 }
 __device__ __forceinline__ float ef_silu_fast(float x) {
   const float y = x * ef_sigmoid_fast(x);
-  return x == -__int_as_float(0xff800000) ? 0.0f : y;
+  return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
 }
 
 __device__ __forceinline__ float ef_tanh(float x) { return tanhf(x); }

@@ -1,0 +1,65 @@
+// `epifuse compile CHAIN.json --shape M,N --target T...`: compile with NVRTC
+// (no GPU needed) and print each kernel's cache key, time, size and hit/miss.
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "common.hpp"
+#include "epifuse/json.hpp"
+#include "jit_options.hpp"
+
+namespace epifuse::cli {
+namespace {
+
+struct CompileOptions {
+  std::string chain, shape;
+  std::vector<std::string> targets;
+  TileOptions tile;
+};
+
+void compile(const CompileOptions& opt) {
+  const KernelSpec spec = load_spec(opt.chain);
+  const Shape shape = resolve_shape(opt.shape, spec);
+  std::vector<std::string> targets = opt.targets;
+  if (targets.empty()) targets.push_back("");  // the GPU's
+  nlohmann::ordered_json doc = nlohmann::ordered_json::array();
+  for (const std::string& target : targets) {
+    Jit jit(target);
+    auto kernel = jit.compile(spec, shape, opt.tile.tile());
+    const CacheStats first = jit.stats();
+    (void)jit.compile(spec, shape, opt.tile.tile());  // the same key again: a hit
+    const CacheStats second = jit.stats();
+    const std::string result = first.misses == 1 ? "miss (compiled)" : "hit";
+    if (session().json) {
+      doc.push_back({{"target", jit.target()},
+                     {"kernel", kernel->source().name},
+                     {"key", kernel->key().str()},
+                     {"compile_ms", kernel->compile_ms()},
+                     {"cubin_bytes", kernel->binary().size()},
+                     {"first_lookup", first.misses == 1 ? "miss" : "hit"},
+                     {"second_lookup", second.hits > first.hits ? "hit" : "miss"}});
+    } else {
+      std::cout << fmt::format("{}: {} {:.1f} ms, cubin {} bytes, {}; again: {}\n  key {}\n", jit.target(),
+                               kernel->source().name, kernel->compile_ms(), kernel->binary().size(), result,
+                               second.hits > first.hits ? "hit" : "miss", kernel->key().str());
+    }
+  }
+  if (session().json) print_json(doc);
+}
+
+}  // namespace
+
+void add_compile(CLI::App& app) {
+  auto opt = std::make_shared<CompileOptions>();
+  CLI::App* sub = app.add_subcommand("compile", "Compile a chain with NVRTC (no GPU needed) and show its cache key");
+  sub->add_option("chain", opt->chain, "JSON op chain")->required();
+  sub->add_option("--shape", opt->shape, "M,N or M,N,K; default the chain's shape");
+  sub->add_option("--target", opt->targets, "Targets (repeatable): sm_80, sm_86, sm_89, sm_90a, ...; default the GPU's");
+  add_tile_options(*sub, opt->tile);
+  add_json_flag(*sub);
+  sub->callback([opt] { compile(*opt); });
+}
+
+}  // namespace epifuse::cli

@@ -1,0 +1,57 @@
+// `epifuse emit CHAIN.json`: print the generated kernel source (no GPU, no NVRTC).
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "common.hpp"
+#include "epifuse/json.hpp"
+#include "jit_options.hpp"
+
+namespace epifuse::cli {
+namespace {
+
+struct EmitOptions {
+  std::string chain, shape, target;
+  TileOptions tile;
+};
+
+void emit(const EmitOptions& opt) {
+  const KernelSpec spec = load_spec(opt.chain);
+  Shape shape;
+  if (opt.shape.empty() && !spec.default_shape) {
+    // The source depends on the shape only through its class (N % vec).
+    shape = {1024, 1024, spec.mainloop.kind == MainloopKind::elementwise ? 0 : 1024};
+    if (!session().json) std::cerr << "epifuse: no --shape; emitting for 1024,1024\n";
+  } else {
+    shape = resolve_shape(opt.shape, spec);
+  }
+  const KernelSource ks = emit_kernel(spec, shape, opt.tile.tile());
+  if (session().json) {
+    nlohmann::ordered_json doc;
+    doc["name"] = ks.name;
+    doc["tile"] = ks.tile.str();
+    doc["inputs"] = ks.inputs;
+    doc["outputs"] = ks.outputs;
+    doc["source"] = ks.text;
+    print_json(doc);
+  } else {
+    std::cout << ks.text;
+  }
+}
+
+}  // namespace
+
+void add_emit(CLI::App& app) {
+  auto opt = std::make_shared<EmitOptions>();
+  CLI::App* sub = app.add_subcommand("emit", "Print the generated kernel source (needs no GPU and no NVRTC)");
+  sub->add_option("chain", opt->chain, "JSON op chain")->required();
+  sub->add_option("--shape", opt->shape, "M,N (elementwise) or M,N,K (GEMM kinds); default the chain's shape");
+  sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, ...); the source is the same for all");
+  add_tile_options(*sub, opt->tile);
+  add_json_flag(*sub);
+  sub->callback([opt] { emit(*opt); });
+}
+
+}  // namespace epifuse::cli

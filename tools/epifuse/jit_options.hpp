@@ -1,0 +1,23 @@
+#pragma once
+/// Options the JIT subcommands share (emit, compile, run --device cuda, bench):
+/// the target and an explicit tile.
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "epifuse/jit.hpp"
+
+namespace epifuse::cli {
+
+struct TileOptions {
+  int threads = 0;        ///< 0: default (or the tuned tile)
+  int vec = 0;
+  int blocks_per_sm = -1;
+  /// The requested tile; all defaults give TileConfig{} (tuned or default).
+  TileConfig tile() const;
+};
+
+/// Adds --threads, --vec, --blocks-per-sm.
+void add_tile_options(CLI::App& sub, TileOptions& opt);
+
+}  // namespace epifuse::cli
