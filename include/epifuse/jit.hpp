@@ -23,7 +23,7 @@ struct TileConfig {
 
 /// One field of a generated kernel's parameter struct (passed by value).
 struct ParamField {
-  enum class Kind { pointer, i64, u64, f32, flag } kind;  ///< flag: int 0/1
+  enum class Kind { pointer, i64, u64, f64, f32, flag } kind;  ///< f64: 1.0/N; flag: int 0/1
   std::string name;     ///< "in0", "out1", "m", "alpha0", ...
   std::size_t offset;   ///< byte offset in the struct
 };

@@ -25,6 +25,7 @@ void layout_params(const KernelPlan& plan, KernelSource& ks, std::string& fields
     add(ParamField::Kind::pointer, t.field, fmt::format("{}* {}", storage_type_name(t.dtype), t.field));
   add(ParamField::Kind::i64, "m", "long long m");
   add(ParamField::Kind::i64, "n", "long long n");
+  add(ParamField::Kind::f64, "n_inv", "double n_inv");
   add(ParamField::Kind::u64, "seed", "unsigned long long seed");
   add(ParamField::Kind::u64, "offset", "unsigned long long offset");
   for (std::size_t k = 0; k < plan.scales.size(); ++k)
@@ -36,16 +37,23 @@ void layout_params(const KernelPlan& plan, KernelSource& ks, std::string& fields
 
 std::string emit_coordinates(const KernelPlan& plan) {
   if (!plan.needs_row_index && !plan.needs_col_index) return "    // no broadcast operand: no coordinates";
-  std::string s = "    // coordinates (row, column) of each element; a vector may wrap rows\n";
-  s += "    long long row[VEC], col[VEC];\n";
-  s += "    {\n      long long r = e0 / p.n, c = e0 - r * p.n;\n";
-  s += "#pragma unroll\n      for (int j = 0; j < VEC; ++j) {\n";
-  s += "        row[j] = r;\n        col[j] = c;\n        if (++c == p.n) { c = 0; ++r; }\n      }\n    }";
-  return s;
+  // e0 / n by the rounded fp64 reciprocal and one correction step: exact for
+  // e0 < 2^52 (M*N <= 2^48 by verify_shape), and far cheaper than a 64-bit
+  // integer division per vector (docs/PERF.md, v2).
+  return "    long long r0 = (long long)((double)e0 * p.n_inv), c0 = e0 - r0 * p.n;\n"
+         "    if (c0 < 0) { --r0; c0 += p.n; } else if (c0 >= p.n) { ++r0; c0 -= p.n; }";
 }
+
+// Per-element coordinates for the paths where a vector may wrap rows.
+constexpr const char* k_coords =
+    "      long long row[VEC], col[VEC];\n"
+    "      ef_element_coords<VEC>(r0, c0, p.n, row, col);\n";
 
 std::string emit_loads(const KernelPlan& plan) {
   std::string s;
+  // With N % VEC == 0 a whole vector lies in one row: its column vector slice
+  // is contiguous and its row index is r0.
+  const bool one_row = plan.row_vectors_aligned;
   for (const auto& t : plan.inputs) {
     const auto type = storage_type_name(t.dtype);
     const std::string& f = t.field;
@@ -59,20 +67,22 @@ std::string emit_loads(const KernelPlan& plan) {
             f, f);
         break;
       case Broadcast::row:
-        if (plan.row_vectors_aligned)
-          s += fmt::format("    if (whole) ef_load_vec<{}, VEC>(p.{} + col[0], {}_v);\n    else ", type,
+        s += one_row ? fmt::format("    if (whole) ef_load_vec<{}, VEC>(p.{} + c0, {}_v);\n    else ", type, f, f)
+                     : "    ";
+        s += fmt::format("{{\n{}#pragma unroll\n      for (int j = 0; j < VEC; ++j) "
+                         "{}_v[j] = ef_to_float(p.{}[col[j]]);\n    }}\n",
+                         k_coords, f, f);
+        break;
+      case Broadcast::col:
+        if (one_row)
+          s += fmt::format("    if (whole) {{\n      const float s = ef_to_float(p.{}[r0]);\n#pragma unroll\n"
+                           "      for (int j = 0; j < VEC; ++j) {}_v[j] = s;\n    }} else ",
                            f, f);
         else
           s += "    ";
-        s += fmt::format("{{\n#pragma unroll\n      for (int j = 0; j < VEC; ++j) "
-                         "{}_v[j] = ef_to_float(p.{}[col[j]]);\n    }}\n",
-                         f, f);
-        break;
-      case Broadcast::col:
-        s += fmt::format(
-            "#pragma unroll\n    for (int j = 0; j < VEC; ++j) "
-            "{}_v[j] = e0 + j < total ? ef_to_float(p.{}[row[j]]) : 0.0f;\n",
-            f, f);
+        s += fmt::format("{{\n{}#pragma unroll\n      for (int j = 0; j < VEC; ++j) "
+                         "{}_v[j] = e0 + j < total ? ef_to_float(p.{}[row[j]]) : 0.0f;\n    }}\n",
+                         k_coords, f, f);
         break;
       case Broadcast::scalar:
         s += fmt::format("    {{\n      const float s = ef_to_float(p.{}[0]);\n#pragma unroll\n"

@@ -91,9 +91,10 @@ Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
   d.rtc = &backend::nvrtc();
   const bool has_gpu = gpu_unavailable_reason().empty();
   if (target.empty()) {
-    EPIFUSE_CHECK(has_gpu, "no target given and no GPU to detect one from ({}); name one with "
-                           "--target, e.g. sm_90a",
-                  gpu_unavailable_reason());
+    if (!has_gpu)
+      throw RuntimeError(fmt::format("no GPU to run on or detect a target from ({}); emit and compile "
+                                     "work with --target, e.g. sm_90a",
+                                     gpu_unavailable_reason()));
     d.target = backend::detect_target(0);
   } else {
     d.target = backend::parse_target(target);
@@ -184,6 +185,11 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
       }
       case ParamField::Kind::u64: {
         const std::uint64_t v = f.name == "seed" ? args.seed : args.offset;
+        std::memcpy(at, &v, 8);
+        break;
+      }
+      case ParamField::Kind::f64: {
+        const double v = 1.0 / static_cast<double>(shape.n);
         std::memcpy(at, &v, 8);
         break;
       }

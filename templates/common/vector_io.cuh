@@ -23,6 +23,20 @@ __device__ __forceinline__ void ef_load_vec(const T* __restrict__ ptr, float (&o
   }
 }
 
+// Two fp32 values rounded (nearest even) into one 32-bit word of 16-bit
+// storage with a single cvt.rn.{bf16,f16}x2.f32; `lo` is the element at the
+// lower address.
+__device__ __forceinline__ unsigned int ef_pack2(ef_bf16*, float lo, float hi) {
+  unsigned int r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ unsigned int ef_pack2(ef_half*, float lo, float hi) {
+  unsigned int r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 template <class T, int VEC>
 __device__ __forceinline__ void ef_store_vec(T* __restrict__ ptr, const float (&in)[VEC]) {
   constexpr int kBytes = VEC * (int)sizeof(T) >= 16 ? 16 : VEC * (int)sizeof(T);
@@ -31,9 +45,32 @@ __device__ __forceinline__ void ef_store_vec(T* __restrict__ ptr, const float (&
 #pragma unroll
   for (int c = 0; c < VEC / kPer; ++c) {
     Chunk raw;
-    T* elems = reinterpret_cast<T*>(&raw);
+    if constexpr (sizeof(T) == 2 && kPer % 2 == 0) {
+      unsigned int* words = reinterpret_cast<unsigned int*>(&raw);
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) elems[j] = ef_from_float<T>(in[c * kPer + j]);
+      for (int j = 0; j < kPer; j += 2)
+        words[j / 2] = ef_pack2((T*)nullptr, in[c * kPer + j], in[c * kPer + j + 1]);
+    } else {
+      T* elems = reinterpret_cast<T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) elems[j] = ef_from_float<T>(in[c * kPer + j]);
+    }
     reinterpret_cast<Chunk*>(ptr)[c] = raw;
+  }
+}
+
+// Row and column of each of VEC consecutive elements starting at (r0, c0) of
+// an [M,N] tensor; a vector may wrap rows (when N % VEC != 0, or N < VEC).
+template <int VEC>
+__device__ __forceinline__ void ef_element_coords(long long r0, long long c0, long long n,
+                                                  long long (&row)[VEC], long long (&col)[VEC]) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    row[j] = r0;
+    col[j] = c0;
+    if (++c0 == n) {
+      c0 = 0;
+      ++r0;
+    }
   }
 }

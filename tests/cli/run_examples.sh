@@ -165,7 +165,10 @@ fi
 # --- help and version ---------------------------------------------------------------
 expect 0 "--version" -- "$EPIFUSE" --version
 expect 0 "--help" -- "$EPIFUSE" --help
-for sub in validate run; do
+# Every subcommand the binary lists under "Subcommands:" in its --help.
+subcommands=$("$EPIFUSE" --help 2>/dev/null | awk '/^Subcommands:/ {on = 1; next} on && /^  [a-z]/ {print $1}')
+[[ -n $subcommands ]] || subcommands="validate run"
+for sub in $subcommands; do
   expect 0 "$sub --help" -- "$EPIFUSE" "$sub" --help
 done
 

@@ -16,12 +16,19 @@ namespace epifuse::cli {
 
 void add_validate(CLI::App& app);
 void add_run(CLI::App& app);
+void add_emit(CLI::App& app);
+void add_compile(CLI::App& app);
+void add_bench(CLI::App& app);
+void add_cache(CLI::App& app);
 
 using AddCommand = void (*)(CLI::App&);
 inline constexpr AddCommand k_commands[] = {
     add_validate,
+    add_emit,
+    add_compile,
     add_run,
-    // add_emit, add_compile, add_bench, add_tune, add_cache: added with the GPU paths.
+    add_bench,
+    add_cache,
 };
 
 }  // namespace epifuse::cli

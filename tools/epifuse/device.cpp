@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
 #include "common.hpp"
 
 namespace epifuse::cli {
@@ -22,11 +23,10 @@ std::string_view to_string(Device d) {
 namespace {
 
 // The GPU to use when --device is not given, or nullopt with the reason there is none.
-// Note [CLI GPU path]: the backends (src/backend) are loaded with dlopen; until the
-// CLI launches kernels through them, every run without --device goes to the CPU
-// reference. Detection belongs here, dispatch in run_on_device below.
+// The backends (src/backend) are loaded with dlopen, so this asks at run time.
 std::optional<Device> detect_gpu(std::string& reason) {
-  reason = "this build of the CLI has no GPU launch path yet";
+  reason = gpu_unavailable_reason();
+  if (reason.empty()) return Device::cuda;
   return std::nullopt;
 }
 
@@ -47,7 +47,12 @@ TensorMap run_on_device(Device device, const KernelSpec& spec, const Shape& shap
                         const TensorMap& inputs, const LaunchArgs& args) {
   switch (device) {
     case Device::cpu: return evaluate(spec, shape, inputs, args);
-    case Device::cuda:
+    case Device::cuda: {
+      const std::string reason = gpu_unavailable_reason();
+      if (!reason.empty()) throw RuntimeError(fmt::format("--device cuda: {}", reason));
+      Jit jit;
+      return epifuse::run_on_device(jit, spec, shape, inputs, args);
+    }
     case Device::hip: break;
   }
   throw UserError(fmt::format("device '{}' is not available in this build yet; use --device cpu",
