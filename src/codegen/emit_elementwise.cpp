@@ -44,55 +44,63 @@ std::string emit_coordinates(const KernelPlan& plan) {
          "    if (c0 < 0) { --r0; c0 += p.n; } else if (c0 >= p.n) { ++r0; c0 -= p.n; }";
 }
 
-// Per-element coordinates for the paths where a vector may wrap rows.
-constexpr const char* k_coords =
-    "      long long row[VEC], col[VEC];\n"
-    "      ef_element_coords<VEC>(r0, c0, p.n, row, col);\n";
-
+// Loads every input into <field>_v[VEC] as fp32. One branch for all inputs:
+// the vector path (all pointers aligned, the vector inside the tensor) issues
+// every 16-byte load back to back; the scalar path serves the tail and
+// misaligned pointers, with per-element coordinates since a vector may wrap
+// rows there.
 std::string emit_loads(const KernelPlan& plan) {
-  std::string s;
-  // With N % VEC == 0 a whole vector lies in one row: its column vector slice
-  // is contiguous and its row index is r0.
+  // With N % VEC == 0 a whole vector lies in one row: its slice of a row
+  // vector is contiguous, and its row index is r0.
   const bool one_row = plan.row_vectors_aligned;
-  for (const auto& t : plan.inputs) {
+  const bool any_broadcast = plan.needs_row_index || plan.needs_col_index;
+  std::string decl = "    float", vec, scalar;
+  bool vec_needs_coords = false;
+  for (std::size_t k = 0; k < plan.inputs.size(); ++k) {
+    const auto& t = plan.inputs[k];
     const auto type = storage_type_name(t.dtype);
     const std::string& f = t.field;
-    s += fmt::format("    float {}_v[VEC];  // {} {}\n", f, to_string(t.dtype), to_string(t.broadcast));
+    decl += fmt::format("{} {}_v[VEC]", k ? "," : "", f);
     switch (t.broadcast) {
       case Broadcast::full:
-        s += fmt::format("    if (whole) ef_load_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, f, f);
-        s += fmt::format(
-            "    else {{\n#pragma unroll\n      for (int j = 0; j < VEC; ++j) "
-            "{}_v[j] = e0 + j < total ? ef_to_float(p.{}[e0 + j]) : 0.0f;\n    }}\n",
-            f, f);
+        vec += fmt::format("      ef_load_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, f, f);
+        scalar += fmt::format("#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = e0 + j < total ? ef_to_float(p.{}[e0 + j]) : 0.0f;\n", f, f);
         break;
       case Broadcast::row:
-        s += one_row ? fmt::format("    if (whole) ef_load_vec<{}, VEC>(p.{} + c0, {}_v);\n    else ", type, f, f)
-                     : "    ";
-        s += fmt::format("{{\n{}#pragma unroll\n      for (int j = 0; j < VEC; ++j) "
-                         "{}_v[j] = ef_to_float(p.{}[col[j]]);\n    }}\n",
-                         k_coords, f, f);
+        if (one_row) {
+          vec += fmt::format("      ef_load_vec<{}, VEC>(p.{} + c0, {}_v);\n", type, f, f);
+        } else {
+          vec_needs_coords = true;
+          vec += fmt::format("#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = ef_to_float(p.{}[col[j]]);\n", f, f);
+        }
+        scalar += fmt::format("#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = ef_to_float(p.{}[col[j]]);\n", f, f);
         break;
       case Broadcast::col:
-        if (one_row)
-          s += fmt::format("    if (whole) {{\n      const float s = ef_to_float(p.{}[r0]);\n#pragma unroll\n"
-                           "      for (int j = 0; j < VEC; ++j) {}_v[j] = s;\n    }} else ",
-                           f, f);
-        else
-          s += "    ";
-        s += fmt::format("{{\n{}#pragma unroll\n      for (int j = 0; j < VEC; ++j) "
-                         "{}_v[j] = e0 + j < total ? ef_to_float(p.{}[row[j]]) : 0.0f;\n    }}\n",
-                         k_coords, f, f);
+        if (one_row) {
+          vec += fmt::format("      {{ const float s = ef_to_float(p.{}[r0]);\n#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = s; }}\n", f, f);
+        } else {
+          vec_needs_coords = true;
+          vec += fmt::format("#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = ef_to_float(p.{}[row[j]]);\n", f, f);
+        }
+        scalar += fmt::format(
+            "#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = e0 + j < total ? ef_to_float(p.{}[row[j]]) : 0.0f;\n", f, f);
         break;
-      case Broadcast::scalar:
-        s += fmt::format("    {{\n      const float s = ef_to_float(p.{}[0]);\n#pragma unroll\n"
-                         "      for (int j = 0; j < VEC; ++j) {}_v[j] = s;\n    }}\n",
-                         f, f);
+      case Broadcast::scalar: {
+        const std::string line =
+            fmt::format("      {{ const float s = ef_to_float(p.{}[0]);\n#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = s; }}\n", f, f);
+        vec += line;
+        scalar += line;
         break;
+      }
     }
   }
-  if (!s.empty()) s.pop_back();
-  return s;
+  const char* coords = "      long long row[VEC], col[VEC];\n      ef_element_coords<VEC>(r0, c0, p.n, row, col);\n";
+  std::string out = decl + ";\n    if (whole) {\n";
+  if (vec_needs_coords) out += coords;
+  out += vec + "    } else {\n";
+  if (any_broadcast) out += coords;
+  out += scalar + "    }";
+  return out;
 }
 
 std::string emit_draws(const KernelPlan& plan) {
@@ -134,17 +142,15 @@ std::string emit_compute(const KernelPlan& plan) {
 }
 
 std::string emit_stores(const KernelPlan& plan) {
-  std::string s;
+  std::string vec, scalar;
   for (const auto& t : plan.outputs) {
     const auto type = storage_type_name(t.dtype);
-    s += fmt::format("    if (whole) ef_store_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, t.field, t.field);
-    s += fmt::format(
-        "    else {{\n#pragma unroll\n      for (int j = 0; j < VEC; ++j)\n"
-        "        if (e0 + j < total) p.{}[e0 + j] = ef_from_float<{}>({}_v[j]);\n    }}\n",
-        t.field, type, t.field);
+    vec += fmt::format("      ef_store_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, t.field, t.field);
+    scalar += fmt::format("        if (e0 + j < total) p.{}[e0 + j] = ef_from_float<{}>({}_v[j]);\n", t.field, type,
+                          t.field);
   }
-  s.pop_back();
-  return s;
+  return "    if (whole) {\n" + vec + "    } else {\n#pragma unroll\n      for (int j = 0; j < VEC; ++j) {\n" +
+         scalar + "      }\n    }";
 }
 
 // What the kernel computes, from op-table names and dtypes only (no user text).

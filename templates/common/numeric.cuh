@@ -13,6 +13,9 @@
 struct __align__(2) ef_half { unsigned short bits; };
 struct __align__(2) ef_bf16 { unsigned short bits; };
 
+template <class T> struct ef_is_bf16 { static constexpr bool value = false; };
+template <> struct ef_is_bf16<ef_bf16> { static constexpr bool value = true; };
+
 __device__ __forceinline__ float ef_to_float(float v) { return v; }
 __device__ __forceinline__ float ef_to_float(ef_half v) {
   float f;

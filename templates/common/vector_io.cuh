@@ -11,15 +11,32 @@ template <> struct EfChunk<2> { typedef unsigned short type; };
 
 template <class T, int VEC>
 __device__ __forceinline__ void ef_load_vec(const T* __restrict__ ptr, float (&out)[VEC]) {
-  constexpr int kBytes = VEC * (int)sizeof(T) >= 16 ? 16 : VEC * (int)sizeof(T);
-  constexpr int kPer = kBytes / (int)sizeof(T);
-  typedef typename EfChunk<kBytes>::type Chunk;
+  if constexpr (ef_is_bf16<T>::value && VEC % 2 == 0) {
+    // bf16 pairs from 32-bit words: the low element is the word shifted up,
+    // the high one the word with its low half cleared: one instruction each.
+    constexpr int kBytes = VEC * 2 >= 16 ? 16 : VEC * 2;
+    typedef typename EfChunk<kBytes>::type Chunk;
 #pragma unroll
-  for (int c = 0; c < VEC / kPer; ++c) {
-    const Chunk raw = reinterpret_cast<const Chunk*>(ptr)[c];
-    const T* elems = reinterpret_cast<const T*>(&raw);
+    for (int c = 0; c < VEC * 2 / kBytes; ++c) {
+      const Chunk raw = reinterpret_cast<const Chunk*>(ptr)[c];
+      const unsigned int* words = reinterpret_cast<const unsigned int*>(&raw);
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) out[c * kPer + j] = ef_to_float(elems[j]);
+      for (int w = 0; w < kBytes / 4; ++w) {
+        out[c * kBytes / 2 + 2 * w] = __uint_as_float(words[w] << 16);
+        out[c * kBytes / 2 + 2 * w + 1] = __uint_as_float(words[w] & 0xFFFF0000u);
+      }
+    }
+  } else {
+    constexpr int kBytes = VEC * (int)sizeof(T) >= 16 ? 16 : VEC * (int)sizeof(T);
+    constexpr int kPer = kBytes / (int)sizeof(T);
+    typedef typename EfChunk<kBytes>::type Chunk;
+  #pragma unroll
+    for (int c = 0; c < VEC / kPer; ++c) {
+      const Chunk raw = reinterpret_cast<const Chunk*>(ptr)[c];
+      const T* elems = reinterpret_cast<const T*>(&raw);
+  #pragma unroll
+      for (int j = 0; j < kPer; ++j) out[c * kPer + j] = ef_to_float(elems[j]);
+  }
   }
 }
 

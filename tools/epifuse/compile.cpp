@@ -1,5 +1,6 @@
 // `epifuse compile CHAIN.json --shape M,N --target T...`: compile with NVRTC
 // (no GPU needed) and print each kernel's cache key, time, size and hit/miss.
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -7,6 +8,7 @@
 
 #include "commands.hpp"
 #include "common.hpp"
+#include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
 #include "jit_options.hpp"
 
@@ -14,7 +16,7 @@ namespace epifuse::cli {
 namespace {
 
 struct CompileOptions {
-  std::string chain, shape;
+  std::string chain, shape, cubin;
   std::vector<std::string> targets;
   TileOptions tile;
 };
@@ -29,6 +31,12 @@ void compile(const CompileOptions& opt) {
     Jit jit(target);
     auto kernel = jit.compile(spec, shape, opt.tile.tile());
     const CacheStats first = jit.stats();
+    if (!opt.cubin.empty()) {
+      const std::string path = targets.size() == 1 ? opt.cubin : opt.cubin + "." + jit.target();
+      std::ofstream out(path, std::ios::binary);
+      out.write(kernel->binary().data(), static_cast<std::streamsize>(kernel->binary().size()));
+      EPIFUSE_CHECK(out.good(), "--cubin: cannot write {}", path);
+    }
     (void)jit.compile(spec, shape, opt.tile.tile());  // the same key again: a hit
     const CacheStats second = jit.stats();
     const std::string result = first.misses == 1 ? "miss (compiled)" : "hit";
@@ -56,6 +64,7 @@ void add_compile(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("compile", "Compile a chain with NVRTC (no GPU needed) and show its cache key");
   sub->add_option("chain", opt->chain, "JSON op chain")->required();
   sub->add_option("--shape", opt->shape, "M,N or M,N,K; default the chain's shape");
+  sub->add_option("--cubin", opt->cubin, "Write the binary here (FILE.<target> with several targets)");
   sub->add_option("--target", opt->targets, "Targets (repeatable): sm_80, sm_86, sm_89, sm_90a, ...; default the GPU's");
   add_tile_options(*sub, opt->tile);
   add_json_flag(*sub);

@@ -19,6 +19,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "device.hpp"
+#include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
 #include "epifuse/npy.hpp"
@@ -221,7 +222,29 @@ void run(const RunOptions& opt) {
   }
 
   // On the CPU the run *is* the reference: there is nothing independent to compare.
+  // On a GPU, --verify evaluates the reference on the same inputs and compares
+  // every output with the tolerance of its dtype (DESIGN §3).
   const char* verify_note = "the cpu device runs the reference evaluator itself; nothing to compare against";
+  Json verify_json = {{"checked", false}, {"passed", true}, {"reason", verify_note}};
+  std::string verify_text = fmt::format("verify: {}\n", verify_note);
+  if (opt.verify && device != Device::cpu) {
+    if (large) std::cerr << "epifuse: verifying against the CPU reference ...\n";
+    const TensorMap want = evaluate(spec, shape, inputs, args);
+    verify_json = {{"checked", true}, {"passed", true}, {"outputs", Json::array()}};
+    verify_text.clear();
+    for (const Output& o : spec.graph.outputs()) {
+      const Comparison c = compare(outputs.at(o.name), want.at(o.name), tolerance_for(o.dtype, spec.precision));
+      verify_json["outputs"].push_back({{"name", o.name}, {"passed", c.ok}, {"max_abs_error", c.max_abs_error},
+                                        {"mismatches", c.mismatches}, {"message", c.message}});
+      verify_text += c.ok ? fmt::format("verify {}: ok ({} elements, max abs error {:.3g})\n", o.name, c.checked,
+                                        c.max_abs_error)
+                          : fmt::format("verify {}: FAILED: {}\n", o.name, c.message);
+      if (!c.ok) {
+        verify_json["passed"] = false;
+        session().exit_code = k_exit_target_failed;
+      }
+    }
+  }
   if (session().json) {
     Json doc;
     doc["name"] = spec.name;
@@ -234,14 +257,14 @@ void run(const RunOptions& opt) {
     doc["inputs"] = std::move(inputs_json);
     doc["outputs"] = std::move(outputs_json);
     doc["time_ms"] = ms;
-    if (opt.verify) doc["verify"] = {{"checked", false}, {"passed", true}, {"reason", verify_note}};
+    if (opt.verify) doc["verify"] = verify_json;
     print_json(doc);
     return;
   }
   std::cout << fmt::format("{} on {}: {}, seed {} offset {}, data seed {} ({:.3f} ms)\n", spec.name,
                            to_string(device), shape_text, args.seed, args.offset, data_seed, ms);
   std::cout << text;
-  if (opt.verify) std::cout << "verify: " << verify_note << '\n';
+  if (opt.verify) std::cout << verify_text;
 }
 
 }  // namespace
