@@ -30,13 +30,13 @@ __device__ __forceinline__ void ef_load_vec(const T* __restrict__ ptr, float (&o
     constexpr int kBytes = VEC * (int)sizeof(T) >= 16 ? 16 : VEC * (int)sizeof(T);
     constexpr int kPer = kBytes / (int)sizeof(T);
     typedef typename EfChunk<kBytes>::type Chunk;
-  #pragma unroll
+#pragma unroll
     for (int c = 0; c < VEC / kPer; ++c) {
       const Chunk raw = reinterpret_cast<const Chunk*>(ptr)[c];
       const T* elems = reinterpret_cast<const T*>(&raw);
-  #pragma unroll
+#pragma unroll
       for (int j = 0; j < kPer; ++j) out[c * kPer + j] = ef_to_float(elems[j]);
-  }
+    }
   }
 }
 
