@@ -3,6 +3,9 @@
 // accesses. Philox serves four consecutive elements per call (DESIGN §4), so
 // with dropout the width is at least 4.
 #include <algorithm>
+#include <atomic>
+
+#include <fmt/format.h>
 
 #include "codegen/kernel_plan.hpp"
 
@@ -26,9 +29,24 @@ TileConfig resolve_tile(const KernelSpec& spec, TileConfig tile) {
   return tile;
 }
 
+namespace {
+std::atomic<bool> g_force_index64{false};
+// 32-bit indexing holds while every index the loop forms stays below 2^31:
+// elements, plus one step of the grid-stride loop past the end.
+bool fits_index32(const Shape& s) { return !g_force_index64 && s.m * s.n < (std::int64_t{1} << 30); }
+}  // namespace
+
+void force_index64_for_tests(bool on) { g_force_index64 = on; }
+
 void choose_vector_width(KernelPlan& plan) {
   plan.tile = resolve_tile(*plan.spec, plan.tile);
   plan.row_vectors_aligned = plan.shape.n % plan.tile.vec == 0;
+  plan.index32 = fits_index32(plan.shape);
+}
+
+std::string shape_class(const TileConfig& resolved, const Shape& shape) {
+  return fmt::format("{}/{}", shape.n % resolved.vec == 0 ? "row_aligned" : "row_unaligned",
+                     fits_index32(shape) ? "i32" : "i64");
 }
 
 }  // namespace epifuse

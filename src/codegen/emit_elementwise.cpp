@@ -1,5 +1,7 @@
 // Pass 5: fill templates/elementwise.cu.in. Generated identifiers only:
 // in<k>/out<k> pointers, v<node> values, d<k> draws.
+#include <algorithm>
+
 #include "codegen/kernel_plan.hpp"
 #include "codegen/template_engine.hpp"
 #include "epifuse/errors.hpp"
@@ -198,6 +200,7 @@ KernelSource emit_elementwise(const KernelPlan& plan) {
       {"epilogue_body", body},
       {"vec", std::to_string(plan.tile.vec)},
       {"threads", std::to_string(plan.tile.threads)},
+      {"index_t", plan.index32 ? "int" : "long long"},
       {"coordinates", emit_coordinates(plan)},
       {"loads", emit_loads(plan)},
       {"draws", emit_draws(plan)},

@@ -22,8 +22,8 @@ namespace {
 // The kernel's name is a hash of everything the code depends on, so the
 // source names no user text and two equal keys give equal bytes.
 std::string kernel_name(const KernelPlan& plan) {
-  const std::string key = fmt::format("{}|{}|row_aligned={}", signature(*plan.spec), plan.tile.str(),
-                                      plan.row_vectors_aligned);
+  const std::string key = fmt::format("{}|{}|{}", signature(*plan.spec), plan.tile.str(),
+                                      shape_class(plan.tile, plan.shape));
   return fmt::format("ef_{:016x}", XXH3_64bits(key.data(), key.size()));
 }
 

@@ -71,7 +71,7 @@ struct Jit::Impl {
     CacheKey k;
     k.signature = std::move(sig);
     k.tile = resolve_tile(spec, tile);
-    k.shape_class = shape.n % k.tile.vec == 0 ? "row_aligned" : "row_unaligned";
+    k.shape_class = shape_class(k.tile, shape);
     k.target = target_name;
     k.compiler = compiler;
     k.options = options;
@@ -154,9 +154,9 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
   EPIFUSE_CHECK(b.inputs.size() == ks.inputs.size() && b.outputs.size() == ks.outputs.size(),
                 "launch: {} inputs and {} outputs bound, the kernel takes {} and {}",
                 b.inputs.size(), b.outputs.size(), ks.inputs.size(), ks.outputs.size());
-  EPIFUSE_CHECK((shape.n % ks.tile.vec == 0) == (kernel.k.shape_class == "row_aligned"),
-                "launch: N={} is not of the shape class this kernel was compiled for ({})",
-                shape.n, kernel.k.shape_class);
+  EPIFUSE_CHECK(shape_class(ks.tile, shape) == kernel.k.shape_class,
+                "launch: shape {}x{} is of class {}, not {} that this kernel was compiled for", shape.m,
+                shape.n, shape_class(ks.tile, shape), kernel.k.shape_class);
   EPIFUSE_CHECK(shape.m > 0 && shape.n > 0, "launch: empty shape");
 
   // Pack the parameter struct exactly as emit_elementwise laid it out.

@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 
+#include "codegen/kernel_plan.hpp"
 #include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
@@ -91,6 +92,20 @@ TEST_SUITE("gpu") {
         check_against_reference(*jit, test_specs::bias_gelu_dropout_add(dt), shape, ++seed, {7, 3});
         check_against_reference(*jit, test_specs::add_mul(dt), shape, ++seed);
       }
+  }
+
+  TEST_CASE("the 64-bit index path matches the reference") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    force_index64_for_tests(true);
+    std::uint64_t seed = 150;
+    for (DType dt : {DType::f32, DType::bf16})
+      for (const Shape& shape : {Shape{1, 7, 0}, Shape{33, 67, 0}, Shape{64, 256, 0}}) {
+        check_against_reference(*jit, test_specs::bias_gelu_dropout_add(dt), shape, ++seed, {9, 1});
+        auto kernel = jit->compile(test_specs::bias_gelu_dropout_add(dt), shape);
+        CHECK(kernel->key().shape_class.ends_with("/i64"));
+      }
+    force_index64_for_tests(false);
   }
 
   TEST_CASE("misaligned base pointers take the scalar path and stay correct") {

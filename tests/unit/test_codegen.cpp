@@ -75,3 +75,17 @@ TEST_CASE("row-vector alignment is part of the shape class") {
   CHECK(aligned.input_alignment[1] == 16);
   CHECK(unaligned.input_alignment[1] == 0);
 }
+
+#include "common/philox.cuh"
+
+TEST_CASE("the kernels' scaled keep test equals the contract's (draw >> 8) >= thr for p < 1") {
+  for (std::uint32_t thr : {0u, 1u, 1677722u, 8388608u, (1u << 24) - 1}) {
+    for (std::uint32_t d : {0u, 255u, 256u, thr * 256u - 1u, thr * 256u, thr * 256u + 1u, 0xFFFFFFFFu})
+      CHECK(ef_dropout_keep_scaled(d, thr << 8) == ef_dropout_keep(d, thr));
+    std::uint32_t x = 12345u + thr;
+    for (int i = 0; i < 10000; ++i) {
+      x = x * 1664525u + 1013904223u;
+      CHECK(ef_dropout_keep_scaled(x, thr << 8) == ef_dropout_keep(x, thr));
+    }
+  }
+}
