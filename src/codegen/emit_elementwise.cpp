@@ -42,8 +42,12 @@ std::string emit_coordinates(const KernelPlan& plan) {
   // e0 / n by the rounded fp64 reciprocal and one correction step: exact for
   // e0 < 2^52 (M*N <= 2^48 by verify_shape), and far cheaper than a 64-bit
   // integer division per vector (docs/PERF.md, v2).
-  return "    long long r0 = (long long)((double)e0 * p.n_inv), c0 = e0 - r0 * p.n;\n"
-         "    if (c0 < 0) { --r0; c0 += p.n; } else if (c0 >= p.n) { ++r0; c0 -= p.n; }";
+  const char* t = plan.index32 ? "int" : "long long";
+  return fmt::format(
+      "    const {0} n = ({0})p.n;\n"
+      "    {0} r0 = ({0})((double)e0 * p.n_inv), c0 = e0 - r0 * n;\n"
+      "    if (c0 < 0) {{ --r0; c0 += n; }} else if (c0 >= n) {{ ++r0; c0 -= n; }}",
+      t);
 }
 
 // Loads every input into <field>_v[VEC] as fp32. One branch for all inputs:
@@ -96,7 +100,8 @@ std::string emit_loads(const KernelPlan& plan) {
       }
     }
   }
-  const char* coords = "      long long row[VEC], col[VEC];\n      ef_element_coords<VEC>(r0, c0, p.n, row, col);\n";
+  const std::string coords = fmt::format("      {0} row[VEC], col[VEC];\n      ef_element_coords<VEC>(r0, c0, n, row, col);\n",
+                                         plan.index32 ? "int" : "long long");
   std::string out = decl + ";\n    if (whole) {\n";
   if (vec_needs_coords) out += coords;
   out += vec + "    } else {\n";
@@ -115,10 +120,10 @@ std::string emit_draws(const KernelPlan& plan) {
       s += fmt::format(
           "#pragma unroll\n    for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
           "      const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {}u, "
-          "(unsigned long long)(e0 + j) >> 2);\n"
+          "(unsigned long long)({}(e0 + j)) >> 2);\n"
           "      d{}[j] = w.x;\n      d{}[j + 1] = w.y;\n      d{}[j + 2] = w.z;\n      d{}[j + 3] = w.w;\n"
           "    }}\n",
-          n.stream, k, k, k, k);
+          n.stream, plan.index32 ? "(unsigned)" : "", k, k, k, k);
     } else {
       s += fmt::format(
           "#pragma unroll\n    for (int j = 0; j < VEC; ++j) "

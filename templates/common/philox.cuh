@@ -58,17 +58,22 @@ EPIFUSE_HD unsigned int ef_mulhi32(unsigned int a, unsigned int b) {
   return (unsigned int)(((unsigned long long)a * (unsigned long long)b) >> 32);
 }
 
-// One round: {hi(M1*z) ^ y ^ k.x, M1*z, hi(M0*x) ^ w ^ k.y, M0*x}. Each
-// product is formed once as 64 bits and split, so a GPU issues one wide
-// multiply (IMAD.WIDE.U32) per product instead of a high and a low multiply.
+// One round: {hi(M1*z) ^ y ^ k.x, M1*z, hi(M0*x) ^ w ^ k.y, M0*x}.
+// On the GPU the high halves come from __umulhi: the compiler pairs it with
+// the low product into one IMAD.WIDE.U32. Spelling the product as a 64-bit
+// multiply instead left an extra add of a zero high word per product in the
+// SASS (about 5 instructions per element; docs/PERF.md, v4).
 EPIFUSE_HD ef_u32x4 ef_philox_round(ef_u32x4 c, ef_u32x2 k) {
-  const unsigned long long p1 = (unsigned long long)EF_PHILOX_M1 * c.z;
-  const unsigned long long p0 = (unsigned long long)EF_PHILOX_M0 * c.x;
   ef_u32x4 r;
-  r.x = (unsigned int)(p1 >> 32) ^ c.y ^ k.x;
-  r.y = (unsigned int)p1;
-  r.z = (unsigned int)(p0 >> 32) ^ c.w ^ k.y;
-  r.w = (unsigned int)p0;
+#if defined(__CUDA_ARCH__) || defined(__CUDACC_RTC__) || defined(__HIP_DEVICE_COMPILE__)
+  r.x = __umulhi(EF_PHILOX_M1, c.z) ^ c.y ^ k.x;
+  r.z = __umulhi(EF_PHILOX_M0, c.x) ^ c.w ^ k.y;
+#else
+  r.x = ef_mulhi32(EF_PHILOX_M1, c.z) ^ c.y ^ k.x;
+  r.z = ef_mulhi32(EF_PHILOX_M0, c.x) ^ c.w ^ k.y;
+#endif
+  r.y = EF_PHILOX_M1 * c.z;
+  r.w = EF_PHILOX_M0 * c.x;
   return r;
 }
 

@@ -78,9 +78,8 @@ __device__ __forceinline__ void ef_store_vec(T* __restrict__ ptr, const float (&
 
 // Row and column of each of VEC consecutive elements starting at (r0, c0) of
 // an [M,N] tensor; a vector may wrap rows (when N % VEC != 0, or N < VEC).
-template <int VEC>
-__device__ __forceinline__ void ef_element_coords(long long r0, long long c0, long long n,
-                                                  long long (&row)[VEC], long long (&col)[VEC]) {
+template <int VEC, class I>
+__device__ __forceinline__ void ef_element_coords(I r0, I c0, I n, I (&row)[VEC], I (&col)[VEC]) {
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
     row[j] = r0;
