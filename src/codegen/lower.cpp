@@ -54,7 +54,7 @@ std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& sha
   // grids, and grid-stride grids of 4 to 16 blocks per SM; vec 0 is 16 bytes,
   // and twice that gives each thread two independent 16-byte accesses.
   std::vector<TileConfig> out;
-  for (int threads : {256, 512, 128})
+  for (int threads : {256, 512, 128, 1024})
     for (int blocks : {0, 4, 8, 16})
       for (int vec : {natural, std::min(2 * natural, 16)}) out.push_back({threads, vec, blocks});
   return out;
