@@ -54,7 +54,7 @@ std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& sha
 /// key; the hash only picks the bucket. Input names are bindings, not code,
 /// so two specs that differ only in names share a key.
 struct CacheKey {
-  std::string signature;       ///< canonical graph signature (spec.hpp)
+  std::string signature;       ///< canonical graph signature, binary (signature_bytes)
   std::string shape_class;     ///< what the code is specialised for, e.g. "row_aligned"
   TileConfig tile;             ///< with vec resolved
   std::string target;          ///< "sm_90a"

@@ -56,55 +56,123 @@ void verify_shape(const KernelSpec& spec, const Shape& s) {
 namespace {
 
 // Renders the spec; `canonical` replaces every name by its position.
+// Written straight into one buffer: the signature is built on every cache
+// lookup, so this is on the hit path (docs/PERF.md).
 std::string render(const KernelSpec& spec, bool canonical) {
   const Graph& g = spec.graph;
-  std::vector<std::string> ref(g.nodes().size());
-  std::string out;
-  const auto& ml = spec.mainloop;
-  if (ml.kind == MainloopKind::elementwise) {
-    out += "mainloop elementwise\n";
-  } else {
-    out += fmt::format("mainloop {} a={}:{} b={}:{}\n", to_string(ml.kind), to_string(ml.a),
-                       to_string(ml.a_layout), to_string(ml.b), to_string(ml.b_layout));
-  }
-  if (spec.precision == Precision::fast) out += "precision fast\n";
-  // Values are numbered by their index among ops (and inputs among inputs),
-  // so the signature does not depend on when leaves were created.
-  int input_index = 0, op_index = 0;
-  // Leaves first (inputs in declaration order), then ops in build order.
-  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
+  const auto& nodes = g.nodes();
+  fmt::memory_buffer out;
+  auto put = [&](std::string_view format, auto&&... args) {
+    fmt::vformat_to(std::back_inserter(out), format, fmt::make_format_args(args...));
+  };
+  // A value's reference: its name, or (canonical / unnamed) its position among
+  // inputs (in<k>) or ops (v<k>), so leaves created between ops change nothing.
+  std::vector<int> index(nodes.size(), 0);
+  auto ref = [&](std::size_t i) {
+    const Node& n = nodes[i];
     if (n.kind == NodeKind::accumulator) {
-      ref[i] = ml.kind == MainloopKind::dual_gemm ? fmt::format("acc{}", n.accumulator) : "acc";
-    } else if (n.kind == NodeKind::input) {
-      ref[i] = canonical || n.name.empty() ? fmt::format("in{}", input_index) : n.name;
-      out += fmt::format("input {}: {} {}\n", ref[i], to_string(n.dtype), to_string(n.broadcast));
-      ++input_index;
+      if (spec.mainloop.kind == MainloopKind::dual_gemm) put("acc{}", n.accumulator);
+      else put("acc");
+    } else if (!canonical && !n.name.empty()) {
+      put("{}", n.name);
+    } else {
+      put("{}{}", n.kind == NodeKind::input ? "in" : "v", index[i]);
     }
+  };
+  const auto& ml = spec.mainloop;
+  if (ml.kind == MainloopKind::elementwise) put("mainloop elementwise\n");
+  else
+    put("mainloop {} a={}:{} b={}:{}\n", to_string(ml.kind), to_string(ml.a), to_string(ml.a_layout),
+        to_string(ml.b), to_string(ml.b_layout));
+  if (spec.precision == Precision::fast) put("precision fast\n");
+  int inputs = 0, ops = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].kind == NodeKind::input) index[i] = inputs++;
+    if (nodes[i].kind == NodeKind::op) index[i] = ops++;
   }
-  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
+  // Leaves first (inputs in declaration order), then ops in build order.
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].kind != NodeKind::input) continue;
+    put("input ");
+    ref(i);
+    put(": {} {}\n", to_string(nodes[i].dtype), to_string(nodes[i].broadcast));
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
     if (n.kind != NodeKind::op) continue;
-    ref[i] = canonical || n.name.empty() ? fmt::format("v{}", op_index) : n.name;
-    ++op_index;
-    std::string line = fmt::format("{} = {}(", ref[i], op_info(n.op).name);
-    for (std::size_t a = 0; a < n.args.size(); ++a) line += (a ? ", " : "") + ref[n.args[a].id];
-    line += ")";
+    ref(i);
+    put(" = {}(", op_info(n.op).name);
+    for (std::size_t a = 0; a < n.args.size(); ++a) {
+      if (a) put(", ");
+      ref(n.args[a].id);
+    }
+    put(")");
     // Attributes print round-trip exact so the signature tells them apart.
-    if (n.op == OpKind::scale) line += fmt::format(" alpha={}", n.alpha);
-    if (n.op == OpKind::dropout) line += fmt::format(" p={} rng={} stream={}", n.p, to_string(n.rng), n.stream);
-    if (n.op == OpKind::cast) line += fmt::format(" to={}", to_string(n.dtype));
-    out += fmt::format("{} : {}\n", line, to_string(n.broadcast));
+    if (n.op == OpKind::scale) put(" alpha={}", n.alpha);
+    if (n.op == OpKind::dropout) put(" p={} rng={} stream={}", n.p, to_string(n.rng), n.stream);
+    if (n.op == OpKind::cast) put(" to={}", to_string(n.dtype));
+    put(" : {}\n", to_string(n.broadcast));
   }
   for (std::size_t o = 0; o < g.outputs().size(); ++o) {
     const Output& oc = g.outputs()[o];
-    out += fmt::format("output {} = {} : {}\n", canonical ? fmt::format("out{}", o) : oc.name,
-                       ref[oc.value.id], to_string(oc.dtype));
+    if (canonical) put("output out{} = ", o);
+    else put("output {} = ", oc.name);
+    ref(oc.value.id);
+    put(" : {}\n", to_string(oc.dtype));
   }
-  return out;
+  return fmt::to_string(out);
 }
 
 }  // namespace
+
+std::string signature_bytes(const KernelSpec& spec) {
+  const auto& nodes = spec.graph.nodes();
+  std::string out;
+  out.reserve(16 + nodes.size() * 24 + spec.graph.outputs().size() * 8);
+  auto put = [&](const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  const auto& ml = spec.mainloop;
+  put(static_cast<std::uint8_t>(ml.kind));
+  if (ml.kind != MainloopKind::elementwise) {
+    put(static_cast<std::uint8_t>(ml.a));
+    put(static_cast<std::uint8_t>(ml.b));
+    put(static_cast<std::uint8_t>(ml.a_layout));
+    put(static_cast<std::uint8_t>(ml.b_layout));
+  }
+  put(static_cast<std::uint8_t>(spec.precision));
+  // Canonical operand references, as in render(): leaves by kind and index,
+  // ops by their position among ops.
+  std::vector<std::uint32_t> ref(nodes.size());
+  std::uint32_t inputs = 0, ops = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.kind == NodeKind::accumulator) ref[i] = 0x80000000u | static_cast<std::uint32_t>(n.accumulator);
+    if (n.kind == NodeKind::input) {
+      ref[i] = 0x40000000u | inputs++;
+      put(static_cast<std::uint8_t>(n.dtype));
+      put(static_cast<std::uint8_t>(n.broadcast));
+    }
+    if (n.kind == NodeKind::op) ref[i] = ops++;
+  }
+  put(inputs);
+  for (const Node& n : nodes) {
+    if (n.kind != NodeKind::op) continue;
+    put(static_cast<std::uint8_t>(n.op));
+    for (Value a : n.args) put(ref[a.id]);
+    if (n.op == OpKind::scale) put(n.alpha);
+    if (n.op == OpKind::dropout) {
+      put(n.p);
+      put(static_cast<std::uint8_t>(n.rng));
+      put(n.stream);
+    }
+    if (n.op == OpKind::cast) put(static_cast<std::uint8_t>(n.dtype));
+  }
+  put(ops);
+  for (const Output& o : spec.graph.outputs()) {
+    put(ref[o.value.id]);
+    put(static_cast<std::uint8_t>(o.dtype));
+  }
+  return out;
+}
 
 std::string print(const KernelSpec& spec) { return render(spec, false); }
 std::string signature(const KernelSpec& spec) { return render(spec, true); }

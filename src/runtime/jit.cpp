@@ -116,13 +116,13 @@ Jit::~Jit() = default;
 const std::string& Jit::target() const { return impl_->target_name; }
 
 CacheKey Jit::key(const KernelSpec& spec, const Shape& shape, const TileConfig& tile) const {
-  return impl_->make_key(signature(spec), spec, shape, tile);
+  return impl_->make_key(signature_bytes(spec), spec, shape, tile);
 }
 
 std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const Shape& shape,
                                                    const TileConfig& requested) {
   Impl& d = *impl_;
-  std::string sig = signature(spec);
+  std::string sig = signature_bytes(spec);
   const TileConfig tile = requested == TileConfig{} ? d.tuned_tile(sig, shape) : requested;
   const CacheKey k = d.make_key(std::move(sig), spec, shape, tile);
   return d.cache.get_or_build(k, [&]() -> KernelCache::Entry {
@@ -257,12 +257,12 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
   }
   drv.synchronize();
   std::lock_guard lock(impl_->tuned_mutex);
-  impl_->tuned[tune_key(signature(spec), shape)] = result.tile;
+  impl_->tuned[tune_key(signature_bytes(spec), shape)] = result.tile;
   return result;
 }
 
 TileConfig Jit::tuned_tile(const KernelSpec& spec, const Shape& shape) const {
-  return impl_->tuned_tile(signature(spec), shape);
+  return impl_->tuned_tile(signature_bytes(spec), shape);
 }
 
 CacheStats Jit::stats() const { return impl_->cache.stats(); }

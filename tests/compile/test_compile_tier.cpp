@@ -3,6 +3,7 @@
 // sm_80 and sm_90a with no GPU. Skips with a visible line without NVRTC.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "backend/nvrtc.hpp"
@@ -70,5 +71,24 @@ TEST_SUITE("compile") {
     CHECK(stats.hits == 1);
     CHECK(stats.misses == 2);
     MESSAGE("NVRTC cold compile of bias_gelu_dropout_add: " << a->compile_ms() << " ms");
+  }
+}
+
+TEST_SUITE("compile") {
+  TEST_CASE("the cache hit path (key from the spec + lookup) takes microseconds") {
+    if (!have_nvrtc()) return;
+    Jit jit("sm_90a");
+    const KernelSpec spec = test_specs::bias_gelu_dropout_add(DType::bf16);
+    const Shape shape{16384, 4096, 0};
+    const TileConfig tile{256, 8, 0};
+    auto kernel = jit.compile(spec, shape, tile);
+    constexpr int n = 20000;
+    const auto t0 = std::chrono::steady_clock::now();
+    int same = 0;
+    for (int i = 0; i < n; ++i) same += jit.compile(spec, shape, tile).get() == kernel.get();
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+    CHECK(same == n);
+    MESSAGE("cache hit path: " << us << " us per lookup (key built from the spec each time)");
+    CHECK(us < 50.0);  // generous: CI machines are shared; the measured figure is in docs/PERF.md
   }
 }

@@ -55,3 +55,16 @@ TEST_CASE("dropout streams count dropout nodes in build order") {
   CHECK(g.node(d1).stream == 1);
   CHECK(g.dropout_count() == 2);
 }
+
+TEST_CASE("signature_bytes are equal exactly when signatures are") {
+  const KernelSpec specs[] = {bias_gelu("x", "bias"), bias_gelu("input", "b"), bias_gelu("x", "bias", 0.2),
+                              bias_gelu("x", "bias", 0.1000000001)};
+  for (const auto& a : specs)
+    for (const auto& b : specs) CHECK((signature(a) == signature(b)) == (signature_bytes(a) == signature_bytes(b)));
+  KernelSpec c = bias_gelu("x", "bias");
+  c.precision = Precision::fast;
+  CHECK(signature_bytes(c) != signature_bytes(specs[0]));
+  KernelSpec d = bias_gelu("x", "bias");
+  d.graph.output("pre", d.graph.find("x"), DType::bf16);
+  CHECK(signature_bytes(d) != signature_bytes(specs[0]));
+}
