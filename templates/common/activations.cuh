@@ -26,12 +26,21 @@ __device__ __forceinline__ float ef_gelu_tanh(float x) {
   const float y = 0.5f * x * (1.0f + tanhf(u));
   return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
 }
-// Fast form: u = x*(k0 + k0*k1*x^2), one FMUL, one FFMA, one FMUL.
+// max.NaN: like fmaxf, but NaN in gives NaN out (sm_80+).
+__device__ __forceinline__ float ef_max_nan(float a, float b) {
+  float y;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+
+// Fast form: u = x*(k0 + k0*k1*x^2), one FMUL, one FFMA, one FMUL. -inf is
+// clamped to -FLT_MAX first (one max.NaN, NaN still propagates), where the
+// formula gives exactly 0: hx*tanh(u) + hx with tanh(u) = -1.
 __device__ __forceinline__ float ef_gelu_tanh_fast(float x) {
+  x = ef_max_nan(x, -3.4028234663852886e38f);
   const float u = x * fmaf(0.7978845608028654f * 0.044715f, x * x, 0.7978845608028654f);
   const float hx = 0.5f * x;
-  const float y = fmaf(hx, ef_tanh_approx(u), hx);
-  return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
+  return fmaf(hx, ef_tanh_approx(u), hx);
 }
 
 // gelu_erf(x) = 0.5*x*(1+erf(x/sqrt(2))).
