@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <cstdlib>
 #include <mutex>
+#include <sstream>
 
 #include "backend/cuda_driver.hpp"
 #include "backend/nvrtc.hpp"
@@ -61,6 +63,7 @@ struct Jit::Impl {
   CudaDriver* driver = nullptr;  // null when this target cannot run here
   int multiprocessors = 0;
   std::string compiler, options;
+  std::vector<std::string> extra_options;
   std::vector<backend::Header> headers;
   KernelCache cache;
   mutable std::mutex tuned_mutex;
@@ -106,7 +109,15 @@ Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
     d.multiprocessors = d.driver->device(0).multiprocessors;
   }
   d.compiler = d.rtc->version_string();
-  d.options = join(d.rtc->default_options(d.target));
+  // EPIFUSE_NVRTC_OPTIONS: extra NVRTC options, space separated (experiments,
+  // e.g. "-Ofc=mid"); they are part of every cache key.
+  if (const char* extra = std::getenv("EPIFUSE_NVRTC_OPTIONS")) {
+    std::istringstream words(extra);
+    for (std::string w; words >> w;) d.extra_options.push_back(w);
+  }
+  std::vector<std::string> all = d.rtc->default_options(d.target);
+  all.insert(all.end(), d.extra_options.begin(), d.extra_options.end());
+  d.options = join(all);
   for (const auto& [path, text] : embedded_templates())
     if (path.starts_with("common/")) d.headers.push_back({std::string(path), std::string(text)});
 }
@@ -130,7 +141,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const
     kernel->k = k;
     kernel->src = emit_kernel(spec, shape, tile);
     backend::CompiledBinary bin =
-        d.rtc->compile(kernel->src.text, kernel->src.name + ".cu", d.target, {}, d.headers);
+        d.rtc->compile(kernel->src.text, kernel->src.name + ".cu", d.target, d.extra_options, d.headers);
     kernel->cubin = std::move(bin.cubin);
     kernel->ms = bin.compile_ms;
     if (d.driver) {
