@@ -55,12 +55,12 @@ std::string emit_coordinates(const KernelPlan& plan) {
 // every 16-byte load back to back; the scalar path serves the tail and
 // misaligned pointers, with per-element coordinates since a vector may wrap
 // rows there.
-std::string emit_loads(const KernelPlan& plan, std::string& widen) {
+std::string emit_loads(const KernelPlan& plan) {
   // With N % VEC == 0 a whole vector lies in one row: its slice of a row
   // vector is contiguous, and its row index is r0.
   const bool one_row = plan.row_vectors_aligned;
   const bool any_broadcast = plan.needs_row_index || plan.needs_col_index;
-  std::string decl = "    float", vec, scalar, decl_raw;
+  std::string decl = "    float", vec, scalar;
   bool vec_needs_coords = false;
   for (std::size_t k = 0; k < plan.inputs.size(); ++k) {
     const auto& t = plan.inputs[k];
@@ -69,16 +69,12 @@ std::string emit_loads(const KernelPlan& plan, std::string& widen) {
     decl += fmt::format("{} {}_v[VEC]", k ? "," : "", f);
     switch (t.broadcast) {
       case Broadcast::full:
-        decl_raw += fmt::format("    EfRaw<{}, VEC> {}_raw;\n", type, f);
-        vec += fmt::format("      ef_load_raw<{}, VEC>(p.{} + e0, {}_raw);\n", type, f, f);
-        widen += fmt::format("      ef_widen<{}, VEC>({}_raw, {}_v);\n", type, f, f);
+        vec += fmt::format("      ef_load_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, f, f);
         scalar += fmt::format("#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = e0 + j < total ? ef_to_float(p.{}[e0 + j]) : 0.0f;\n", f, f);
         break;
       case Broadcast::row:
         if (one_row) {
-          decl_raw += fmt::format("    EfRaw<{}, VEC> {}_raw;\n", type, f);
-          vec += fmt::format("      ef_load_raw<{}, VEC>(p.{} + c0, {}_raw);\n", type, f, f);
-          widen += fmt::format("      ef_widen<{}, VEC>({}_raw, {}_v);\n", type, f, f);
+          vec += fmt::format("      ef_load_vec<{}, VEC>(p.{} + c0, {}_v);\n", type, f, f);
         } else {
           vec_needs_coords = true;
           vec += fmt::format("#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = ef_to_float(p.{}[col[j]]);\n", f, f);
@@ -106,7 +102,7 @@ std::string emit_loads(const KernelPlan& plan, std::string& widen) {
   }
   const std::string coords = fmt::format("      {0} row[VEC], col[VEC];\n      ef_element_coords<VEC>(r0, c0, n, row, col);\n",
                                          plan.index32 ? "int" : "long long");
-  std::string out = decl + ";\n" + decl_raw + "    if (whole) {\n";
+  std::string out = decl + ";\n    if (whole) {\n";
   if (vec_needs_coords) out += coords;
   out += vec + "    } else {\n";
   if (any_broadcast) out += coords;
@@ -201,8 +197,6 @@ KernelSource emit_elementwise(const KernelPlan& plan) {
 
   std::string signature;
   const std::string body = emit_epilogue(plan, signature);
-  std::string widen;
-  const std::string loads = emit_loads(plan, widen);
   TemplateVars vars{
       {"kernel", plan.kernel_name},
       {"description", describe(plan)},
@@ -213,8 +207,7 @@ KernelSource emit_elementwise(const KernelPlan& plan) {
       {"threads", std::to_string(plan.tile.threads)},
       {"index_t", plan.index32 ? "int" : "long long"},
       {"coordinates", emit_coordinates(plan)},
-      {"loads", loads},
-      {"widen", widen.empty() ? "    // nothing to widen" : "    if (whole) {\n" + widen + "    }"},
+      {"loads", emit_loads(plan)},
       {"draws", emit_draws(plan)},
       {"compute", emit_compute(plan)},
       {"stores", emit_stores(plan)},

@@ -9,33 +9,17 @@ template <> struct EfChunk<8> { typedef uint2 type; };
 template <> struct EfChunk<4> { typedef unsigned int type; };
 template <> struct EfChunk<2> { typedef unsigned short type; };
 
-// VEC consecutive elements of T as loaded from memory, not yet widened: the
-// vector path loads into these before the Philox work and widens after it, so
-// the loads stay in flight while the draws are computed (docs/PERF.md, v5).
 template <class T, int VEC>
-struct EfRaw {
-  static constexpr int kBytes = VEC * (int)sizeof(T) >= 16 ? 16 : VEC * (int)sizeof(T);
-  typedef typename EfChunk<kBytes>::type Chunk;
-  Chunk chunk[VEC * (int)sizeof(T) / kBytes];
-};
-
-template <class T, int VEC>
-__device__ __forceinline__ void ef_load_raw(const T* __restrict__ ptr, EfRaw<T, VEC>& raw) {
-  typedef typename EfRaw<T, VEC>::Chunk Chunk;
-#pragma unroll
-  for (int c = 0; c < VEC * (int)sizeof(T) / EfRaw<T, VEC>::kBytes; ++c)
-    raw.chunk[c] = reinterpret_cast<const Chunk*>(ptr)[c];
-}
-
-template <class T, int VEC>
-__device__ __forceinline__ void ef_widen(const EfRaw<T, VEC>& raw, float (&out)[VEC]) {
-  constexpr int kBytes = EfRaw<T, VEC>::kBytes;
+__device__ __forceinline__ void ef_load_vec(const T* __restrict__ ptr, float (&out)[VEC]) {
   if constexpr (ef_is_bf16<T>::value && VEC % 2 == 0) {
     // bf16 pairs from 32-bit words: the low element is the word shifted up,
     // the high one the word with its low half cleared: one instruction each.
+    constexpr int kBytes = VEC * 2 >= 16 ? 16 : VEC * 2;
+    typedef typename EfChunk<kBytes>::type Chunk;
 #pragma unroll
     for (int c = 0; c < VEC * 2 / kBytes; ++c) {
-      const unsigned int* words = reinterpret_cast<const unsigned int*>(&raw.chunk[c]);
+      const Chunk raw = reinterpret_cast<const Chunk*>(ptr)[c];
+      const unsigned int* words = reinterpret_cast<const unsigned int*>(&raw);
 #pragma unroll
       for (int w = 0; w < kBytes / 4; ++w) {
         out[c * kBytes / 2 + 2 * w] = __uint_as_float(words[w] << 16);
@@ -43,21 +27,17 @@ __device__ __forceinline__ void ef_widen(const EfRaw<T, VEC>& raw, float (&out)[
       }
     }
   } else {
+    constexpr int kBytes = VEC * (int)sizeof(T) >= 16 ? 16 : VEC * (int)sizeof(T);
     constexpr int kPer = kBytes / (int)sizeof(T);
+    typedef typename EfChunk<kBytes>::type Chunk;
 #pragma unroll
     for (int c = 0; c < VEC / kPer; ++c) {
-      const T* elems = reinterpret_cast<const T*>(&raw.chunk[c]);
+      const Chunk raw = reinterpret_cast<const Chunk*>(ptr)[c];
+      const T* elems = reinterpret_cast<const T*>(&raw);
 #pragma unroll
       for (int j = 0; j < kPer; ++j) out[c * kPer + j] = ef_to_float(elems[j]);
     }
   }
-}
-
-template <class T, int VEC>
-__device__ __forceinline__ void ef_load_vec(const T* __restrict__ ptr, float (&out)[VEC]) {
-  EfRaw<T, VEC> raw;
-  ef_load_raw<T, VEC>(ptr, raw);
-  ef_widen<T, VEC>(raw, out);
 }
 
 // Two fp32 values rounded (nearest even) into one 32-bit word of 16-bit
