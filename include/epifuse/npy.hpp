@@ -11,8 +11,8 @@
 
 namespace epifuse {
 
-/// Reads an .npy file; `want` converts f32/f16 data to the dtype an operand
-/// needs (bf16 from `<u2` is taken as raw bits). UserError on bad files.
+/// Reads an .npy file as it is stored (f32, f16, or bf16 from `<u2` raw bits);
+/// UserError naming the file for anything malformed or unsupported.
 HostTensor read_npy(const std::filesystem::path& path);
 void write_npy(const std::filesystem::path& path, const HostTensor& t);
 
