@@ -3,7 +3,9 @@
 // sm_80 and sm_90a with no GPU. Skips with a visible line without NVRTC.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <filesystem>
 
 #include "backend/nvrtc.hpp"
@@ -90,5 +92,29 @@ TEST_SUITE("compile") {
     CHECK(same == n);
     MESSAGE("cache hit path: " << us << " us per lookup (key built from the spec each time)");
     CHECK(us < 50.0);  // generous: CI machines are shared; the measured figure is in docs/PERF.md
+  }
+}
+
+TEST_SUITE("compile") {
+  TEST_CASE("a key is compiled once when many threads ask at the same moment") {
+    if (!have_nvrtc()) return;
+    Jit jit("sm_90a");
+    const KernelSpec spec = test_specs::add_mul(DType::bf16, 0.75);
+    constexpr int k_threads = 8;
+    std::vector<std::shared_ptr<const CompiledKernel>> got(k_threads);
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < k_threads; ++t)
+      threads.emplace_back([&, t] {
+        ++ready;
+        while (ready < k_threads) std::this_thread::yield();  // start together
+        got[t] = jit.compile(spec, {64, 64, 0});
+      });
+    for (auto& th : threads) th.join();
+    for (const auto& k : got) CHECK(k.get() == got[0].get());
+    const CacheStats s = jit.stats();
+    CHECK(s.compiles == 1);
+    CHECK(s.misses == 1);
+    CHECK(s.hits == k_threads - 1);
   }
 }

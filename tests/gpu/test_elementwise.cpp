@@ -181,7 +181,7 @@ TEST_SUITE("gpu") {
       }
   }
 
-  TEST_CASE("the cache hands out one kernel per key and launches survive many threads") {
+  TEST_CASE("the cache hands out one kernel per key; kernels use no local memory") {
     Jit* jit = gpu_jit();
     if (!jit) return;
     const KernelSpec spec = test_specs::add_mul(DType::f32, 0.25);
