@@ -32,6 +32,11 @@ struct OperandDesc {
 };
 std::vector<OperandDesc> required_inputs(const KernelSpec& spec, const Shape& shape);
 
+/// Checks that `inputs` holds exactly the required tensors with the right dtype
+/// and shape (UserError naming the first that does not). evaluate() and
+/// run_on_device() both call it, so every device rejects bad inputs alike.
+void check_inputs(const KernelSpec& spec, const Shape& shape, const TensorMap& inputs);
+
 struct EvalOptions {
   /// Visit elements in reverse order (tests that no result depends on traversal).
   bool reverse_traversal = false;

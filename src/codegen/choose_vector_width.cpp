@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <atomic>
 
-#include <fmt/format.h>
-
 #include "codegen/kernel_plan.hpp"
 
 namespace epifuse {
@@ -44,9 +42,11 @@ void choose_vector_width(KernelPlan& plan) {
   plan.index32 = fits_index32(plan.shape);
 }
 
-std::string shape_class(const TileConfig& resolved, const Shape& shape) {
-  return fmt::format("{}/{}", shape.n % resolved.vec == 0 ? "row_aligned" : "row_unaligned",
-                     fits_index32(shape) ? "i32" : "i64");
+std::string_view shape_class(const TileConfig& resolved, const Shape& shape) {
+  // One of four literals: no formatting, since launches check it too.
+  const bool aligned = shape.n % resolved.vec == 0, narrow = fits_index32(shape);
+  return aligned ? (narrow ? "row_aligned/i32" : "row_aligned/i64")
+                 : (narrow ? "row_unaligned/i32" : "row_unaligned/i64");
 }
 
 }  // namespace epifuse

@@ -16,9 +16,7 @@ std::string float_literal(float v) {
   return s + "f";
 }
 
-namespace {
-
-std::string_view storage_type(DType t) {
+std::string_view storage_type_name(DType t) {
   switch (t) {
     case DType::f32: return "float";
     case DType::f16: return "ef_half";
@@ -26,6 +24,8 @@ std::string_view storage_type(DType t) {
   }
   return "?";
 }
+
+namespace {
 
 // Spelling of each op over already-named operands a and b.
 std::string spell(const KernelPlan& plan, std::size_t id, const Node& n, const std::string& a,
@@ -46,7 +46,7 @@ std::string spell(const KernelPlan& plan, std::size_t id, const Node& n, const s
     case OpKind::sigmoid: return fn("sigmoid", true);
     case OpKind::silu: return fn("silu", true);
     case OpKind::tanh: return fn("tanh", true);
-    case OpKind::cast: return fmt::format("ef_round_to<{}>({})", storage_type(n.dtype), a);
+    case OpKind::cast: return fmt::format("ef_round_to<{}>({})", storage_type_name(n.dtype), a);
     case OpKind::scale: {
       std::size_t k = 0;
       while (plan.scales[k].id != id) ++k;
@@ -94,6 +94,5 @@ std::string emit_epilogue(const KernelPlan& plan, std::string& signature) {
   return body;
 }
 
-std::string_view storage_type_name(DType t) { return storage_type(t); }
 
 }  // namespace epifuse

@@ -42,7 +42,7 @@ TileConfig resolve_tile(const KernelSpec& spec, TileConfig tile);
 // What the code is specialised for besides the spec and tile: "row_aligned" or
 // "row_unaligned" (N % vec), then "/i32" or "/i64" (index width). Part of the
 // cache key; a launch checks its shape is of the kernel's class.
-std::string shape_class(const TileConfig& resolved, const Shape& shape);
+std::string_view shape_class(const TileConfig& resolved, const Shape& shape);
 // Tests only: generate 64-bit indexing for every shape, so the GPU suite
 // covers that path without tensors of 2^30 elements.
 void force_index64_for_tests(bool on);

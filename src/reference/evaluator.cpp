@@ -61,8 +61,8 @@ std::string role(const KernelSpec& spec, const std::string& name) {
   return "?";
 }
 
-void check_inputs(const KernelSpec& spec, const std::vector<OperandDesc>& required,
-                  const TensorMap& inputs) {
+void check_required(const KernelSpec& spec, const std::vector<OperandDesc>& required,
+                    const TensorMap& inputs) {
   std::string names;
   for (const auto& d : required) names += (names.empty() ? "" : ", ") + d.name;
   for (const auto& [name, t] : inputs) {
@@ -177,12 +177,16 @@ float run_op(const Instr& in, const float* reg, std::uint64_t i, const LaunchArg
 
 }  // namespace
 
+void check_inputs(const KernelSpec& spec, const Shape& shape, const TensorMap& inputs) {
+  check_required(spec, required_inputs(spec, shape), inputs);
+}
+
 TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& inputs,
                    const LaunchArgs& args, const EvalOptions& options) {
   verify(spec);
   verify_shape(spec, shape);
   const auto required = required_inputs(spec, shape);
-  check_inputs(spec, required, inputs);
+  check_required(spec, required, inputs);
 
   // Mainloop: the accumulators, in double then fp32.
   std::vector<float> acc[2];

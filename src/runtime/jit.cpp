@@ -74,7 +74,7 @@ struct Jit::Impl {
     CacheKey k;
     k.signature = std::move(sig);
     k.tile = resolve_tile(spec, tile);
-    k.shape_class = shape_class(k.tile, shape);
+    k.shape_class = std::string(shape_class(k.tile, shape));
     k.target = target_name;
     k.compiler = compiler;
     k.options = options;

@@ -11,16 +11,7 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
                         std::size_t misalign_elements) {
   verify(spec);
   verify_shape(spec, shape);
-  // The same input checks as the reference evaluator, so both fail alike.
-  const auto required = required_inputs(spec, shape);
-  for (const auto& want : required) {
-    auto it = inputs.find(want.name);
-    EPIFUSE_CHECK(it != inputs.end(), "input '{}' is missing", want.name);
-    EPIFUSE_CHECK(it->second.dtype == want.dtype && it->second.shape == want.shape,
-                  "input '{}': expected {} of shape [{}], got {} of shape [{}]", want.name,
-                  to_string(want.dtype), fmt::join(want.shape, ","), to_string(it->second.dtype),
-                  fmt::join(it->second.shape, ","));
-  }
+  check_inputs(spec, shape, inputs);  // the reference evaluator's checks: both fail alike
   auto kernel = jit.compile(spec, shape, tile);
   const KernelSource& ks = kernel->source();
 
