@@ -40,12 +40,21 @@ struct KernelSource {
   std::vector<double> alphas;       ///< values for alpha<k>
   std::vector<int> input_alignment;  ///< bytes each in<k> must be aligned to for the vector path (0: no need)
   std::vector<int> output_alignment;
+  bool vector_only = false;          ///< no scalar path: launch only with pointers aligned as above
 };
+
+/// Which code paths a kernel carries. `fastest`: the vector path alone
+/// wherever the shape allows it (M*N a multiple of vec), the scalar path too
+/// where it does not. `general`: always both, so misaligned pointers work.
+/// A vector-only kernel costs about 20% less NVRTC time (docs/PERF.md); the
+/// Jit compiles the general one only when a launch brings misaligned pointers.
+enum class KernelPath { fastest, general };
 
 /// Lowers a spec for a shape (DESIGN §1): verify, plan operands, choose the
 /// vector width, plan precision, emit the epilogue, render the template.
-/// Deterministic: same spec, shape class and tile, same bytes.
-KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const TileConfig& tile = {});
+/// Deterministic: same spec, shape class, tile and path, same bytes.
+KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const TileConfig& tile = {},
+                         KernelPath path = KernelPath::fastest);
 
 /// Tile configurations the tuner tries for a spec and shape, best guess first.
 std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape);
@@ -55,7 +64,8 @@ std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& sha
 /// so two specs that differ only in names share a key.
 struct CacheKey {
   std::string signature;       ///< canonical graph signature, binary (signature_bytes)
-  std::string shape_class;     ///< what the code is specialised for, e.g. "row_aligned"
+  std::string shape_class;     ///< what the code is specialised for, e.g. "row_aligned/i32"
+  bool vector_only = false;    ///< compiled without the scalar path (KernelPath)
   TileConfig tile;             ///< with vec resolved
   std::string target;          ///< "sm_90a"
   std::string compiler;        ///< "NVRTC 13.0"

@@ -42,11 +42,14 @@ void choose_vector_width(KernelPlan& plan) {
   plan.index32 = fits_index32(plan.shape);
 }
 
+bool ragged(const TileConfig& resolved, const Shape& shape) { return (shape.m * shape.n) % resolved.vec != 0; }
+
 std::string_view shape_class(const TileConfig& resolved, const Shape& shape) {
-  // One of four literals: no formatting, since launches check it too.
-  const bool aligned = shape.n % resolved.vec == 0, narrow = fits_index32(shape);
-  return aligned ? (narrow ? "row_aligned/i32" : "row_aligned/i64")
-                 : (narrow ? "row_unaligned/i32" : "row_unaligned/i64");
+  // One of six literals: no formatting, since launches check it too.
+  const bool narrow = fits_index32(shape);
+  if (shape.n % resolved.vec == 0) return narrow ? "row_aligned/i32" : "row_aligned/i64";
+  if (ragged(resolved, shape)) return narrow ? "row_unaligned/i32/ragged" : "row_unaligned/i64/ragged";
+  return narrow ? "row_unaligned/i32" : "row_unaligned/i64";
 }
 
 }  // namespace epifuse

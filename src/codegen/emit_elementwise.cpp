@@ -32,7 +32,7 @@ void layout_params(const KernelPlan& plan, KernelSource& ks, std::string& fields
   add(ParamField::Kind::u64, "offset", "unsigned long long offset");
   for (std::size_t k = 0; k < plan.scales.size(); ++k)
     add(ParamField::Kind::f32, fmt::format("alpha{}", k), fmt::format("float alpha{}", k));
-  add(ParamField::Kind::flag, "vectorized", "int vectorized");
+  if (!plan.vector_only) add(ParamField::Kind::flag, "vectorized", "int vectorized");
   ks.params_size = (offset + 7) / 8 * 8;
   if (!fields.empty()) fields.pop_back();
 }
@@ -54,7 +54,7 @@ std::string emit_coordinates(const KernelPlan& plan) {
 // the vector path (all pointers aligned, the vector inside the tensor) issues
 // every 16-byte load back to back; the scalar path serves the tail and
 // misaligned pointers, with per-element coordinates since a vector may wrap
-// rows there.
+// rows there. A vector-only kernel has no branch and no scalar path.
 std::string emit_loads(const KernelPlan& plan) {
   // With N % VEC == 0 a whole vector lies in one row: its slice of a row
   // vector is contiguous, and its row index is r0.
@@ -102,8 +102,9 @@ std::string emit_loads(const KernelPlan& plan) {
   }
   const std::string coords = fmt::format("      {0} row[VEC], col[VEC];\n      ef_element_coords<VEC>(r0, c0, n, row, col);\n",
                                          plan.index32 ? "int" : "long long");
-  std::string out = decl + ";\n    if (whole) {\n";
+  std::string out = decl + (plan.vector_only ? ";\n    {\n" : ";\n    if (whole) {\n");
   if (vec_needs_coords) out += coords;
+  if (plan.vector_only) return out + vec + "    }";
   out += vec + "    } else {\n";
   if (any_broadcast) out += coords;
   out += scalar + "    }";
@@ -156,6 +157,7 @@ std::string emit_stores(const KernelPlan& plan) {
     scalar += fmt::format("        if (e0 + j < total) p.{}[e0 + j] = ef_from_float<{}>({}_v[j]);\n", t.field, type,
                           t.field);
   }
+  if (plan.vector_only) return "    {\n" + vec + "    }";
   return "    if (whole) {\n" + vec + "    } else {\n#pragma unroll\n      for (int j = 0; j < VEC; ++j) {\n" +
          scalar + "      }\n    }";
 }
@@ -194,6 +196,7 @@ KernelSource emit_elementwise(const KernelPlan& plan) {
     ks.output_alignment.push_back(alignment_needed(plan, t));
   }
   for (Value v : plan.scales) ks.alphas.push_back(plan.spec->graph.node(v).alpha);
+  ks.vector_only = plan.vector_only;
 
   std::string signature;
   const std::string body = emit_epilogue(plan, signature);
@@ -206,6 +209,8 @@ KernelSource emit_elementwise(const KernelPlan& plan) {
       {"vec", std::to_string(plan.tile.vec)},
       {"threads", std::to_string(plan.tile.threads)},
       {"index_t", plan.index32 ? "int" : "long long"},
+      {"whole", plan.vector_only ? "// vector-only: M*N % VEC == 0, and the host checked every pointer's alignment"
+                                 : "const bool whole = p.vectorized && e0 + VEC <= total;"},
       {"coordinates", emit_coordinates(plan)},
       {"loads", emit_loads(plan)},
       {"draws", emit_draws(plan)},

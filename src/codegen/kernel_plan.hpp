@@ -29,6 +29,7 @@ struct KernelPlan {
   bool needs_col_index = false;     // some input is a row vector
   bool row_vectors_aligned = false; // N % vec == 0: row vectors load as vectors too
   bool index32 = false;             // M*N (+ a grid's overshoot) fits int: 32-bit indexing
+  bool vector_only = false;         // no scalar path: M*N % vec == 0 and the host checks alignment
   std::vector<bool> fast;           // per node: may use approximate instructions
   std::string kernel_name;
 };
@@ -40,9 +41,12 @@ void choose_vector_width(KernelPlan& plan);
 // tensor; at least 4 (one Philox call) when the graph draws dropout masks.
 TileConfig resolve_tile(const KernelSpec& spec, TileConfig tile);
 // What the code is specialised for besides the spec and tile: "row_aligned" or
-// "row_unaligned" (N % vec), then "/i32" or "/i64" (index width). Part of the
+// "row_unaligned" (N % vec), then "/i32" or "/i64" (index width), then
+// "/ragged" when M*N % vec != 0 (row_aligned shapes never are). Part of the
 // cache key; a launch checks its shape is of the kernel's class.
 std::string_view shape_class(const TileConfig& resolved, const Shape& shape);
+// M*N % vec != 0: the last vector is partial, so the kernel needs its scalar path.
+bool ragged(const TileConfig& resolved, const Shape& shape);
 // Tests only: generate 64-bit indexing for every shape, so the GPU suite
 // covers that path without tensors of 2^30 elements.
 void force_index64_for_tests(bool on);

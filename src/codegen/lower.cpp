@@ -22,25 +22,26 @@ namespace {
 // The kernel's name is a hash of everything the code depends on, so the
 // source names no user text and two equal keys give equal bytes.
 std::string kernel_name(const KernelPlan& plan) {
-  const std::string key = fmt::format("{}|{}|{}", signature(*plan.spec), plan.tile.str(),
-                                      shape_class(plan.tile, plan.shape));
+  const std::string key = fmt::format("{}|{}|{}|{}", signature(*plan.spec), plan.tile.str(),
+                                      shape_class(plan.tile, plan.shape), plan.vector_only ? "vector" : "general");
   return fmt::format("ef_{:016x}", XXH3_64bits(key.data(), key.size()));
 }
 
 void dump(const KernelPlan& plan) {
   if (!std::getenv("EPIFUSE_DUMP")) return;
-  std::cerr << fmt::format("[epifuse] plan {}: tile {} row_vectors_aligned={} inputs={} outputs={} "
-                           "dropouts={} scales={}\n",
-                           plan.kernel_name, plan.tile.str(), plan.row_vectors_aligned,
+  std::cerr << fmt::format("[epifuse] plan {}: tile {} row_vectors_aligned={} vector_only={} inputs={} "
+                           "outputs={} dropouts={} scales={}\n",
+                           plan.kernel_name, plan.tile.str(), plan.row_vectors_aligned, plan.vector_only,
                            plan.inputs.size(), plan.outputs.size(), plan.dropouts.size(),
                            plan.scales.size());
 }
 
 }  // namespace
 
-KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const TileConfig& tile) {
+KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const TileConfig& tile, KernelPath path) {
   KernelPlan plan = plan_operands(spec, shape, tile);
   choose_vector_width(plan);
+  plan.vector_only = path == KernelPath::fastest && !ragged(plan.tile, shape);
   plan_precision(plan);
   plan.kernel_name = kernel_name(plan);
   dump(plan);

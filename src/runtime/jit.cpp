@@ -23,6 +23,10 @@ using backend::CudaDriver;
 struct LoadedKernel final : CompiledKernel {
   KernelSource src;
   CacheKey k;
+  // What it was compiled from, for the general sibling a misaligned launch of
+  // a vector-only kernel needs.
+  std::shared_ptr<const KernelSpec> spec;
+  Shape shape;
   std::vector<char> cubin;
   double ms = 0;
   std::optional<backend::Module> module;
@@ -69,12 +73,13 @@ struct Jit::Impl {
   mutable std::mutex tuned_mutex;
   std::unordered_map<std::string, TileConfig> tuned;
 
-  CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape,
-                    const TileConfig& tile) const {
+  CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape, const TileConfig& tile,
+                    KernelPath path = KernelPath::fastest) const {
     CacheKey k;
     k.signature = std::move(sig);
     k.tile = resolve_tile(spec, tile);
     k.shape_class = std::string(shape_class(k.tile, shape));
+    k.vector_only = path == KernelPath::fastest && !ragged(k.tile, shape);
     k.target = target_name;
     k.compiler = compiler;
     k.options = options;
@@ -87,7 +92,32 @@ struct Jit::Impl {
     auto it = tuned.find(tune_key(sig, shape));
     return it == tuned.end() ? TileConfig{} : it->second;
   }
+  std::shared_ptr<const CompiledKernel> compile(CacheKey k, std::shared_ptr<const KernelSpec> spec,
+                                                const Shape& shape, const TileConfig& tile, KernelPath path);
 };
+
+std::shared_ptr<const CompiledKernel> Jit::Impl::compile(CacheKey k, std::shared_ptr<const KernelSpec> spec,
+                                                         const Shape& shape, const TileConfig& tile,
+                                                         KernelPath path) {
+  return cache.get_or_build(k, [&]() -> KernelCache::Entry {
+    auto kernel = std::make_shared<LoadedKernel>();
+    kernel->k = k;
+    kernel->src = emit_kernel(*spec, shape, tile, path);
+    EPIFUSE_ASSERT(kernel->src.vector_only == k.vector_only, "key and source disagree on the vector path");
+    kernel->spec = std::move(spec);
+    kernel->shape = shape;
+    backend::CompiledBinary bin =
+        rtc->compile(kernel->src.text, kernel->src.name + ".cu", target, extra_options, headers);
+    kernel->cubin = std::move(bin.cubin);
+    kernel->ms = bin.compile_ms;
+    if (driver) {
+      kernel->module.emplace(kernel->cubin);
+      kernel->function = kernel->module->function(kernel->src.name);
+      kernel->info = driver->function_info(kernel->function);
+    }
+    return kernel;
+  });
+}
 
 Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
@@ -135,22 +165,8 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const
   Impl& d = *impl_;
   std::string sig = signature_bytes(spec);
   const TileConfig tile = requested == TileConfig{} ? d.tuned_tile(sig, shape) : requested;
-  const CacheKey k = d.make_key(std::move(sig), spec, shape, tile);
-  return d.cache.get_or_build(k, [&]() -> KernelCache::Entry {
-    auto kernel = std::make_shared<LoadedKernel>();
-    kernel->k = k;
-    kernel->src = emit_kernel(spec, shape, tile);
-    backend::CompiledBinary bin =
-        d.rtc->compile(kernel->src.text, kernel->src.name + ".cu", d.target, d.extra_options, d.headers);
-    kernel->cubin = std::move(bin.cubin);
-    kernel->ms = bin.compile_ms;
-    if (d.driver) {
-      kernel->module.emplace(kernel->cubin);
-      kernel->function = kernel->module->function(kernel->src.name);
-      kernel->info = d.driver->function_info(kernel->function);
-    }
-    return kernel;
-  });
+  CacheKey k = d.make_key(std::move(sig), spec, shape, tile);
+  return d.compile(std::move(k), std::make_shared<const KernelSpec>(spec), shape, tile, KernelPath::fastest);
 }
 
 void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const Shape& shape,
@@ -212,9 +228,20 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
       case ParamField::Kind::flag: flag = at; break;
     }
   }
-  EPIFUSE_ASSERT(flag, "kernel has no vectorized flag");
-  const int vectorized = aligned ? 1 : 0;
-  std::memcpy(flag, &vectorized, 4);
+  if (ks.vector_only && !aligned) {
+    // The first misaligned launch compiles the general kernel (scalar path
+    // included); later ones find it in the cache.
+    CacheKey general = kernel.k;
+    general.vector_only = false;
+    auto sibling = impl_->compile(std::move(general), kernel.spec, kernel.shape, ks.tile, KernelPath::general);
+    launch(*sibling, b, shape, args, stream);
+    return;
+  }
+  EPIFUSE_ASSERT(ks.vector_only == (flag == nullptr), "only general kernels have a vectorized flag");
+  if (flag) {
+    const int vectorized = aligned ? 1 : 0;
+    std::memcpy(flag, &vectorized, 4);
+  }
   const std::int64_t total = shape.m * shape.n;
   const std::int64_t nvec = (total + ks.tile.vec - 1) / ks.tile.vec;
   std::int64_t blocks = (nvec + ks.tile.threads - 1) / ks.tile.threads;

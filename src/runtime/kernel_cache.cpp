@@ -18,6 +18,7 @@ std::uint64_t CacheKey::hash() const {
   };
   add(signature);
   add(shape_class);
+  add(vector_only ? "vector" : "general");
   const int t[3] = {tile.threads, tile.vec, tile.blocks_per_sm};
   XXH3_64bits_update(&state, t, sizeof t);
   add(target);
@@ -29,8 +30,9 @@ std::uint64_t CacheKey::hash() const {
 }
 
 std::string CacheKey::str() const {
-  return fmt::format("{:016x} tile={} shape_class={} target={} compiler={} templates={:016x} epifuse={}",
-                     hash(), tile.str(), shape_class, target, compiler, templates, version);
+  return fmt::format("{:016x} tile={} shape_class={} path={} target={} compiler={} templates={:016x} epifuse={}",
+                     hash(), tile.str(), shape_class, vector_only ? "vector" : "general", target, compiler,
+                     templates, version);
 }
 
 KernelCache::Entry KernelCache::get_or_build(const CacheKey& key, const std::function<Entry()>& build) {

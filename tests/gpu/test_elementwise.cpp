@@ -120,6 +120,26 @@ TEST_SUITE("gpu") {
       }
   }
 
+  TEST_CASE("a misaligned launch of a vector-only kernel compiles the general kernel once") {
+    if (!gpu_jit()) return;
+    Jit jit;  // a cache of its own, so the counts are exact
+    const KernelSpec spec = test_specs::bias_gelu_dropout_add(DType::bf16);
+    const Shape shape{8, 256, 0};
+    auto kernel = jit.compile(spec, shape);
+    CHECK(kernel->source().vector_only);
+    CHECK(jit.stats().compiles == 1);
+    check_against_reference(jit, spec, shape, 300, {3, 0}, {}, 0);  // aligned: no new kernel
+    CHECK(jit.stats().compiles == 1);
+    check_against_reference(jit, spec, shape, 301, {3, 0}, {}, 1);  // the general kernel, compiled now
+    CHECK(jit.stats().compiles == 2);
+    check_against_reference(jit, spec, shape, 302, {3, 0}, {}, 3);  // and found in the cache
+    CHECK(jit.stats().compiles == 2);
+    int vector = 0, general = 0;
+    for (const CacheKey& k : jit.cached_keys()) (k.vector_only ? vector : general)++;
+    CHECK(vector == 1);
+    CHECK(general == 1);
+  }
+
   TEST_CASE("every tile candidate computes the same result") {
     Jit* jit = gpu_jit();
     if (!jit) return;

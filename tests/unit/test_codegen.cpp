@@ -1,6 +1,7 @@
 // Code generation: the template engine's strictness, determinism of emitted
 // text, that no user text reaches the source, and the per-output precision
 // policy. Golden text lives in tests/golden (test_golden_source.cpp).
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include "codegen/kernel_plan.hpp"
@@ -74,6 +75,32 @@ TEST_CASE("row-vector alignment is part of the shape class") {
   CHECK(aligned.name != unaligned.name);
   CHECK(aligned.input_alignment[1] == 16);
   CHECK(unaligned.input_alignment[1] == 0);
+}
+
+TEST_CASE("a kernel carries the scalar path only where the shape or the caller needs it") {
+  const KernelSpec spec = bias_gelu_dropout_add(DType::f32);
+  const auto fast = emit_kernel(spec, {4, 64, 0});         // M*N % 4 == 0: vector path alone
+  const auto ragged = emit_kernel(spec, {3, 65, 0});       // 195 elements: a partial last vector
+  const auto wrapped = emit_kernel(spec, {4, 65, 0});      // rows unaligned, M*N % 4 == 0
+  const auto general = emit_kernel(spec, {4, 64, 0}, {}, KernelPath::general);
+  CHECK(fast.vector_only);
+  CHECK(fast.text.find("p.vectorized") == std::string::npos);
+  CHECK(fast.text.find("e0 + j < total") == std::string::npos);
+  CHECK_FALSE(ragged.vector_only);
+  CHECK(ragged.text.find("p.vectorized") != std::string::npos);
+  CHECK(wrapped.vector_only);
+  CHECK(wrapped.text.find("ef_element_coords") != std::string::npos);  // the bias is gathered
+  CHECK_FALSE(general.vector_only);
+  CHECK(general.text.find("e0 + j < total") != std::string::npos);
+  CHECK(general.name != fast.name);
+  CHECK(ragged.name != wrapped.name);
+  // Only general kernels take the flag that picks the path at launch.
+  auto has_flag = [](const KernelSource& ks) {
+    return std::any_of(ks.params.begin(), ks.params.end(),
+                       [](const ParamField& f) { return f.kind == ParamField::Kind::flag; });
+  };
+  CHECK_FALSE(has_flag(fast));
+  CHECK(has_flag(general));
 }
 
 #include "common/philox.cuh"
