@@ -58,9 +58,10 @@ std::string spell(const KernelPlan& plan, std::size_t id, const Node& n, const s
       std::size_t k = 0;
       while (plan.dropouts[k].id != id) ++k;
       const std::string scale = float_literal(dropout_scale(n.p));
+      // masked(a) * scale: an add that follows contracts with the multiply
+      // into one FFMA (common/philox.cuh, ef_dropout_masked).
       if (n.rng == RngMode::philox4)  // 0 < p < 1 here, so thr < 2^24
-        return fmt::format("ef_dropout_keep_scaled(d{}, {}u) ? {} * {} : 0.0f", k,
-                           dropout_threshold(n.p) << 8, a, scale);
+        return fmt::format("ef_dropout_masked(d{}, {}u, {}) * {}", k, dropout_threshold(n.p) << 8, a, scale);
       return fmt::format("ef_triton_keep(d{}, {}) ? {} * {} : 0.0f", k,
                          float_literal(triton_probability(n.p)), a, scale);
     }

@@ -141,6 +141,23 @@ EPIFUSE_HD bool ef_dropout_keep_scaled(unsigned int draw, unsigned int thr_times
   return draw >= thr_times_256;
 }
 
+/// keep ? a : 0 for the kernels' scaled test; the caller multiplies by the
+/// scale. On the GPU the select is inline PTX, which the optimiser cannot turn
+/// back into keep ? a * scale : 0, so an add that follows contracts with the
+/// scale multiply into one FFMA (docs/PERF.md, v6). Equal to
+/// keep ? a * scale : 0 for every a: a dropped NaN or inf gives 0 * scale = 0.
+EPIFUSE_HD float ef_dropout_masked(unsigned int draw, unsigned int thr_times_256, float a) {
+#if defined(__CUDA_ARCH__) || defined(__CUDACC_RTC__)
+  float y;
+  asm("{\n\t.reg .pred keep;\n\tsetp.hs.u32 keep, %1, %2;\n\tselp.f32 %0, %3, 0f00000000, keep;\n\t}"
+      : "=f"(y)
+      : "r"(draw), "r"(thr_times_256), "f"(a));
+  return y;
+#else
+  return ef_dropout_keep_scaled(draw, thr_times_256) ? a : 0.0f;
+#endif
+}
+
 // ---- compatibility mode (triton): tl.rand(seed, offset + i), keep = r > p ----
 
 /// counter = {off_lo, off_hi, 0, 0}, off = offset + i (see Note above).

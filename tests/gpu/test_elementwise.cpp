@@ -103,7 +103,7 @@ TEST_SUITE("gpu") {
       for (const Shape& shape : {Shape{1, 7, 0}, Shape{33, 67, 0}, Shape{64, 256, 0}}) {
         check_against_reference(*jit, test_specs::bias_gelu_dropout_add(dt), shape, ++seed, {9, 1});
         auto kernel = jit->compile(test_specs::bias_gelu_dropout_add(dt), shape);
-        CHECK(kernel->key().shape_class.ends_with("/i64"));
+        CHECK(kernel->key().shape_class.find("/i64") != std::string::npos);
       }
     force_index64_for_tests(false);
   }

@@ -44,14 +44,14 @@ Device choose_device(const std::string& requested) {
 }
 
 TensorMap run_on_device(Device device, const KernelSpec& spec, const Shape& shape,
-                        const TensorMap& inputs, const LaunchArgs& args) {
+                        const TensorMap& inputs, const LaunchArgs& args, const TileConfig& tile) {
   switch (device) {
     case Device::cpu: return evaluate(spec, shape, inputs, args);
     case Device::cuda: {
       const std::string reason = gpu_unavailable_reason();
       if (!reason.empty()) throw RuntimeError(fmt::format("--device cuda: {}", reason));
       Jit jit;
-      return epifuse::run_on_device(jit, spec, shape, inputs, args);
+      return epifuse::run_on_device(jit, spec, shape, inputs, args, tile);
     }
     case Device::hip: break;
   }

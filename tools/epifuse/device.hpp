@@ -3,6 +3,7 @@
 #include <string>
 #include <string_view>
 
+#include "epifuse/jit.hpp"
 #include "epifuse/reference.hpp"
 #include "epifuse/spec.hpp"
 
@@ -18,7 +19,8 @@ Device choose_device(const std::string& requested);
 
 /// Runs the spec on `device` and returns its outputs by name. The CPU device is
 /// the reference evaluator itself. UserError when the device is not available.
+/// `tile` applies to GPU devices (default: the JIT's default tile).
 TensorMap run_on_device(Device device, const KernelSpec& spec, const Shape& shape,
-                        const TensorMap& inputs, const LaunchArgs& args);
+                        const TensorMap& inputs, const LaunchArgs& args, const TileConfig& tile = {});
 
 }  // namespace epifuse::cli

@@ -19,6 +19,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "device.hpp"
+#include "jit_options.hpp"
 #include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
@@ -42,6 +43,7 @@ struct RunOptions {
   std::string seed = "0";
   std::string offset = "0";
   bool verify = false;
+  TileOptions tile;
 };
 
 // Work above which the CPU reference takes long enough to deserve progress lines.
@@ -171,6 +173,8 @@ void run(const RunOptions& opt) {
   }
   const TensorMap inputs = make_inputs(spec, shape, data_seed, std::move(given));
   const Device device = choose_device(opt.device);
+  EPIFUSE_CHECK(device != Device::cpu || opt.tile.tile() == TileConfig{},
+                "--threads, --vec and --blocks-per-sm choose a GPU kernel's tile; the CPU reference has none");
 
   const std::string shape_text = spec.mainloop.kind == MainloopKind::elementwise
                                      ? fmt::format("M={} N={}", shape.m, shape.n)
@@ -180,7 +184,7 @@ void run(const RunOptions& opt) {
     std::cerr << fmt::format("epifuse: running '{}' on {} ({}, about {:.2g} GFLOP)...\n", spec.name,
                              to_string(device), shape_text, flop_estimate(spec, shape) * 1e-9);
   const auto t0 = std::chrono::steady_clock::now();
-  const TensorMap outputs = run_on_device(device, spec, shape, inputs, args);
+  const TensorMap outputs = run_on_device(device, spec, shape, inputs, args, opt.tile.tile());
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (large) std::cerr << fmt::format("epifuse: done in {:.3f} s\n", ms * 1e-3);
 
@@ -289,6 +293,7 @@ void add_run(CLI::App& app) {
   sub->add_option("--data-seed", opt->data_seed, "seed of the random inputs (uint64, decimal or 0x hex)")->capture_default_str();
   sub->add_option("--seed", opt->seed, "dropout seed (uint64, decimal or 0x hex)")->capture_default_str();
   sub->add_option("--offset", opt->offset, "dropout Philox offset (uint64, decimal or 0x hex)")->capture_default_str();
+  add_tile_options(*sub, opt->tile);
   sub->add_flag("--verify", opt->verify, "check the device's outputs against the CPU reference");
   add_json_flag(*sub);
   sub->footer(
