@@ -1,0 +1,84 @@
+// Generated source pinned as golden text (issue 3, compile tier): a change to
+// codegen or a template that alters what a representative chain compiles to
+// fails here and shows up as a diff of tests/golden/*.cu in review.
+// Regenerate after an intended change with
+//   EPIFUSE_UPDATE_GOLDEN=1 build/epifuse_tests -tc='*golden*'
+// and read the diff before committing it.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <doctest/doctest.h>
+
+#include "epifuse/jit.hpp"
+#include "epifuse/json.hpp"
+#include "test_specs.hpp"
+
+using namespace epifuse;
+
+namespace {
+
+const std::filesystem::path kGoldenDir = std::filesystem::path(EPIFUSE_SOURCE_DIR) / "tests/golden";
+const std::filesystem::path kExamples = std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains";
+
+struct GoldenCase {
+  std::string file;  // tests/golden/<file>
+  KernelSpec spec;
+  Shape shape;
+  TileConfig tile;
+  KernelPath path = KernelPath::fastest;
+};
+
+std::vector<GoldenCase> golden_cases() {
+  std::vector<GoldenCase> c;
+  // The acceptance chain in f32 (accurate GELU, one Philox call per vector),
+  // vector path only.
+  c.push_back({"bias_gelu_dropout_add_f32.cu", load_spec(kExamples / "bias_gelu_dropout_add.json"),
+               {16384, 4096, 0}, {}});
+  // The same chain in bf16 with 16 elements per thread: tanh.approx GELU,
+  // four Philox calls per vector, packed bf16 stores.
+  c.push_back({"bias_gelu_dropout_add_bf16_v16.cu", test_specs::bias_gelu_dropout_add(DType::bf16),
+               {16384, 4096, 0}, {128, 16, 0}});
+  // add_mul on a ragged shape: the general kernel, scalar tail included.
+  c.push_back({"add_mul_f32_ragged.cu", load_spec(kExamples / "add_mul.json"), {3, 1001, 0}, {}});
+  // The compatibility RNG (one Philox call per element), the general path
+  // forced as a misaligned launch gets it, rows that wrap inside a vector.
+  c.push_back({"bias_gelu_dropout_add_f16_triton_general.cu",
+               test_specs::bias_gelu_dropout_add(DType::f16, 0.25, RngMode::triton), {4, 66, 0}, {256, 8, 4},
+               KernelPath::general});
+  return c;
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("generated source of representative chains equals the golden text in tests/golden") {
+  const bool update = std::getenv("EPIFUSE_UPDATE_GOLDEN") != nullptr;
+  for (const GoldenCase& g : golden_cases()) {
+    const std::string text = emit_kernel(g.spec, g.shape, g.tile, g.path).text;
+    const auto path = kGoldenDir / g.file;
+    if (update) {
+      std::ofstream(path, std::ios::binary) << text;
+      MESSAGE("wrote " << path.string());
+      continue;
+    }
+    INFO("golden file " << path.string() << " (EPIFUSE_UPDATE_GOLDEN=1 regenerates it)");
+    REQUIRE(std::filesystem::exists(path));
+    const std::string want = read_file(path);
+    if (text != want) {
+      // Point at the first line that differs instead of printing two kernels.
+      std::istringstream a(text), b(want);
+      std::string la, lb;
+      int line = 1;
+      while (std::getline(a, la) && std::getline(b, lb) && la == lb) ++line;
+      FAIL_CHECK("line " << line << " differs:\n  generated: " << la << "\n  golden:    " << lb);
+    }
+  }
+}
