@@ -73,13 +73,12 @@ struct Jit::Impl {
   mutable std::mutex tuned_mutex;
   std::unordered_map<std::string, TileConfig> tuned;
 
-  CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape, const TileConfig& tile,
-                    KernelPath path = KernelPath::fastest) const {
+  CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape, const TileConfig& tile) const {
     CacheKey k;
     k.signature = std::move(sig);
     k.tile = resolve_tile(spec, tile);
     k.shape_class = std::string(shape_class(k.tile, shape));
-    k.vector_only = path == KernelPath::fastest && !ragged(k.tile, shape);
+    k.vector_only = !ragged(k.tile, shape);  // the general kernel is asked for at launch
     k.target = target_name;
     k.compiler = compiler;
     k.options = options;
@@ -92,19 +91,23 @@ struct Jit::Impl {
     auto it = tuned.find(tune_key(sig, shape));
     return it == tuned.end() ? TileConfig{} : it->second;
   }
-  std::shared_ptr<const CompiledKernel> compile(CacheKey k, std::shared_ptr<const KernelSpec> spec,
-                                                const Shape& shape, const TileConfig& tile, KernelPath path);
+  // `owned` is the spec as a kernel keeps it, when the caller has one; else
+  // the spec is copied, and only on a miss, so the hit path copies nothing.
+  std::shared_ptr<const CompiledKernel> compile(const CacheKey& k, const KernelSpec& spec,
+                                                std::shared_ptr<const KernelSpec> owned, const Shape& shape,
+                                                const TileConfig& tile, KernelPath path);
 };
 
-std::shared_ptr<const CompiledKernel> Jit::Impl::compile(CacheKey k, std::shared_ptr<const KernelSpec> spec,
+std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, const KernelSpec& spec,
+                                                         std::shared_ptr<const KernelSpec> owned,
                                                          const Shape& shape, const TileConfig& tile,
                                                          KernelPath path) {
   return cache.get_or_build(k, [&]() -> KernelCache::Entry {
     auto kernel = std::make_shared<LoadedKernel>();
     kernel->k = k;
-    kernel->src = emit_kernel(*spec, shape, tile, path);
+    kernel->src = emit_kernel(spec, shape, tile, path);
     EPIFUSE_ASSERT(kernel->src.vector_only == k.vector_only, "key and source disagree on the vector path");
-    kernel->spec = std::move(spec);
+    kernel->spec = owned ? std::move(owned) : std::make_shared<const KernelSpec>(spec);
     kernel->shape = shape;
     backend::CompiledBinary bin =
         rtc->compile(kernel->src.text, kernel->src.name + ".cu", target, extra_options, headers);
@@ -165,8 +168,8 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const
   Impl& d = *impl_;
   std::string sig = signature_bytes(spec);
   const TileConfig tile = requested == TileConfig{} ? d.tuned_tile(sig, shape) : requested;
-  CacheKey k = d.make_key(std::move(sig), spec, shape, tile);
-  return d.compile(std::move(k), std::make_shared<const KernelSpec>(spec), shape, tile, KernelPath::fastest);
+  const CacheKey k = d.make_key(std::move(sig), spec, shape, tile);
+  return d.compile(k, spec, nullptr, shape, tile, KernelPath::fastest);
 }
 
 void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const Shape& shape,
@@ -233,7 +236,7 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
     // included); later ones find it in the cache.
     CacheKey general = kernel.k;
     general.vector_only = false;
-    auto sibling = impl_->compile(std::move(general), kernel.spec, kernel.shape, ks.tile, KernelPath::general);
+    auto sibling = impl_->compile(general, *kernel.spec, kernel.spec, kernel.shape, ks.tile, KernelPath::general);
     launch(*sibling, b, shape, args, stream);
     return;
   }
