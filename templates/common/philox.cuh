@@ -59,13 +59,23 @@ EPIFUSE_HD unsigned int ef_mulhi32(unsigned int a, unsigned int b) {
 }
 
 // One round: {hi(M1*z) ^ y ^ k.x, M1*z, hi(M0*x) ^ w ^ k.y, M0*x}.
-// On the GPU the high halves come from __umulhi: the compiler pairs it with
-// the low product into one IMAD.WIDE.U32. Spelling the product as a 64-bit
-// multiply instead left an extra add of a zero high word per product in the
-// SASS (about 5 instructions per element; docs/PERF.md, v4).
+// On NVIDIA GPUs each product is one PTX mul.wide.u32, split into its halves:
+// ptxas makes it one IMAD.WIDE.U32. From C++, __umulhi plus the low product
+// compiled to separate IMAD.HI and IMAD (4 instructions per element more), and
+// a 64-bit multiply added a zero high word after each IMAD.WIDE (docs/PERF.md,
+// v4 and v7). HIP keeps __umulhi.
 EPIFUSE_HD ef_u32x4 ef_philox_round(ef_u32x4 c, ef_u32x2 k) {
   ef_u32x4 r;
-#if defined(__CUDA_ARCH__) || defined(__CUDACC_RTC__) || defined(__HIP_DEVICE_COMPILE__)
+#if (defined(__CUDA_ARCH__) || defined(__CUDACC_RTC__)) && !defined(__HIPCC__) && !defined(__HIPCC_RTC__)
+  unsigned int hi0, hi1;
+  asm("{\n\t.reg .b64 t;\n\tmul.wide.u32 t, %2, %3;\n\tmov.b64 {%0, %1}, t;\n\t}"
+      : "=r"(r.y), "=r"(hi1) : "r"(c.z), "r"(EF_PHILOX_M1));
+  asm("{\n\t.reg .b64 t;\n\tmul.wide.u32 t, %2, %3;\n\tmov.b64 {%0, %1}, t;\n\t}"
+      : "=r"(r.w), "=r"(hi0) : "r"(c.x), "r"(EF_PHILOX_M0));
+  r.x = hi1 ^ c.y ^ k.x;
+  r.z = hi0 ^ c.w ^ k.y;
+  return r;
+#elif defined(__HIP_DEVICE_COMPILE__)
   r.x = __umulhi(EF_PHILOX_M1, c.z) ^ c.y ^ k.x;
   r.z = __umulhi(EF_PHILOX_M0, c.x) ^ c.w ^ k.y;
 #else
