@@ -1,7 +1,8 @@
 // Pass 2: elements per thread. Default: 16 bytes of the narrowest full tensor
 // (4 for f32, 8 for 16-bit), so every full tensor moves in 16-byte (or wider)
 // accesses. Philox serves four consecutive elements per call (DESIGN §4), so
-// with dropout the width is at least 4.
+// with dropout the width is at least 4. The pass also decides whether the
+// kernel can leave out its scalar path (KernelPath, docs/decisions.md).
 #include <algorithm>
 #include <atomic>
 
@@ -40,6 +41,7 @@ void choose_vector_width(KernelPlan& plan) {
   plan.tile = resolve_tile(*plan.spec, plan.tile);
   plan.row_vectors_aligned = plan.shape.n % plan.tile.vec == 0;
   plan.index32 = fits_index32(plan.shape);
+  plan.vector_only = plan.path == KernelPath::fastest && !ragged(plan.tile, plan.shape);
 }
 
 bool ragged(const TileConfig& resolved, const Shape& shape) { return (shape.m * shape.n) % resolved.vec != 0; }

@@ -20,6 +20,7 @@ struct KernelPlan {
   const KernelSpec* spec = nullptr;
   Shape shape;
   TileConfig tile;
+  KernelPath path = KernelPath::fastest;  // what the caller asked for
   std::vector<TensorPlan> inputs;
   std::vector<TensorPlan> outputs;
   std::vector<Value> accumulators;  // gemm kinds: acc / acc0, acc1
@@ -35,7 +36,7 @@ struct KernelPlan {
 };
 
 // The passes, in order (each in its own file).
-KernelPlan plan_operands(const KernelSpec& spec, const Shape& shape, const TileConfig& tile);
+KernelPlan plan_operands(const KernelSpec& spec, const Shape& shape, const TileConfig& tile, KernelPath path);
 void choose_vector_width(KernelPlan& plan);
 // The tile with vec decided: `tile.vec`, else 16 bytes of the narrowest full
 // tensor; at least 4 (one Philox call) when the graph draws dropout masks.

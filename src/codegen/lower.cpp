@@ -39,9 +39,8 @@ void dump(const KernelPlan& plan) {
 }  // namespace
 
 KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const TileConfig& tile, KernelPath path) {
-  KernelPlan plan = plan_operands(spec, shape, tile);
+  KernelPlan plan = plan_operands(spec, shape, tile, path);
   choose_vector_width(plan);
-  plan.vector_only = path == KernelPath::fastest && !ragged(plan.tile, shape);
   plan_precision(plan);
   plan.kernel_name = kernel_name(plan);
   dump(plan);

@@ -6,7 +6,7 @@
 
 namespace epifuse {
 
-KernelPlan plan_operands(const KernelSpec& spec, const Shape& shape, const TileConfig& tile) {
+KernelPlan plan_operands(const KernelSpec& spec, const Shape& shape, const TileConfig& tile, KernelPath path) {
   verify(spec);
   verify_shape(spec, shape);
   EPIFUSE_CHECK(spec.mainloop.kind == MainloopKind::elementwise,
@@ -25,6 +25,7 @@ KernelPlan plan_operands(const KernelSpec& spec, const Shape& shape, const TileC
   plan.spec = &spec;
   plan.shape = shape;
   plan.tile = tile;
+  plan.path = path;
   const Graph& g = spec.graph;
   for (Value v : g.inputs()) {
     const Node& n = g.node(v);
