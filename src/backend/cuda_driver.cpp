@@ -1,5 +1,7 @@
 #include "backend/cuda_driver.hpp"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "epifuse/errors.hpp"
@@ -373,38 +375,15 @@ float CudaDriver::elapsed_ms(CUevent start, CUevent end) {
 
 // ---- process-wide driver
 
-namespace {
-
-// Loaded once; deliberately never destroyed (see nvrtc.cpp).
-struct CudaSingleton {
-  CudaDriver* driver = nullptr;
-  std::string reason;
-};
-
-const CudaSingleton& cuda_singleton() {
-  static const CudaSingleton* s = [] {
-    auto* s = new CudaSingleton;
-    try {
-      s->driver = CudaDriver::load().release();
-    } catch (const Error& e) {
-      s->reason = e.what();
-    }
-    return s;
-  }();
-  return *s;
-}
-
-}  // namespace
-
-CudaDriver* cuda_or_null() { return cuda_singleton().driver; }
+CudaDriver* cuda_or_null() { return load_once<CudaDriver>().backend; }
 
 CudaDriver& cuda() {
-  const auto& s = cuda_singleton();
-  if (!s.driver) throw RuntimeError(s.reason);
-  return *s.driver;
+  const auto& s = load_once<CudaDriver>();
+  if (!s.backend) throw RuntimeError(s.reason);
+  return *s.backend;
 }
 
-const std::string& cuda_unavailable_reason() { return cuda_singleton().reason; }
+const std::string& cuda_unavailable_reason() { return load_once<CudaDriver>().reason; }
 
 Target detect_target(int ordinal) {
   const DeviceInfo& d = cuda().device(ordinal);
@@ -476,6 +455,20 @@ void Event::synchronize() { cuda().synchronize(event_); }
 float EventTimer::elapsed_ms() {
   end_.synchronize();
   return cuda().elapsed_ms(begin_.get(), end_.get());
+}
+
+double median_ms(const std::function<void()>& fn, int repeats, int batch) {
+  for (int i = 0; i < 3; ++i) fn();  // warm-up: module load, clocks, caches
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) {
+    EventTimer timer;
+    timer.start();
+    for (int b = 0; b < batch; ++b) fn();
+    timer.stop();
+    ms.push_back(timer.elapsed_ms() / batch);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
 }
 
 Module::Module(const void* image) : module_(cuda().load_module(image)) {}

@@ -17,6 +17,7 @@
 /// "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -225,6 +226,10 @@ class EventTimer {
   CUstream stream_;
   Event begin_, end_;
 };
+
+/// Median over `repeats` event-timed batches of `batch` calls of `fn` (after
+/// three warm-up calls), in ms per call: what bench and the tuner time with.
+double median_ms(const std::function<void()>& fn, int repeats, int batch = 1);
 
 /// A loaded cubin.
 class Module {

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "epifuse/errors.hpp"
+
 namespace epifuse::backend {
 
 class DynLib {
@@ -52,6 +54,30 @@ class DynLib {
   void* handle_ = nullptr;
   std::string name_, path_;
 };
+
+/// A backend (Nvrtc, CudaDriver) loaded on first use, once per process, or the
+/// reason it could not be: `T::load()` returns a std::unique_ptr<T> or throws an
+/// Error. Deliberately never destroyed, so that no static destructor can run
+/// after the library has been closed.
+template <class T>
+struct LoadedOnce {
+  T* backend = nullptr;
+  std::string reason;  ///< why `backend` is null
+};
+
+template <class T>
+const LoadedOnce<T>& load_once() {
+  static const LoadedOnce<T>* s = [] {
+    auto* s = new LoadedOnce<T>;
+    try {
+      s->backend = T::load().release();
+    } catch (const Error& e) {
+      s->reason = e.what();
+    }
+    return s;
+  }();
+  return *s;
+}
 
 /// "a, b, c": joins `items` for messages.
 std::string join(const std::vector<std::string>& items, const std::string& sep = ", ");

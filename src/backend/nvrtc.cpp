@@ -225,39 +225,15 @@ CompiledBinary Nvrtc::compile(const std::string& source, const std::string& name
   return out;
 }
 
-namespace {
-
-// Loaded once; deliberately never destroyed, so that no static destructor can run
-// after libnvrtc has been closed.
-struct NvrtcSingleton {
-  Nvrtc* nvrtc = nullptr;
-  std::string reason;
-};
-
-const NvrtcSingleton& nvrtc_singleton() {
-  static const NvrtcSingleton* s = [] {
-    auto* s = new NvrtcSingleton;
-    try {
-      s->nvrtc = Nvrtc::load().release();
-    } catch (const Error& e) {
-      s->reason = e.what();
-    }
-    return s;
-  }();
-  return *s;
-}
-
-}  // namespace
-
-Nvrtc* nvrtc_or_null() { return nvrtc_singleton().nvrtc; }
+Nvrtc* nvrtc_or_null() { return load_once<Nvrtc>().backend; }
 
 Nvrtc& nvrtc() {
-  const auto& s = nvrtc_singleton();
-  if (!s.nvrtc) throw RuntimeError(s.reason);
-  return *s.nvrtc;
+  const auto& s = load_once<Nvrtc>();
+  if (!s.backend) throw RuntimeError(s.reason);
+  return *s.backend;
 }
 
-const std::string& nvrtc_unavailable_reason() { return nvrtc_singleton().reason; }
+const std::string& nvrtc_unavailable_reason() { return load_once<Nvrtc>().reason; }
 
 std::optional<std::string> cuda_include_dir() {
   if (const Nvrtc* n = nvrtc_or_null()) return n->include_dir();

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 
 #include "backend/cuda_driver.hpp"
 #include "epifuse/errors.hpp"
@@ -15,21 +14,6 @@ namespace epifuse {
 namespace {
 
 using backend::DeviceBuffer;
-
-// Median over `repeats` batches of `batch` runs of `fn`, in ms per run.
-double time_median(const std::function<void()>& fn, int repeats, int batch) {
-  for (int i = 0; i < 3; ++i) fn();  // warm-up: module load, clocks, caches
-  std::vector<double> ms;
-  for (int r = 0; r < repeats; ++r) {
-    backend::EventTimer timer;
-    timer.start();
-    for (int b = 0; b < batch; ++b) fn();
-    timer.stop();
-    ms.push_back(timer.elapsed_ms() / batch);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 struct DeviceTensors {
   std::vector<DeviceBuffer> buffers;
@@ -82,7 +66,7 @@ std::optional<std::vector<KernelSpec>> unfused_specs(const KernelSpec& spec) {
       const Node& arg = g.node(n.args[a]);
       const DType dt = arg.kind == NodeKind::input ? arg.dtype : inter;
       const Broadcast b = arg.kind == NodeKind::input ? arg.broadcast : Broadcast::full;
-      args.push_back(s.graph.input("a" + std::to_string(a), dt, b));
+      args.push_back(s.graph.input(fmt::format("a{}", a), dt, b));
     }
     Value v;
     switch (n.op) {
@@ -122,7 +106,7 @@ BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const Be
   {
     DeviceBuffer src(half), dst(half);
     src.fill_bytes(0x3C);
-    r.copy_ms = time_median([&] { drv.copy_device(dst.ptr(), src.ptr(), half); }, opt.repeats, opt.batch);
+    r.copy_ms = backend::median_ms([&] { drv.copy_device(dst.ptr(), src.ptr(), half); }, opt.repeats, opt.batch);
     r.copy_gbps = 2.0 * static_cast<double>(half) / (r.copy_ms * 1e6);
   }
   auto gbps = [&](double ms) { return r.bytes / (ms * 1e6); };
@@ -131,7 +115,7 @@ BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const Be
   auto fused = jit.compile(spec, shape);  // the tuned tile
   r.tile = fused->source().tile;
   r.registers = fused->registers();
-  r.fused_ms = time_median([&] { jit.launch(*fused, t.bindings, shape, opt.args); }, opt.repeats, opt.batch);
+  r.fused_ms = backend::median_ms([&] { jit.launch(*fused, t.bindings, shape, opt.args); }, opt.repeats, opt.batch);
   r.fused_gbps = gbps(r.fused_ms);
   r.fused_of_copy = r.fused_gbps / r.copy_gbps;
 
@@ -142,7 +126,7 @@ BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const Be
         auto k = jit.compile(spec, shape, tile);
         SweepRow row;
         row.tile = k->source().tile;
-        row.ms = time_median([&] { jit.launch(*k, t.bindings, shape, opt.args); }, std::max(5, opt.repeats / 3), opt.batch);
+        row.ms = backend::median_ms([&] { jit.launch(*k, t.bindings, shape, opt.args); }, std::max(5, opt.repeats / 3), opt.batch);
         row.gbps = gbps(row.ms);
         row.of_copy = row.gbps / r.copy_gbps;
         r.sweep.push_back(row);
@@ -160,7 +144,7 @@ BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const Be
         bound.push_back(upload(kernels.back()->source(), make_inputs(s, shape, opt.data_seed), s, shape));
       }
       r.unfused_kernels = static_cast<int>(kernels.size());
-      r.unfused_ms = time_median(
+      r.unfused_ms = backend::median_ms(
           [&] {
             for (std::size_t k = 0; k < kernels.size(); ++k) jit.launch(*kernels[k], bound[k].bindings, shape, opt.args);
           },

@@ -41,12 +41,6 @@ struct LoadedKernel final : CompiledKernel {
   int local_bytes() const override { return info.local_bytes; }
 };
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
-  return s;
-}
-
 // The key of (signature, M, N) in the tuner's memory.
 std::string tune_key(const std::string& signature, const Shape& shape) {
   return fmt::format("{}|{}x{}", signature, shape.m, shape.n);
@@ -95,17 +89,17 @@ struct Jit::Impl {
   // the spec is copied, and only on a miss, so the hit path copies nothing.
   std::shared_ptr<const CompiledKernel> compile(const CacheKey& k, const KernelSpec& spec,
                                                 std::shared_ptr<const KernelSpec> owned, const Shape& shape,
-                                                const TileConfig& tile, KernelPath path);
+                                                const TileConfig& tile);
 };
 
 std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, const KernelSpec& spec,
                                                          std::shared_ptr<const KernelSpec> owned,
-                                                         const Shape& shape, const TileConfig& tile,
-                                                         KernelPath path) {
+                                                         const Shape& shape, const TileConfig& tile) {
   return cache.get_or_build(k, [&]() -> KernelCache::Entry {
     auto kernel = std::make_shared<LoadedKernel>();
     kernel->k = k;
-    kernel->src = emit_kernel(spec, shape, tile, path);
+    // The key says which kernel: a ragged shape gets the general one either way.
+    kernel->src = emit_kernel(spec, shape, tile, k.vector_only ? KernelPath::fastest : KernelPath::general);
     EPIFUSE_ASSERT(kernel->src.vector_only == k.vector_only, "key and source disagree on the vector path");
     kernel->spec = owned ? std::move(owned) : std::make_shared<const KernelSpec>(spec);
     kernel->shape = shape;
@@ -150,7 +144,7 @@ Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
   }
   std::vector<std::string> all = d.rtc->default_options(d.target);
   all.insert(all.end(), d.extra_options.begin(), d.extra_options.end());
-  d.options = join(all);
+  d.options = backend::join(all, " ");
   for (const auto& [path, text] : embedded_templates())
     if (path.starts_with("common/")) d.headers.push_back({std::string(path), std::string(text)});
 }
@@ -169,7 +163,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const
   std::string sig = signature_bytes(spec);
   const TileConfig tile = requested == TileConfig{} ? d.tuned_tile(sig, shape) : requested;
   const CacheKey k = d.make_key(std::move(sig), spec, shape, tile);
-  return d.compile(k, spec, nullptr, shape, tile, KernelPath::fastest);
+  return d.compile(k, spec, nullptr, shape, tile);
 }
 
 void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const Shape& shape,
@@ -236,7 +230,7 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
     // included); later ones find it in the cache.
     CacheKey general = kernel.k;
     general.vector_only = false;
-    auto sibling = impl_->compile(general, *kernel.spec, kernel.spec, kernel.shape, ks.tile, KernelPath::general);
+    auto sibling = impl_->compile(general, *kernel.spec, kernel.spec, kernel.shape, ks.tile);
     launch(*sibling, b, shape, args, stream);
     return;
   }
@@ -262,19 +256,8 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
                           const LaunchArgs& args, std::vector<TileConfig> candidates) {
   if (candidates.empty()) candidates = tile_candidates(spec, shape);
   CudaDriver& drv = backend::cuda();
-  // Median of `reps` event-timed launches after a warm-up.
   auto time_tile = [&](const CompiledKernel& kernel, int reps) {
-    for (int i = 0; i < 3; ++i) launch(kernel, b, shape, args);
-    std::vector<double> times;
-    for (int rep = 0; rep < reps; ++rep) {
-      backend::EventTimer timer;
-      timer.start();
-      launch(kernel, b, shape, args);
-      timer.stop();
-      times.push_back(timer.elapsed_ms());
-    }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return backend::median_ms([&] { launch(kernel, b, shape, args); }, reps);
   };
   // Two rounds: every candidate briefly, then the best few again for longer,
   // so run-to-run noise (a few percent) rarely picks a worse tile.
