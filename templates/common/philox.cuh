@@ -16,13 +16,16 @@
 //    bitcast data-type of size 64 to 32"). So Triton's counter is {off, 0, 0, 0}
 //    with a 32-bit off; DESIGN's {off_lo, off_hi, 0, 0} equals it for every
 //    offset + i < 2^32 and is an epifuse extension beyond (Triton has no answer).
-//  - uint32_to_uniform_float: x = bitcast int32; x = x < 0 ? -x - 1 : x;
-//    return x * 4.656613e-10. The literal is a Python float that Triton makes an
-//    fp32 constant (in range, builder.get_fp32): float(4.656613e-10) is
-//    0x30000000 = 2^-31 exactly, NOT 0x2FFFFFFF as DESIGN §4 says (DESIGN
-//    deviation, reported). x converts to fp32 by round-to-nearest-even, and the
-//    product by 2^-31 is exact, so r = float(x) * 2^-31 in [0, 1] (x = 2^31-1
-//    rounds to 2^31, r = 1).
+//  - uint_to_uniform_float: x = bitcast int32; x = x < 0 ? -x - 1 : x;
+//    return x * 4.6566127342e-10. That fp32 constant is 0x2FFFFFFF
+//    (0x1.fffffep-32, just below 2^-31), as DESIGN §4 says, so r < 1 always:
+//    x converts to fp32 by round-to-nearest-even (2^31 - 1 becomes 2^31) and
+//    r = float(x) * 0x1.fffffep-32 <= 1 - 2^-24. Pinned to real Triton (3.6.0
+//    on an H100): tests/golden/triton_dropout.json, made by
+//    tools/triton_golden.py, holds tl.rand values, uniforms of edge words,
+//    tutorial dropout masks, and the 421 offsets among 2^32 draws where 2^-31
+//    and 0x2FFFFFFF disagree about r > p; tests/unit/test_philox.cpp compares
+//    with it bit for bit.
 //  - Triton's dropout tutorial keeps `r > p` (p an fp32 scalar).
 // Deviation: p == 0 keeps every element in both modes (DESIGN: "p = 0 keeps
 // all"); bare Triton `r > 0` would drop the two draws with r == 0 (0 and
@@ -186,10 +189,11 @@ EPIFUSE_HD unsigned int ef_triton_draw(unsigned long long seed, unsigned long lo
   return ef_philox4x32_10(ef_triton_counter(offset + i), ef_philox_key(seed)).x;
 }
 
-/// r = float(x < 0 ? -x - 1 : x) * 2^-31, x = int32 bitcast of draw (-x - 1 == ~x).
+/// r = float(x < 0 ? -x - 1 : x) * 0x2FFFFFFF-as-float, x = int32 bitcast of draw
+/// (-x - 1 == ~x); r in [0, 1 - 2^-24].
 EPIFUSE_HD float ef_triton_uniform(unsigned int draw) {
   const unsigned int u = (draw & 0x80000000u) ? ~draw : draw;  // in [0, 2^31 - 1]
-  return (float)(int)u * (1.0f / 2147483648.0f);                // RNE convert, exact scale
+  return (float)(int)u * 0x1.fffffep-32f;                       // RNE convert, then one fp32 multiply
 }
 
 /// keep = p <= 0 || r > p, p the fp32 probability (p = 0 keeps all; p = 1 drops all).

@@ -53,7 +53,9 @@ def triton_draw(seed, offset, i):
 def triton_uniform(x):
     s = x - 2**32 if x & 0x80000000 else x      # bitcast to int32
     s = -s - 1 if s < 0 else s
-    return f32(f32(float(s)) * f32(4.656613e-10))  # Triton's fp32 literal
+    # Triton's literal 4.6566127342e-10 is the fp32 0x2FFFFFFF (just below 2^-31),
+    # so r < 1; checked against real Triton in tests/golden/triton_dropout.json.
+    return f32(f32(float(s)) * f32(4.6566127342e-10))
 
 
 def triton_keep(seed, offset, p, i):

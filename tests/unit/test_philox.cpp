@@ -169,17 +169,18 @@ TEST_CASE("golden triton-mode masks and uniforms") {
       CHECK(keep_bits(out.at("y")) == c.bits);
     }
   }
-  // r = float(x < 0 ? -x - 1 : x) * 2^-31 (Triton's 4.656613e-10 is 0x30000000 in fp32).
+  // r = float(x < 0 ? -x - 1 : x) * 0x2FFFFFFF-as-float (Triton's 4.6566127342e-10), so r < 1.
   const std::pair<std::uint32_t, std::uint32_t> uniforms[] = {
-      {0x00000000u, 0x00000000u}, {0x00000001u, 0x30000000u}, {0x7FFFFFFFu, 0x3F800000u},
-      {0x80000000u, 0x3F800000u}, {0xFFFFFFFFu, 0x00000000u}, {0x12345678u, 0x3E11A2B4u},
-      {0xDEADBEEFu, 0x3E854904u}, {0x7FFFFFC0u, 0x3F800000u}, {0x7FFFFFBFu, 0x3F7FFFFFu},
+      {0x00000000u, 0x00000000u}, {0x00000001u, 0x2FFFFFFFu}, {0x7FFFFFFFu, 0x3F7FFFFFu},
+      {0x80000000u, 0x3F7FFFFFu}, {0xFFFFFFFFu, 0x00000000u}, {0x12345678u, 0x3E11A2B3u},
+      {0xDEADBEEFu, 0x3E854903u}, {0x7FFFFFC0u, 0x3F7FFFFFu}, {0x7FFFFFBFu, 0x3F7FFFFEu},
   };
   for (auto [draw, bits] : uniforms) CHECK(f32_bits(ef_triton_uniform(draw)) == bits);
-  // keep = r > p: r == p is dropped, r == 1 is kept at p just below 1; p = 1 drops all.
+  // keep = r > p: r == p is dropped; the largest r (1 - 2^-24) is kept at p just below it.
   CHECK(ef_triton_keep(0x7FFFFFFFu, 1.0f) == false);
   CHECK(ef_triton_keep(0x7FFFFFFFu, 0.99f) == true);
-  CHECK(ef_triton_keep(0x00000001u, 4.656612873077393e-10f) == false);
+  CHECK(ef_triton_keep(0x7FFFFFFFu, 0.99999994f) == false);  // r == 1 - 2^-24 == p
+  CHECK(ef_triton_keep(0x00000001u, 4.6566126e-10f) == false);
   CHECK(ef_triton_keep(0u, 0.0f) == true);  // p = 0 keeps all (DESIGN), even r == 0
 }
 
