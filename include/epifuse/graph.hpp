@@ -4,8 +4,15 @@
 /// Leaves are mainloop accumulators (`acc`, `acc0`, `acc1`, fp32) and tensor
 /// inputs (storage dtype + broadcast). Ops compute in fp32. Nodes are
 /// validated when they are made: a bad operand throws UserError right there.
+/// A graph is bounded (at most 1024 ops, 128 inputs, 32 outputs, 256 scale and
+/// 256 dropout ops, names of at most 64 characters: docs/limits.md), and every
+/// builder call takes constant time, so building any graph is linear.
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "epifuse/dtype.hpp"
@@ -55,12 +62,14 @@ struct Output {
 };
 
 /// Builder and container. Every method validates its operands and throws
-/// UserError naming the offending operand.
+/// UserError naming the offending operand or the limit it would exceed.
 class Graph {
  public:
-  /// Accumulator leaf: index 0 is `acc` (gemm) or `acc0` (dual_gemm), 1 is `acc1`.
+  /// Accumulator leaf: index 0 is `acc` (gemm) or `acc0` (dual_gemm), 1 is
+  /// `acc1`. Made once; later calls return the same value.
   Value accumulator(int index = 0);
-  /// Tensor input bound by name at launch. Names must be unique identifiers.
+  /// Tensor input bound by name at launch. Names are unique identifiers of at
+  /// most 64 characters, not an accumulator's (`acc`, `acc0`, `acc1`).
   Value input(std::string name, DType dtype, Broadcast broadcast = Broadcast::full);
 
   Value add(Value a, Value b) { return binary(OpKind::add, a, b); }
@@ -74,6 +83,8 @@ class Graph {
   Value sigmoid(Value a) { return unary(OpKind::sigmoid, a); }
   Value silu(Value a) { return unary(OpKind::silu, a); }
   Value tanh(Value a) { return unary(OpKind::tanh, a); }
+  /// `alpha * a`; alpha is a float32 kernel parameter, so it must be finite
+  /// when rounded to float (|alpha| <= FLT_MAX).
   Value scale(Value a, double alpha);
   /// Dropout with probability p in [0,1]; its stream is the number of dropout
   /// nodes made before it. The result is always full ([M,N]).
@@ -83,27 +94,44 @@ class Graph {
   Value binary(OpKind op, Value a, Value b);
   Value unary(OpKind op, Value a);
 
+  /// The checks scale() and dropout() make on their attribute, for callers
+  /// that report an attribute at its own location (the JSON layer).
+  static void check_alpha(double alpha);
+  static void check_probability(double p);
+
   /// Marks a value as an output stored in `dtype`. Outputs must be full [M,N].
   void output(std::string name, Value v, DType dtype);
 
-  /// Gives an op node a display name (JSON value name); not part of the signature.
+  /// Gives an op node a display name (JSON value name); not part of the
+  /// signature. The name follows the rules of input names.
   void set_name(Value v, std::string name);
 
   const std::vector<Node>& nodes() const { return nodes_; }
   const std::vector<Output>& outputs() const { return outputs_; }
   const Node& node(Value v) const;
   /// Input nodes in declaration order (their binding order).
-  std::vector<Value> inputs() const;
+  const std::vector<Value>& inputs() const { return inputs_; }
   int dropout_count() const { return dropout_count_; }
   /// Looks up an input or named value; returns an invalid Value when absent.
   Value find(std::string_view name) const;
 
  private:
   Value push(Node n);
+  Value push_op(Node n);
   void check_operand(Value v, std::string_view what) const;
+  void check_new_name(std::string_view name, std::string_view what) const;
+
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
 
   std::vector<Node> nodes_;
   std::vector<Output> outputs_;
+  std::vector<Value> inputs_;                      // in declaration order
+  std::array<Value, 2> accumulators_{};            // by index; invalid until made
+  std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> names_;  // name -> node
+  std::size_t op_count_ = 0, scale_count_ = 0;
   int dropout_count_ = 0;
 };
 

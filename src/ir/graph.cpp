@@ -1,25 +1,19 @@
 #include "epifuse/graph.hpp"
 
+#include <cfloat>
 #include <cmath>
 #include <set>
 
 #include "epifuse/errors.hpp"
+#include "ir/limits.hpp"
+#include "ir/names.hpp"
 #include "ir/op_table.hpp"
 
 namespace epifuse {
 
 std::string_view to_string(RngMode m) { return m == RngMode::philox4 ? "philox4" : "triton"; }
 
-namespace {
-bool is_identifier(std::string_view s) {
-  if (s.empty() || s.size() > 64) return false;
-  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
-  if (!alpha(s[0])) return false;
-  for (char c : s)
-    if (!alpha(c) && !(c >= '0' && c <= '9')) return false;
-  return true;
-}
-}  // namespace
+using names::excerpt;
 
 const Node& Graph::node(Value v) const {
   EPIFUSE_CHECK(v.id < nodes_.size(), "value #{} does not belong to this graph", v.id);
@@ -31,37 +25,63 @@ void Graph::check_operand(Value v, std::string_view what) const {
                 "{}: operand is not a value of this graph", what);
 }
 
+// Input, value and output names: identifiers of bounded length. `what` is
+// "input name", "value name" or "output name".
+static void check_name(std::string_view name, std::string_view what) {
+  EPIFUSE_CHECK(name.size() <= limits::k_max_name_length,
+                "{} '{}' has {} characters, more than the limit of {}", what, excerpt(name),
+                name.size(), limits::k_max_name_length);
+  EPIFUSE_CHECK(names::is_identifier(name), "{} '{}' must be an identifier ([A-Za-z_][A-Za-z0-9_]*)",
+                what, excerpt(name));
+}
+
+void Graph::check_new_name(std::string_view name, std::string_view what) const {
+  check_name(name, what);
+  EPIFUSE_CHECK(!names::is_accumulator_name(name),
+                "{} '{}' is reserved for the mainloop accumulators ({})", what, name,
+                names::k_accumulator_list);
+  EPIFUSE_CHECK(!find(name).valid(), "duplicate value name '{}'", name);
+}
+
 Value Graph::push(Node n) {
+  const Value v{static_cast<std::uint32_t>(nodes_.size())};
+  if (!n.name.empty()) names_.emplace(n.name, v.id);
   nodes_.push_back(std::move(n));
-  return Value{static_cast<std::uint32_t>(nodes_.size() - 1)};
+  return v;
+}
+
+// Every op node passes here, so the op limit holds for every builder call.
+Value Graph::push_op(Node n) {
+  EPIFUSE_CHECK(op_count_ < limits::k_max_ops, "{}: more than the limit of {} ops in one graph",
+                op_info(n.op).name, limits::k_max_ops);
+  ++op_count_;
+  return push(std::move(n));
 }
 
 Value Graph::accumulator(int index) {
   EPIFUSE_CHECK(index == 0 || index == 1, "accumulator index must be 0 or 1, got {}", index);
-  for (std::size_t i = 0; i < nodes_.size(); ++i)
-    if (nodes_[i].kind == NodeKind::accumulator && nodes_[i].accumulator == index)
-      return Value{static_cast<std::uint32_t>(i)};
+  Value& made = accumulators_[static_cast<std::size_t>(index)];
+  if (made.valid()) return made;
   Node n;
   n.kind = NodeKind::accumulator;
   n.accumulator = index;
   n.dtype = DType::f32;
   n.broadcast = Broadcast::full;
-  return push(std::move(n));
+  made = push(std::move(n));
+  return made;
 }
 
 Value Graph::input(std::string name, DType dtype, Broadcast broadcast) {
-  EPIFUSE_CHECK(is_identifier(name),
-                "input name '{}' must be an identifier ([A-Za-z_][A-Za-z0-9_]*, at most 64)",
-                name);
-  EPIFUSE_CHECK(name != "acc" && name != "acc0" && name != "acc1",
-                "input name '{}' is reserved for the mainloop accumulator", name);
-  EPIFUSE_CHECK(!find(name).valid(), "duplicate value name '{}'", name);
+  check_new_name(name, "input name");
+  EPIFUSE_CHECK(inputs_.size() < limits::k_max_inputs,
+                "input '{}': more than the limit of {} inputs in one graph", name, limits::k_max_inputs);
   Node n;
   n.kind = NodeKind::input;
   n.dtype = dtype;
   n.broadcast = broadcast;
   n.name = std::move(name);
-  return push(std::move(n));
+  inputs_.push_back(push(std::move(n)));
+  return inputs_.back();
 }
 
 Value Graph::binary(OpKind op, Value a, Value b) {
@@ -73,7 +93,7 @@ Value Graph::binary(OpKind op, Value a, Value b) {
   n.op = op;
   n.args = {a, b};
   n.broadcast = join(nodes_[a.id].broadcast, nodes_[b.id].broadcast);
-  return push(std::move(n));
+  return push_op(std::move(n));
 }
 
 Value Graph::unary(OpKind op, Value a) {
@@ -86,33 +106,52 @@ Value Graph::unary(OpKind op, Value a) {
   n.op = op;
   n.args = {a};
   n.broadcast = nodes_[a.id].broadcast;
-  return push(std::move(n));
+  return push_op(std::move(n));
+}
+
+// Attributes become float32 kernel parameters: a double that rounds to
+// infinity in float would turn every output into inf or NaN.
+void Graph::check_alpha(double alpha) {
+  EPIFUSE_CHECK(limits::finite_in_float32(alpha),
+                "scale: alpha {} is not finite in float32 (|alpha| <= {})", alpha, FLT_MAX);
+}
+
+void Graph::check_probability(double p) {
+  EPIFUSE_CHECK(limits::finite_in_float32(p) && p >= 0.0 && p <= 1.0,
+                "dropout probability must be in [0, 1], got {}", p);
 }
 
 Value Graph::scale(Value a, double alpha) {
   check_operand(a, "scale");
-  EPIFUSE_CHECK(std::isfinite(alpha), "scale: alpha must be finite, got {}", alpha);
+  check_alpha(alpha);
+  EPIFUSE_CHECK(scale_count_ < limits::k_max_scale_ops,
+                "scale: more than the limit of {} scale ops in one graph (each alpha is a kernel "
+                "parameter)", limits::k_max_scale_ops);
   Node n;
   n.op = OpKind::scale;
   n.args = {a};
   n.alpha = alpha;
   n.broadcast = nodes_[a.id].broadcast;
-  return push(std::move(n));
+  const Value v = push_op(std::move(n));
+  ++scale_count_;
+  return v;
 }
 
 Value Graph::dropout(Value a, double p, RngMode rng) {
   check_operand(a, "dropout");
-  EPIFUSE_CHECK(std::isfinite(p) && p >= 0.0 && p <= 1.0,
-                "dropout probability must be in [0, 1], got {}", p);
-  EPIFUSE_CHECK(dropout_count_ < 0x8000, "too many dropout nodes (at most 32768)");
+  check_probability(p);
+  EPIFUSE_CHECK(static_cast<std::size_t>(dropout_count_) < limits::k_max_dropouts,
+                "dropout: more than the limit of {} dropout ops in one graph", limits::k_max_dropouts);
   Node n;
   n.op = OpKind::dropout;
   n.args = {a};
   n.p = p;
   n.rng = rng;
-  n.stream = dropout_count_++;
+  n.stream = dropout_count_;
   n.broadcast = Broadcast::full;  // the mask is per output element
-  return push(std::move(n));
+  const Value v = push_op(std::move(n));
+  ++dropout_count_;
+  return v;
 }
 
 Value Graph::cast(Value a, DType to) {
@@ -122,14 +161,20 @@ Value Graph::cast(Value a, DType to) {
   n.args = {a};
   n.dtype = to;
   n.broadcast = nodes_[a.id].broadcast;
-  return push(std::move(n));
+  return push_op(std::move(n));
 }
 
 void Graph::output(std::string name, Value v, DType dtype) {
-  check_operand(v, fmt::format("output '{}'", name));
-  EPIFUSE_CHECK(is_identifier(name), "output name '{}' must be an identifier", name);
+  check_operand(v, fmt::format("output '{}'", excerpt(name)));
+  // An output name is a binding, not a value: it may be an accumulator's
+  // (`"outputs": {"acc": ...}` stores the accumulator itself).
+  check_name(name, "output name");
+  // At most k_max_outputs: a linear scan is cheaper than a map.
   for (const auto& o : outputs_)
     EPIFUSE_CHECK(o.name != name, "duplicate output name '{}'", name);
+  EPIFUSE_CHECK(outputs_.size() < limits::k_max_outputs,
+                "output '{}': more than the limit of {} outputs in one graph", name,
+                limits::k_max_outputs);
   EPIFUSE_CHECK(nodes_[v.id].broadcast == Broadcast::full,
                 "output '{}' is a {} value; outputs must be full [M,N] "
                 "(combine it with the accumulator or a full input first)",
@@ -139,25 +184,18 @@ void Graph::output(std::string name, Value v, DType dtype) {
 
 void Graph::set_name(Value v, std::string name) {
   check_operand(v, "set_name");
-  EPIFUSE_CHECK(is_identifier(name), "value name '{}' must be an identifier", name);
   EPIFUSE_CHECK(nodes_[v.id].kind == NodeKind::op, "only op values can be renamed");
-  auto existing = find(name);
-  EPIFUSE_CHECK(!existing.valid() || existing == v, "duplicate value name '{}'", name);
-  nodes_[v.id].name = std::move(name);
-}
-
-std::vector<Value> Graph::inputs() const {
-  std::vector<Value> out;
-  for (std::size_t i = 0; i < nodes_.size(); ++i)
-    if (nodes_[i].kind == NodeKind::input) out.push_back(Value{static_cast<std::uint32_t>(i)});
-  return out;
+  Node& n = nodes_[v.id];
+  if (n.name == name) return;
+  check_new_name(name, "value name");
+  if (!n.name.empty()) names_.erase(n.name);
+  names_.emplace(name, v.id);
+  n.name = std::move(name);
 }
 
 Value Graph::find(std::string_view name) const {
-  for (std::size_t i = 0; i < nodes_.size(); ++i)
-    if (!nodes_[i].name.empty() && nodes_[i].name == name)
-      return Value{static_cast<std::uint32_t>(i)};
-  return {};
+  auto it = names_.find(name);
+  return it == names_.end() ? Value{} : Value{it->second};
 }
 
 void verify(const Graph& g) {
@@ -176,9 +214,8 @@ void verify(const Graph& g) {
   for (const auto& n : g.nodes())
     for (Value a : n.args) used[a.id] = true;
   for (const auto& o : g.outputs()) used[o.value.id] = true;
-  for (std::size_t i = 0; i < g.nodes().size(); ++i)
-    if (g.nodes()[i].kind == NodeKind::input)
-      EPIFUSE_CHECK(used[i], "input '{}' is never used", g.nodes()[i].name);
+  for (Value in : g.inputs())
+    EPIFUSE_CHECK(used[in.id], "input '{}' is never used", g.node(in).name);
 }
 
 }  // namespace epifuse

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "epifuse/errors.hpp"
+#include "ir/limits.hpp"
+#include "ir/names.hpp"
 #include "ir/op_table.hpp"
 
 namespace epifuse {
@@ -24,9 +26,9 @@ void verify(const KernelSpec& spec) {
   for (const auto& n : g.nodes()) {
     if (n.kind == NodeKind::input && n.broadcast == Broadcast::full) has_full_input = true;
     if (n.kind == NodeKind::input && gemm)
-      EPIFUSE_CHECK(n.name != "a" && n.name != "b" && n.name != "b0" && n.name != "b1",
-                    "input '{}': in a {} kernel the names a, b, b0, b1 are the GEMM operands",
-                    n.name, to_string(spec.mainloop.kind));
+      EPIFUSE_CHECK(!names::is_gemm_operand_name(n.name),
+                    "input '{}': in a {} kernel the names {} are the GEMM operands", n.name,
+                    to_string(spec.mainloop.kind), names::k_gemm_operand_list);
     if (n.kind != NodeKind::accumulator) continue;
     switch (spec.mainloop.kind) {
       case MainloopKind::elementwise:
@@ -42,15 +44,17 @@ void verify(const KernelSpec& spec) {
 }
 
 void verify_shape(const KernelSpec& spec, const Shape& s) {
-  constexpr std::int64_t k_max_dim = std::int64_t{1} << 40;
-  constexpr std::int64_t k_max_elems = std::int64_t{1} << 48;
+  using limits::k_max_dim;
+  using limits::k_max_elements;
   const bool gemm = spec.mainloop.kind != MainloopKind::elementwise;
   EPIFUSE_CHECK(s.m > 0 && s.n > 0, "shape: M and N must be positive, got M={} N={}", s.m, s.n);
   EPIFUSE_CHECK(!gemm || s.k > 0, "shape: a {} kernel needs K > 0 (--shape M,N,K)",
                 to_string(spec.mainloop.kind));
   EPIFUSE_CHECK(s.m <= k_max_dim && s.n <= k_max_dim && s.k <= k_max_dim,
-                "shape: dimension too large (at most 2^40), got M={} N={} K={}", s.m, s.n, s.k);
-  EPIFUSE_CHECK(s.m <= k_max_elems / s.n, "shape: M*N too large (at most 2^48 elements)");
+                "shape: a dimension exceeds the limit of 2^40 = {}, got M={} N={} K={}", k_max_dim,
+                s.m, s.n, s.k);
+  EPIFUSE_CHECK(s.m <= k_max_elements / s.n,
+                "shape: M*N = {}*{} exceeds the limit of 2^48 = {} elements", s.m, s.n, k_max_elements);
 }
 
 namespace {
@@ -71,8 +75,7 @@ std::string render(const KernelSpec& spec, bool canonical) {
   auto ref = [&](std::size_t i) {
     const Node& n = nodes[i];
     if (n.kind == NodeKind::accumulator) {
-      if (spec.mainloop.kind == MainloopKind::dual_gemm) put("acc{}", n.accumulator);
-      else put("acc");
+      put("{}", names::accumulator_name(spec.mainloop.kind, n.accumulator));
     } else if (!canonical && !n.name.empty()) {
       put("{}", n.name);
     } else {

@@ -1,8 +1,15 @@
 // IR builder validation, canonical printer and signature.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+
 #include "epifuse/errors.hpp"
 #include "epifuse/spec.hpp"
+#include "ir/limits.hpp"
 
 using namespace epifuse;
 
@@ -67,4 +74,111 @@ TEST_CASE("signature_bytes are equal exactly when signatures are") {
   KernelSpec d = bias_gelu("x", "bias");
   d.graph.output("pre", d.graph.find("x"), DType::bf16);
   CHECK(signature_bytes(d) != signature_bytes(specs[0]));
+}
+
+// --- limits (src/ir/limits.hpp, docs/limits.md): at the limit, and one past ---
+
+TEST_CASE("a graph holds at most k_max_ops ops, and the message names the limit") {
+  Graph g;
+  Value v = g.input("x", DType::f32);
+  for (std::size_t i = 0; i < limits::k_max_ops; ++i) v = g.relu(v);
+  CHECK_THROWS_WITH_AS(g.relu(v), doctest::Contains("more than the limit of 1024 ops"), UserError);
+  // Every kind of op counts against the same limit.
+  CHECK_THROWS_AS(g.add(v, v), UserError);
+  CHECK_THROWS_AS(g.scale(v, 2.0), UserError);
+  CHECK_THROWS_AS(g.dropout(v, 0.5), UserError);
+  CHECK_THROWS_AS(g.cast(v, DType::f16), UserError);
+  CHECK(g.nodes().size() == 1 + limits::k_max_ops);
+}
+
+TEST_CASE("a graph holds at most k_max_inputs inputs") {
+  Graph g;
+  for (std::size_t i = 0; i < limits::k_max_inputs; ++i) g.input(fmt::format("in{}", i), DType::f32);
+  CHECK_THROWS_WITH_AS(g.input("one_more", DType::f32), doctest::Contains("more than the limit of 128 inputs"),
+                       UserError);
+  CHECK(g.inputs().size() == limits::k_max_inputs);
+}
+
+TEST_CASE("a graph holds at most k_max_outputs outputs") {
+  Graph g;
+  Value x = g.input("x", DType::f32);
+  for (std::size_t i = 0; i < limits::k_max_outputs; ++i) g.output(fmt::format("o{}", i), x, DType::f32);
+  CHECK_THROWS_WITH_AS(g.output("one_more", x, DType::f32), doctest::Contains("more than the limit of 32 outputs"),
+                       UserError);
+}
+
+TEST_CASE("a graph holds at most k_max_scale_ops scale ops and k_max_dropouts dropouts") {
+  Graph g;
+  Value v = g.input("x", DType::f32);
+  for (std::size_t i = 0; i < limits::k_max_scale_ops; ++i) v = g.scale(v, 1.0);
+  CHECK_THROWS_WITH_AS(g.scale(v, 1.0), doctest::Contains("more than the limit of 256 scale ops"), UserError);
+  for (std::size_t i = 0; i < limits::k_max_dropouts; ++i) v = g.dropout(v, 0.0);
+  CHECK_THROWS_WITH_AS(g.dropout(v, 0.0), doctest::Contains("more than the limit of 256 dropout ops"), UserError);
+  CHECK(g.dropout_count() == static_cast<int>(limits::k_max_dropouts));
+  CHECK(g.node(v).stream == static_cast<int>(limits::k_max_dropouts) - 1);
+}
+
+TEST_CASE("names are identifiers of at most k_max_name_length characters") {
+  Graph g;
+  const std::string at_limit(limits::k_max_name_length, 'n');
+  const std::string past = at_limit + "n";
+  Value x = g.input(at_limit, DType::f32);
+  CHECK_THROWS_WITH_AS(g.input(past, DType::f32), doctest::Contains("65 characters, more than the limit of 64"),
+                       UserError);
+  Value r = g.relu(x);
+  CHECK_THROWS_WITH_AS(g.set_name(r, past), doctest::Contains("value name"), UserError);
+  CHECK_THROWS_WITH_AS(g.output(past, r, DType::f32), doctest::Contains("output name"), UserError);
+  g.set_name(r, "r" + std::string(limits::k_max_name_length - 1, 'x'));
+  g.output(at_limit.substr(1) + "o", r, DType::f32);
+  // A name no limit could show in full is cut in the message.
+  try {
+    g.input(std::string(100000, 'z'), DType::f32);
+    FAIL("a 100000-character name was accepted");
+  } catch (const UserError& e) {
+    CHECK(std::string_view(e.what()).size() < 400);
+  }
+}
+
+TEST_CASE("a value name is unique, and renaming frees the old name") {
+  Graph g;
+  Value x = g.input("x", DType::f32);
+  Value r = g.relu(x);
+  Value s = g.sigmoid(r);
+  g.set_name(r, "first");
+  g.set_name(r, "second");
+  CHECK(!g.find("first").valid());
+  CHECK(g.find("second") == r);
+  g.set_name(s, "first");
+  CHECK(g.find("first") == s);
+  CHECK_THROWS_WITH_AS(g.set_name(s, "x"), doctest::Contains("duplicate value name 'x'"), UserError);
+  CHECK_THROWS_WITH_AS(g.set_name(s, "acc0"), doctest::Contains("reserved"), UserError);
+  g.set_name(s, "first");  // its own name again is no duplicate
+}
+
+TEST_CASE("accumulators are made once, whatever the graph's size") {
+  Graph g;
+  Value acc = g.accumulator(0);
+  Value x = g.input("x", DType::f32);
+  for (int i = 0; i < 100; ++i) x = g.relu(x);
+  CHECK(g.accumulator(0) == acc);
+  Value acc1 = g.accumulator(1);
+  CHECK(g.accumulator(1) == acc1);
+  CHECK(acc1 != acc);
+}
+
+TEST_CASE("scale's alpha must be finite in float32") {
+  Graph g;
+  Value x = g.input("x", DType::f32);
+  const double flt_max = std::numeric_limits<float>::max();
+  g.scale(x, flt_max);
+  g.scale(x, -flt_max);
+  // Doubles just above FLT_MAX still round to it; the midpoint to 2^128 rounds to inf.
+  g.scale(x, std::nextafter(limits::k_float32_overflow, 0.0));
+  CHECK(std::isfinite(static_cast<float>(std::nextafter(limits::k_float32_overflow, 0.0))));
+  CHECK_THROWS_WITH_AS(g.scale(x, limits::k_float32_overflow), doctest::Contains("not finite in float32"), UserError);
+  CHECK_THROWS_WITH_AS(g.scale(x, 1e39), doctest::Contains("scale: alpha 1e+39 is not finite in float32"), UserError);
+  CHECK_THROWS_AS(g.scale(x, -1e39), UserError);
+  CHECK_THROWS_AS(g.scale(x, std::numeric_limits<double>::infinity()), UserError);
+  CHECK_THROWS_AS(g.scale(x, std::nan("")), UserError);
+  CHECK_THROWS_AS(g.dropout(x, std::nan("")), UserError);
 }
