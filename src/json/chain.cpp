@@ -7,6 +7,7 @@
 //   {"op": "mul", "arg": "gate"} a binary op with a declared input
 //   {"dropout": 0.1}             one-key form: the op's main attribute
 //   {"mul": "gate"}              (p, alpha, to) or a binary op's input
+#include "ir/names.hpp"
 #include "json/body.hpp"
 #include "json/op_attributes.hpp"
 
@@ -20,7 +21,7 @@ Value input_operand(Scope& scope, const Json& v, const JsonPath& at) {
   const Value in = scope.input(name);
   if (!in.valid())
     fail(at, "'{}' is not a declared input (a chain's binary op takes an input as its "
-             "second operand)", name);
+             "second operand)", names::excerpt(name));
   return in;
 }
 
@@ -35,7 +36,7 @@ Value step_from_string(Scope& scope, Value current, const std::string& s, const 
   if (in.valid() && op)
     fail(at, "'{}' is both a declared input and an op, so the step is ambiguous; rename the input", s);
   if (in.valid()) return apply_binary(scope, OpKind::add, current, in, at);
-  if (!op) fail(at, "'{}' is neither a declared input nor an op", s);
+  if (!op) fail(at, "'{}' is neither a declared input nor an op", names::excerpt(s));
   if (op->arity == 2)
     fail(at, "{0} needs a second operand: write {{\"op\": \"{0}\", \"arg\": INPUT}}", s);
   if (auto attr = primary_attribute(op->kind); !attr.empty())
@@ -68,7 +69,7 @@ Value step_from_one_key(Scope& scope, Value current, const Json& e, const JsonPa
   const OpInfo* info = find_op(key);
   if (!info)
     fail(value_at, "unknown op '{}' (a chain step object is {{\"op\": NAME, ...}} or {{OP: VALUE}})",
-         key);
+         names::excerpt(key));
   if (info->arity == 2)
     return apply_binary(scope, info->kind, current, input_operand(scope, value, value_at), at);
   const auto attr = primary_attribute(info->kind);
@@ -102,7 +103,7 @@ Value chain_start(Scope& scope, const JsonPath& at) {
              to_string(b));
       return x;
     }
-    case MainloopKind::gemm: return scope.lookup("acc", at);
+    case MainloopKind::gemm: return scope.lookup(names::k_gemm_accumulators[0], at);
     case MainloopKind::dual_gemm: break;
   }
   fail(at, "a dual_gemm kernel has two accumulators and a chain only one start; "

@@ -1,5 +1,7 @@
 #include "json/json_path.hpp"
 
+#include "ir/names.hpp"
+
 namespace epifuse {
 
 JsonError::JsonError(std::string path, std::string message)
@@ -10,18 +12,10 @@ JsonError::JsonError(std::string path, std::string message)
 namespace schema {
 
 namespace {
-bool is_identifier(std::string_view s) {
-  if (s.empty()) return false;
-  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
-  if (!alpha(s[0])) return false;
-  for (char c : s)
-    if (!alpha(c) && !(c >= '0' && c <= '9')) return false;
-  return true;
-}
-
 // Quotes a key for a message; control characters are escaped so that a path
-// always stays on one line.
-std::string quoted(std::string_view s) {
+// always stays on one line, and a long key is cut (names::excerpt).
+std::string quoted(std::string_view key) {
+  const std::string s = names::excerpt(key);
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') {
@@ -38,7 +32,8 @@ std::string quoted(std::string_view s) {
 }  // namespace
 
 JsonPath JsonPath::key(std::string_view k) const {
-  if (is_identifier(k)) return JsonPath(text_.empty() ? std::string(k) : fmt::format("{}.{}", text_, k));
+  if (names::is_identifier(k, names::k_excerpt_length))
+    return JsonPath(text_.empty() ? std::string(k) : fmt::format("{}.{}", text_, k));
   return JsonPath(fmt::format("{}[{}]", text_, quoted(k)));
 }
 

@@ -17,7 +17,9 @@ namespace epifuse::schema {
 class JsonPath {
  public:
   JsonPath() = default;  ///< the document itself
-  JsonPath key(std::string_view k) const;   ///< `.k`, or `["k k"]` when k is no identifier
+  /// `.k`, or `["k k"]` when k is no identifier; a key longer than
+  /// names::k_excerpt_length is quoted and cut (`["kkkk..."]`).
+  JsonPath key(std::string_view k) const;
   JsonPath index(std::size_t i) const;      ///< `[i]`
   /// `(root)` for the document itself.
   std::string str() const { return text_.empty() ? "(root)" : text_; }

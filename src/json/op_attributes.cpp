@@ -1,6 +1,7 @@
 #include "json/op_attributes.hpp"
 
 #include "epifuse/errors.hpp"
+#include "ir/names.hpp"
 #include "ir/op_table.hpp"
 
 namespace epifuse::schema {
@@ -10,7 +11,7 @@ const OpInfo& read_op(const Json& v, const JsonPath& at) {
   if (const OpInfo* info = find_op(name)) return *info;
   std::string known;
   for (const auto& info : op_table()) known += fmt::format("{}{}", known.empty() ? "" : ", ", info.name);
-  fail(at, "unknown op '{}' (known ops: {})", name, known);
+  fail(at, "unknown op '{}' (known ops: {})", names::excerpt(name), known);
 }
 
 std::vector<std::string_view> attribute_keys(OpKind op) {
@@ -36,6 +37,7 @@ void OpAttributes::read(OpKind op, std::string_view key, const Json& value, cons
     rng_ = read_rng(value, at);
   } else if (key == "alpha") {
     alpha_ = read_number(value, at);
+    alpha_at_ = at;
   } else if (key == "to") {
     to_ = read_dtype(value, at);
   } else {
@@ -53,12 +55,15 @@ Value OpAttributes::apply(Graph& g, OpKind op, std::span<const Value> args,
   const auto& info = op_info(op);
   EPIFUSE_ASSERT(args.size() == static_cast<std::size_t>(info.arity), "arity of {}", info.name);
   switch (op) {
+    // The builder's own check of an attribute, reported where it was written;
+    // then the builder call, whose other failures (a limit) belong to the op.
     case OpKind::dropout:
       if (!p_) fail(where, "dropout needs the probability 'p' (a number in [0, 1])");
-      // The builder checks the range; report it where p was written.
-      return at_path(p_at_, [&] { return g.dropout(args[0], *p_, rng_.value_or(RngMode::philox4)); });
+      at_path(p_at_, [&] { Graph::check_probability(*p_); });
+      return at_path(where, [&] { return g.dropout(args[0], *p_, rng_.value_or(RngMode::philox4)); });
     case OpKind::scale:
       if (!alpha_) fail(where, "scale needs the factor 'alpha' (a finite number)");
+      at_path(alpha_at_, [&] { Graph::check_alpha(*alpha_); });
       return at_path(where, [&] { return g.scale(args[0], *alpha_); });
     case OpKind::cast:
       if (!to_) fail(where, "cast needs the target dtype 'to'");

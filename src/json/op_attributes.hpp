@@ -37,7 +37,7 @@ class OpAttributes {
   std::optional<double> p_, alpha_;
   std::optional<RngMode> rng_;
   std::optional<DType> to_;
-  JsonPath p_at_;
+  JsonPath p_at_, alpha_at_;
 };
 
 }  // namespace epifuse::schema

@@ -1,6 +1,7 @@
 // The full form of a spec body: `ops` and `outputs` (DESIGN §7.1).
 #include <map>
 
+#include "ir/names.hpp"
 #include "json/body.hpp"
 #include "json/op_attributes.hpp"
 
@@ -48,9 +49,9 @@ void read_ops(Scope& scope, const Json& ops, const JsonPath& at) {
         auto def = defined_at.find(ref);
         if (def != defined_at.end() && def->second >= i)
           fail(arg_at, "'{}' is used before its definition (at {}); ops are listed in order",
-               ref, at.index(def->second).str());
+               names::excerpt(ref), at.index(def->second).str());
         fail(arg_at, "unknown value '{}' (not a declared input, an accumulator or an earlier op)",
-             ref);
+             names::excerpt(ref));
       }
       operands.push_back(v);
     }
@@ -80,7 +81,7 @@ void read_outputs(Scope& scope, const Json& outputs, const JsonPath& at) {
     const Value v = scope.lookup(ref, ref_at);
     if (!v.valid())
       fail(ref_at, "unknown value '{}' (an output stores a declared input, an accumulator or an op value)",
-           ref);
+           names::excerpt(ref));
     at_path(here, [&] { scope.graph().output(name, v, dtype); });
   }
 }

@@ -4,6 +4,8 @@
 #include <cstdint>
 
 #include "epifuse/json.hpp"
+#include "ir/limits.hpp"
+#include "ir/names.hpp"
 #include "json/body.hpp"
 
 namespace epifuse {
@@ -55,7 +57,7 @@ Mainloop read_mainloop(const Json& v, const JsonPath& at) {
 
 // One problem dimension: a positive integer of at most 2^40 (as verify_shape).
 std::int64_t read_dimension(const Json& v, const JsonPath& at) {
-  constexpr std::int64_t k_max_dim = std::int64_t{1} << 40;
+  using limits::k_max_dim;
   if (!v.is_number())
     fail(at, "a dimension is a positive integer, got {}", schema::describe(v));
   // 2e12 is a float in JSON; accept integral floats and judge their value.
@@ -64,13 +66,12 @@ std::int64_t read_dimension(const Json& v, const JsonPath& at) {
     fail(at, "a dimension is a positive integer, got {}", schema::show(v));
   if (d < 1) fail(at, "a dimension must be positive, got {}", schema::show(v));
   if (d > static_cast<double>(k_max_dim))
-    fail(at, "dimension {} is absurd (at most 2^40 = {})", schema::show(v), k_max_dim);
+    fail(at, "dimension {} exceeds the limit of 2^40 = {}", schema::show(v), k_max_dim);
   return static_cast<std::int64_t>(d);
 }
 
 // The epifuse extension "shape": a default problem shape, [M, N] or [M, N, K].
 Shape read_shape(const KernelSpec& spec, const Json& v, const JsonPath& at) {
-  constexpr std::int64_t k_max_elems = std::int64_t{1} << 48;
   schema::expect_array(v, at);
   const bool gemm = spec.mainloop.kind != MainloopKind::elementwise;
   const std::size_t rank = gemm ? 3 : 2;
@@ -82,8 +83,9 @@ Shape read_shape(const KernelSpec& spec, const Json& v, const JsonPath& at) {
   s.m = read_dimension(v[0], at.index(0));
   s.n = read_dimension(v[1], at.index(1));
   if (gemm) s.k = read_dimension(v[2], at.index(2));
-  if (s.m > k_max_elems / s.n)
-    fail(at, "M*N = {}*{} is absurd (at most 2^48 elements)", s.m, s.n);
+  // Before verify_shape, whose message would read "shape: shape: ...".
+  if (s.m > limits::k_max_elements / s.n)
+    fail(at, "M*N = {}*{} exceeds the limit of 2^48 = {} elements", s.m, s.n, limits::k_max_elements);
   schema::at_path(at, [&] { verify_shape(spec, s); });
   return s;
 }
@@ -139,7 +141,8 @@ KernelSpec spec_from_json(const Json& doc) {
     fail(root, "missing key 'outputs' (or write the chain shorthand: 'chain' and 'out')");
 
   schema::Scope scope(spec);
-  scope.make_accumulators(chain ? std::set<std::string, std::less<>>{"acc"}
+  const std::string chain_leaf(names::k_gemm_accumulators[0]);  // a chain starts from `acc`
+  scope.make_accumulators(chain ? std::set<std::string, std::less<>>{chain_leaf}
                                 : referenced_names(ops, outputs));
   if (const Json* v = find(doc, "inputs")) scope.declare_inputs(*v, root.key("inputs"));
   if (chain) {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ir/names.hpp"
+
 namespace epifuse::schema {
 
 std::string_view type_name(const Json& v) {
@@ -18,12 +20,44 @@ std::string_view type_name(const Json& v) {
   }
 }
 
+namespace {
+
+// `replace`: a document built in memory may hold invalid UTF-8, and a string
+// cut short may end inside a character; a message must not throw.
+std::string dump(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+// Appends compact JSON for `v` to `out` and stops soon after `out` holds
+// `budget` characters: the work is bounded by the budget, not by the value
+// (a 1 MB array, or a document nested 100,000 deep that was built in memory,
+// where a whole dump() would recurse that deep).
+void excerpt(const Json& v, std::string& out, std::size_t budget) {
+  if (out.size() > budget) return;
+  const std::size_t room = budget - out.size() + 1;
+  if (v.is_object() || v.is_array()) {
+    out += v.is_object() ? '{' : '[';
+    bool first = true;
+    for (auto it = v.begin(); it != v.end() && out.size() <= budget; ++it) {
+      if (!first) out += ',';
+      first = false;
+      if (v.is_object()) out += dump(Json(it.key().substr(0, room))) + ':';
+      excerpt(it.value(), out, budget);
+    }
+    out += v.is_object() ? '}' : ']';
+  } else if (v.is_string()) {
+    out += dump(Json(v.get_ref<const std::string&>().substr(0, room)));
+  } else if (v.is_number_float() && !std::isfinite(v.get<double>())) {
+    out += std::isnan(v.get<double>()) ? "nan" : (v.get<double>() > 0 ? "inf" : "-inf");
+  } else {
+    out += dump(v);
+  }
+}
+
+}  // namespace
+
 std::string show(const Json& v) {
-  // `replace`: a document built in memory may hold invalid UTF-8; a message must not throw.
-  std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (v.is_number_float() && !std::isfinite(v.get<double>()))
-    text = std::isnan(v.get<double>()) ? "nan" : (v.get<double>() > 0 ? "inf" : "-inf");
   constexpr std::size_t k_max = 60;
+  std::string text;
+  excerpt(v, text, k_max);
   if (text.size() > k_max) text = text.substr(0, k_max - 3) + "...";
   return text;
 }
@@ -49,7 +83,7 @@ void check_keys(const Json& obj, const JsonPath& at, const std::vector<std::stri
     if (known) continue;
     std::string list;
     for (auto a : allowed) list += fmt::format("{}{}", list.empty() ? "" : ", ", a);
-    fail(at.key(key), "unknown key '{}' in {} (allowed: {})", key, owner, list);
+    fail(at.key(key), "unknown key '{}' in {} (allowed: {})", names::excerpt(key), owner, list);
   }
 }
 
@@ -106,7 +140,7 @@ Precision read_precision(const Json& v, const JsonPath& at) {
   const std::string s = read_string(v, at);
   for (Precision p : {Precision::accurate, Precision::fast})
     if (precision_name(p) == s) return p;
-  fail(at, "unknown precision '{}' (expected accurate, fast)", s);
+  fail(at, "unknown precision '{}' (expected accurate, fast)", names::excerpt(s));
 }
 
 }  // namespace epifuse::schema

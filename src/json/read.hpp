@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "epifuse/spec.hpp"
+#include "ir/names.hpp"
 #include "json/json_path.hpp"
 
 namespace epifuse::schema {
@@ -17,7 +18,8 @@ using Json = nlohmann::ordered_json;
 
 /// "object", "array", "string", "number", "boolean" or "null".
 std::string_view type_name(const Json& v);
-/// The value as compact JSON text, shortened for a message.
+/// The value as compact JSON text, cut to a short excerpt for a message; the
+/// work is bounded by the excerpt, not by the value.
 std::string show(const Json& v);
 /// Type and value for a message: `number 3`, `string "x"`, `null`.
 std::string describe(const Json& v);
@@ -47,7 +49,7 @@ E read_choice(const Json& v, const JsonPath& at, std::string_view what,
     if (to_string(c) == s) return c;
     expected += fmt::format("{}{}", expected.empty() ? "" : ", ", to_string(c));
   }
-  fail(at, "unknown {} '{}' (expected {})", what, s, expected);
+  fail(at, "unknown {} '{}' (expected {})", what, names::excerpt(s), expected);
 }
 
 DType read_dtype(const Json& v, const JsonPath& at);

@@ -1,24 +1,13 @@
 #include "json/scope.hpp"
 
+#include "ir/names.hpp"
+
 namespace epifuse::schema {
 
-std::vector<std::string_view> accumulator_names(MainloopKind kind) {
-  switch (kind) {
-    case MainloopKind::elementwise: return {};
-    case MainloopKind::gemm: return {"acc"};
-    case MainloopKind::dual_gemm: return {"acc0", "acc1"};
-  }
-  return {};
-}
-
-bool is_accumulator_name(std::string_view name) {
-  return name == "acc" || name == "acc0" || name == "acc1";
-}
-
 void Scope::make_accumulators(const std::set<std::string, std::less<>>& referenced) {
-  const auto names = accumulator_names(kind());
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (referenced.contains(names[i])) graph().accumulator(static_cast<int>(i));
+  const auto leaves = names::accumulator_names(kind());
+  for (std::size_t i = 0; i < leaves.size(); ++i)
+    if (referenced.contains(leaves[i])) graph().accumulator(static_cast<int>(i));
 }
 
 void Scope::declare_inputs(const Json& inputs, const JsonPath& at) {
@@ -33,9 +22,9 @@ void Scope::declare_inputs(const Json& inputs, const JsonPath& at) {
     Broadcast broadcast = Broadcast::full;
     if (const Json* b = find(decl, "broadcast")) broadcast = read_broadcast(*b, here.key("broadcast"));
     // The same rule as verify(KernelSpec), checked here to name the input's path.
-    if (gemm && (name == "a" || name == "b" || name == "b0" || name == "b1"))
-      fail(here, "in a {} kernel the names a, b, b0, b1 are bound to the GEMM operands; "
-                 "rename the input", to_string(kind()));
+    if (gemm && names::is_gemm_operand_name(name))
+      fail(here, "in a {} kernel the names {} are bound to the GEMM operands; rename the input",
+           to_string(kind()), names::k_gemm_operand_list);
     // The builder checks the name (identifier, not an accumulator, not taken).
     Value v = at_path(here, [&] { return graph().input(name, dtype, broadcast); });
     values_.emplace(name, v);
@@ -50,10 +39,10 @@ Value Scope::input(std::string_view name) const {
 }
 
 Value Scope::lookup(std::string_view name, const JsonPath& at) {
-  if (is_accumulator_name(name)) {
-    const auto names = accumulator_names(kind());
-    for (std::size_t i = 0; i < names.size(); ++i)
-      if (names[i] == name) return graph().accumulator(static_cast<int>(i));
+  if (names::is_accumulator_name(name)) {
+    const auto leaves = names::accumulator_names(kind());
+    for (std::size_t i = 0; i < leaves.size(); ++i)
+      if (leaves[i] == name) return graph().accumulator(static_cast<int>(i));
     switch (kind()) {
       case MainloopKind::elementwise:
         fail(at, "'{}' is a GEMM accumulator; an elementwise kernel has none "
@@ -69,10 +58,10 @@ Value Scope::lookup(std::string_view name, const JsonPath& at) {
 }
 
 void Scope::define(const std::string& name, Value v, const JsonPath& at, std::string definer) {
-  if (is_accumulator_name(name))
-    fail(at, "'{}' is reserved for the mainloop accumulators (acc, acc0, acc1)", name);
+  if (names::is_accumulator_name(name))
+    fail(at, "'{}' is reserved for the mainloop accumulators ({})", name, names::k_accumulator_list);
   if (auto it = definer_.find(name); it != definer_.end())
-    fail(at, "duplicate value name '{}' (already defined by {})", name, it->second);
+    fail(at, "duplicate value name '{}' (already defined by {})", names::excerpt(name), it->second);
   at_path(at, [&] { graph().set_name(v, name); });
   values_.emplace(name, v);
   definer_.emplace(name, std::move(definer));

@@ -1,6 +1,7 @@
 #pragma once
 // The names a spec body (ops/outputs, or a chain) refers to: the mainloop's
-// accumulators, the declared inputs and the op values made so far.
+// accumulators, the declared inputs and the op values made so far. The naming
+// rules themselves are src/ir/names.hpp's.
 #include <map>
 #include <set>
 #include <string>
@@ -11,11 +12,6 @@
 #include "json/read.hpp"
 
 namespace epifuse::schema {
-
-/// The accumulator leaves of a mainloop, by index: gemm {acc}, dual_gemm {acc0, acc1}.
-std::vector<std::string_view> accumulator_names(MainloopKind kind);
-/// `acc`, `acc0` or `acc1`: reserved in every kind.
-bool is_accumulator_name(std::string_view name);
 
 class Scope {
  public:

@@ -1,14 +1,16 @@
-// JSON text and files to KernelSpec: syntax errors and repeated keys are
-// reported here, everything else by spec_from_json.
+// JSON text and files to KernelSpec: size, NUL bytes, syntax errors, the
+// structural limits and repeated keys are reported here, everything else by
+// spec_from_json.
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <set>
-#include <sstream>
 
 #include "epifuse/json.hpp"
+#include "ir/limits.hpp"
 #include "json/read.hpp"
+#include "json/structure_check.hpp"
 
 namespace epifuse {
 
@@ -17,113 +19,106 @@ using schema::JsonPath;
 
 namespace {
 
-// A parser callback that follows the path of the value being parsed and fails
-// on a key repeated within one object: nlohmann keeps only one of the two, so a
-// duplicated input or output would otherwise vanish without a word.
-class DuplicateKeyCheck {
- public:
-  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    using E = Json::parse_event_t;
-    switch (event) {
-      case E::object_start: stack_.push_back({true, child()}); break;
-      case E::array_start: stack_.push_back({false, child()}); break;
-      case E::key: {
-        Frame& top = stack_.back();
-        top.key = parsed.get<std::string>();
-        if (!top.keys.insert(top.key).second)
-          schema::fail(top.path.key(top.key),
-                       "duplicate key '{}' (a repeated key would silently replace the first)",
-                       top.key);
-        break;
-      }
-      case E::object_end:
-      case E::array_end:
-        stack_.pop_back();
-        value_done();
-        break;
-      case E::value: value_done(); break;
-    }
-    return true;
-  }
+const std::string k_size_limit = fmt::format("the limit of {} bytes ({} MiB) for a chain",
+                                             limits::k_max_chain_bytes, limits::k_max_chain_bytes >> 20);
 
-  /// Where the value being parsed goes: after a failure, where the failure is.
-  JsonPath child() const {
-    if (stack_.empty()) return {};
-    const Frame& top = stack_.back();
-    return top.object ? top.path.key(top.key) : top.path.index(top.count);
-  }
+// Characters of nlohmann's error detail kept in a message: the detail quotes
+// the token last read, which can be a whole (unterminated) string.
+constexpr std::size_t k_max_detail = 160;
 
- private:
-  struct Frame {
-    bool object;
-    JsonPath path;
-    std::size_t count = 0;  // arrays: elements seen
-    std::string key;        // objects: the current key
-    std::set<std::string> keys = {};
-  };
-
-  void value_done() {
-    if (!stack_.empty() && !stack_.back().object) ++stack_.back().count;
-  }
-
-  std::vector<Frame> stack_;
-};
+// "byte 73 (line 3, column 20": `byte` counts from 1, as nlohmann's do.
+std::string position(std::string_view text, std::size_t byte) {
+  byte = std::min(byte, text.size() + 1);
+  const auto before = text.substr(0, byte == 0 ? 0 : byte - 1);
+  const auto line = 1 + std::count(before.begin(), before.end(), '\n');
+  const auto line_start = before.rfind('\n');
+  const auto column = before.size() - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1;
+  return fmt::format("byte {} (line {}, column {}", byte, line, column);
+}
 
 // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax
 // error ..." -> "syntax error ...": the position is given our way.
 std::string parse_error_detail(const std::string& what) {
   const auto column = what.find("column ");
   const auto colon = column == std::string::npos ? column : what.find(": ", column);
-  return colon == std::string::npos ? what : what.substr(colon + 2);
+  std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
+  if (detail.size() > k_max_detail) detail = detail.substr(0, k_max_detail) + "...";
+  return detail;
 }
 
 // "[json.exception.out_of_range.406] number overflow parsing '1e999'" -> "number overflow ...".
 std::string exception_detail(const std::string& what) {
   const auto bracket = what.find("] ");
-  return bracket == std::string::npos ? what : what.substr(bracket + 2);
+  std::string detail = bracket == std::string::npos ? what : what.substr(bracket + 2);
+  if (detail.size() > k_max_detail) detail = detail.substr(0, k_max_detail) + "...";
+  return detail;
+}
+
+// What the parser must never see: more than k_max_chain_bytes, or a NUL byte
+// (nlohmann stops at a NUL after the document and accepts it, and one inside a
+// string gives a misleading message).
+void check_text(std::string_view text, std::string_view source) {
+  if (text.size() > limits::k_max_chain_bytes)
+    throw UserError(fmt::format("{}: {} bytes, more than {}", source, text.size(), k_size_limit));
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos)
+    throw UserError(fmt::format("{}: {}): NUL byte in the chain text (JSON text has none)", source,
+                                position(text, nul + 1)));
 }
 
 }  // namespace
 
 KernelSpec spec_from_json_text(std::string_view text, std::string_view source) {
+  check_text(text, source);
   Json doc;
-  DuplicateKeyCheck check;
+  schema::StructureCheck check;
   try {
     doc = Json::parse(text.begin(), text.end(),
                       [&check](int depth, Json::parse_event_t event, Json& parsed) {
                         return check(depth, event, parsed);
                       });
   } catch (const Json::parse_error& e) {
-    const std::size_t byte = std::min<std::size_t>(e.byte, text.size());
-    // e.byte counts from 1 and points at the last character read.
-    const auto before = text.substr(0, byte == 0 ? 0 : byte - 1);
-    const auto line = 1 + std::count(before.begin(), before.end(), '\n');
-    const auto line_start = before.rfind('\n');
-    const auto column = before.size() - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1;
-    const JsonPath where = check.child();
-    throw UserError(fmt::format("{}: invalid JSON at byte {} (line {}, column {}{}): {}", source,
-                                e.byte, line, column,
+    // e.byte points at the last character read.
+    const JsonPath where = check.where();
+    throw UserError(fmt::format("{}: invalid JSON at {}{}): {}", source, position(text, e.byte),
                                 where.str() == "(root)" ? "" : fmt::format(", in {}", where.str()),
                                 parse_error_detail(e.what())));
   } catch (const Json::out_of_range& e) {
     // nlohmann rejects a number that overflows a double (1e999) instead of
     // making it inf: report it where it was written.
-    schema::fail(check.child(), "{} (a number must be a finite double)", exception_detail(e.what()));
+    schema::fail(check.where(), "{} (a number must be a finite double)", exception_detail(e.what()));
   }
   return spec_from_json(doc);
 }
 
-KernelSpec load_spec(const std::filesystem::path& path) {
+namespace {
+
+// Reads at most k_max_chain_bytes + 1 bytes, in chunks: enough to tell that a
+// file is too large without reading all of it (`/dev/zero` never ends). Pipes,
+// process substitution (`<(cat chain.json)`) and /dev/stdin work as files do.
+std::string read_chain_text(const std::filesystem::path& path) {
+  const std::string name = path.string();
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    throw UserError(fmt::format("{}: cannot read spec: it is a directory", path.string()));
+    throw UserError(fmt::format("{}: cannot read spec: it is a directory", name));
   std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw UserError(fmt::format("{}: cannot read spec: {}", path.string(), std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw UserError(fmt::format("{}: cannot read spec: read failed", path.string()));
-  return spec_from_json_text(text.str(), path.string());
+  if (!in) throw UserError(fmt::format("{}: cannot read spec: {}", name, std::strerror(errno)));
+  std::string text;
+  std::array<char, 64 * 1024> chunk;
+  while (in && text.size() <= limits::k_max_chain_bytes) {
+    const std::size_t want = std::min(chunk.size(), limits::k_max_chain_bytes + 1 - text.size());
+    in.read(chunk.data(), static_cast<std::streamsize>(want));
+    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
+  }
+  if (in.bad()) throw UserError(fmt::format("{}: cannot read spec: read failed", name));
+  if (text.size() > limits::k_max_chain_bytes)
+    throw UserError(fmt::format("{}: more than {} (stopped reading there)", name, k_size_limit));
+  return text;
+}
+
+}  // namespace
+
+KernelSpec load_spec(const std::filesystem::path& path) {
+  return spec_from_json_text(read_chain_text(path), path.string());
 }
 
 }  // namespace epifuse

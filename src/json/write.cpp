@@ -3,6 +3,7 @@
 #include <set>
 
 #include "epifuse/json.hpp"
+#include "ir/names.hpp"
 #include "ir/op_table.hpp"
 #include "json/read.hpp"
 #include "json/scope.hpp"
@@ -19,13 +20,13 @@ namespace {
 std::vector<std::string> value_names(const KernelSpec& spec) {
   const auto& nodes = spec.graph.nodes();
   std::vector<std::string> names(nodes.size());
-  std::set<std::string, std::less<>> taken = {"acc", "acc0", "acc1"};
+  std::set<std::string, std::less<>> taken;
+  for (auto kind : {MainloopKind::gemm, MainloopKind::dual_gemm})
+    for (std::string_view reserved : names::accumulator_names(kind)) taken.emplace(reserved);
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     if (n.kind == NodeKind::accumulator) {
-      names[i] = spec.mainloop.kind == MainloopKind::dual_gemm || n.accumulator != 0
-                     ? fmt::format("acc{}", n.accumulator)
-                     : "acc";
+      names[i] = names::accumulator_name(spec.mainloop.kind, n.accumulator);
     } else if (n.kind == NodeKind::input) {
       names[i] = n.name;
       taken.insert(n.name);
