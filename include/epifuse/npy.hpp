@@ -14,6 +14,8 @@ namespace epifuse {
 /// Reads an .npy file as it is stored (f32, f16, or bf16 from `<u2` raw bits);
 /// UserError naming the file for anything malformed or unsupported.
 HostTensor read_npy(const std::filesystem::path& path);
+/// Writes a version 1.0 file (2.0 for a huge header); UserError naming the file
+/// when it cannot be opened, RuntimeError when a write, flush or close fails.
 void write_npy(const std::filesystem::path& path, const HostTensor& t);
 
 }  // namespace epifuse

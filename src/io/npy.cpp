@@ -7,7 +7,9 @@
 #include "epifuse/npy.hpp"
 
 #include <bit>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -20,6 +22,7 @@
 #include <fmt/ranges.h>
 
 #include "epifuse/errors.hpp"
+#include "ir/limits.hpp"
 
 namespace epifuse {
 
@@ -32,8 +35,8 @@ constexpr char k_magic[] = "\x93NUMPY";
 constexpr std::size_t k_magic_len = 6;
 // A single dimension or element count beyond these is a corrupt header, not data:
 // the same bounds verify_shape puts on problem shapes.
-constexpr std::int64_t k_max_dim = std::int64_t{1} << 40;
-constexpr std::int64_t k_max_elems = std::int64_t{1} << 48;
+using limits::k_max_dim;
+constexpr std::int64_t k_max_elems = limits::k_max_elements;
 // numpy's own limit for headers it will read without allow_pickle-like opt-ins.
 constexpr std::size_t k_max_header = 1u << 20;
 
@@ -305,13 +308,23 @@ void write_npy(const std::filesystem::path& path, const HostTensor& t) {
   const std::uint32_t len = static_cast<std::uint32_t>(dict.size());
   for (int i = 0; i < (v2 ? 4 : 2); ++i) prefix.push_back(static_cast<char>((len >> (8 * i)) & 0xFF));
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  // C stdio rather than ofstream: every step reports its errno. A full disk
+  // (or /dev/full) usually fails only at the flush or the close, so both are
+  // checked; a file that was not written completely must not pass for one.
+  std::FILE* out = std::fopen(path.c_str(), "wb");
   if (!out) throw UserError(fmt::format("{}: cannot write: {}", path.string(), std::strerror(errno)));
-  out.write(prefix.data(), static_cast<std::streamsize>(prefix.size()));
-  out.write(dict.data(), static_cast<std::streamsize>(dict.size()));
-  out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
-  out.close();
-  if (!out) throw RuntimeError(fmt::format("{}: write failed: {}", path.string(), std::strerror(errno)));
+  int error = 0;
+  auto put = [&](const void* data, std::size_t size) {
+    if (error == 0 && size > 0 && std::fwrite(data, 1, size, out) != size) error = errno ? errno : EIO;
+  };
+  errno = 0;
+  put(prefix.data(), prefix.size());
+  put(dict.data(), dict.size());
+  put(t.bytes.data(), t.bytes.size());
+  if (std::fflush(out) != 0 && error == 0) error = errno ? errno : EIO;
+  if (std::fclose(out) != 0 && error == 0) error = errno ? errno : EIO;
+  if (error != 0)
+    throw RuntimeError(fmt::format("{}: write failed: {}", path.string(), std::strerror(error)));
 }
 
 }  // namespace epifuse

@@ -35,22 +35,57 @@ fail() {
   return 0
 }
 
-# expect RC NAME -- CMD...: runs CMD, passes when its exit code is RC. For RC 2 it
-# also wants a message on stderr. Any exit code >= 128 (a signal: abort, segfault)
-# fails whatever RC says.
-expect() {
-  local want=$1 name=$2
-  shift 3
-  "$@" >"$TMP/out" 2>"$TMP/err"
-  local rc=$?
+# judge NAME WANT RC [FRAGMENT]: passes when RC is WANT and, for WANT 2 and 5 (a
+# user or output error), stderr says something (FRAGMENT, when given). Any exit
+# code >= 128 (a signal: abort, segfault) fails whatever WANT says.
+judge() {
+  local name=$1 want=$2 rc=$3 fragment=${4:-}
   if ((rc >= 128)); then
     fail "$name (crashed: exit code $rc)"
   elif [[ $rc != "$want" ]]; then
     fail "$name (exit code $rc, want $want)"
-  elif [[ $want == 2 && ! -s $TMP/err ]]; then
-    fail "$name (exit code 2 but no message on stderr)"
+  elif [[ ($want == 2 || $want == 5) && ! -s $TMP/err ]]; then
+    fail "$name (exit code $want but no message on stderr)"
+  elif [[ -n $fragment ]] && ! grep -qF -- "$fragment" "$TMP/err"; then
+    fail "$name (stderr does not say: $fragment)"
   else
-    pass "$name"
+    return 0
+  fi
+  return 1
+}
+
+# expect RC NAME -- CMD...: runs CMD and judges its exit code.
+expect() {
+  local want=$1 name=$2
+  shift 3
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  judge "$name" "$want" $? && pass "$name"
+}
+
+# expect_stderr RC NAME FRAGMENT -- CMD...: as expect, and stderr must contain FRAGMENT.
+expect_stderr() {
+  local want=$1 name=$2 fragment=$3
+  shift 4
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  judge "$name" "$want" $? "$fragment" && pass "$name"
+}
+
+# expect_fast MAX_S RC NAME FRAGMENT -- CMD...: as expect_stderr, and CMD must use
+# less than MAX_S seconds of CPU time (user + system: wall time would count
+# whatever else the machine is doing).
+expect_fast() {
+  local max=$1 want=$2 name=$3 fragment=$4
+  shift 5
+  local TIMEFORMAT='%3U %3S'
+  { time "$@" >"$TMP/out" 2>"$TMP/err"; } 2>"$TMP/time"
+  local rc=$?
+  local cpu
+  cpu=$(awk '{print $1 + $2}' "$TMP/time")
+  judge "$name" "$want" $rc "$fragment" || return 0
+  if awk -v t="$cpu" -v m="$max" 'BEGIN {exit !(t >= m)}'; then
+    fail "$name (took $cpu s of CPU, want < $max s)"
+  else
+    pass "$name ($cpu s)"
   fi
 }
 
@@ -161,6 +196,168 @@ if ((rc == 0)) || { ((rc == 2 || rc == 4)) && [[ -s $TMP/err ]]; }; then
 else
   fail "--device cuda (exit code $rc)"
 fi
+
+# --- limits (docs/limits.md): refused at once, with a message naming the limit --------
+# Each chain is valid but for one size, so that before the limits it ran (or hung,
+# or crashed); now it exits 2 in well under a second. The first three are the
+# reproducers of the issue that brought the limits; the rest are 10x a limit.
+L=$TMP/limits
+mkdir -p "$L"
+"$PYTHON" - "$L" <<'PY'
+import json, sys
+d = sys.argv[1]
+def spec(body, inputs=None):
+    return {"epifuse": 1, "inputs": inputs or {"x": {"dtype": "f32"}}, **body}
+def save(name, doc):
+    with open(f"{d}/{name}.json", "w") as f:
+        f.write(doc if isinstance(doc, str) else json.dumps(doc, separators=(",", ":")))
+def key(i):  # short distinct identifiers: k0, k1, ..., k1z, ...
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    s = ""
+    while True:
+        s = digits[i % 36] + s
+        i //= 36
+        if not i:
+            return "k" + s
+def chain_inputs(n):  # x and n-1 more inputs, each added by the chain
+    names = [key(i) for i in range(1, n)]
+    return spec({"chain": names}, {"x": {"dtype": "f32"}, **{k: {"dtype": "f32"} for k in names}})
+def outputs(n):
+    return spec({"outputs": {key(i): {"dtype": "f32", "value": "x"} for i in range(n)}})
+def ops(n):
+    op = lambda i: {"name": f"v{i}", "op": "relu", "args": [f"v{i-1}" if i else "x"]}
+    return spec({"ops": [op(i) for i in range(n)], "outputs": {"y": {"dtype": "f32", "value": f"v{n-1}"}}})
+# The issue's reproducers: an object of 100,000 keys, a chain of 60,000 inputs,
+# a chain of 200,000 {"op": "scale"} steps, a million unclosed arrays.
+save("keys_100000", spec({"chain": ["relu"], "name": "k"}) | {"inputs": {"x": {"dtype": "f32"}, **{key(i): 0 for i in range(1, 100000)}}})
+save("inputs_60000", chain_inputs(60000))
+save("scale_200000", spec({"chain": [{"op": "scale"}] * 200000}))
+save("deep_1000000", "[" * 1000000 + "\n")
+# 10x each limit, and each graph limit + 1.
+save("depth_640", json.dumps(spec({"chain": ["relu"]}))[:-1] + ',"extra":' + "[" * 640 + "]" * 640 + "}")
+save("keys_2560", spec({"chain": ["relu"], "extra": {key(i): 0 for i in range(2560)}}))
+save("array_40960", spec({"chain": ["relu"] * 40960}))
+save("bytes_10MiB", json.dumps(spec({"chain": ["relu"]})) + " " * (10 << 20))
+save("ops_10240", ops(10240))
+save("ops_1025", ops(1025))
+save("chain_ops_1025", spec({"chain": ["relu"] * 1025}))
+save("inputs_1280", chain_inputs(1280))
+save("inputs_129", chain_inputs(129))
+save("outputs_320", outputs(320))
+save("outputs_33", outputs(33))
+save("scale_2560", spec({"chain": [{"scale": 1.5}] * 2560}))
+save("scale_257", spec({"chain": [{"scale": 1.5}] * 257}))
+save("dropout_2560", spec({"chain": [{"dropout": 0.1}] * 2560}))
+save("dropout_257", spec({"chain": [{"dropout": 0.1}] * 257}))
+save("name_640", spec({"ops": [{"name": "n" * 640, "op": "relu", "args": ["x"]}], "outputs": {"y": {"dtype": "f32", "value": "n" * 640}}}))
+save("name_65", spec({"ops": [{"name": "n" * 65, "op": "relu", "args": ["x"]}], "outputs": {"y": {"dtype": "f32", "value": "n" * 65}}}))
+save("alpha_1e39", spec({"chain": [{"op": "scale", "alpha": 1e39}], "shape": [2, 2]}))
+PY
+BYTES="the limit of 1048576 bytes (1 MiB)"
+# The acceptance bound of the deep reproducer: 0.1 s and 50 MB.
+expect_fast 0.1 2 "a million nested [ (the crash)" "nesting deeper than the limit of 64 levels" -- \
+  "$EPIFUSE" validate "$L/deep_1000000.json"
+if [[ -x /usr/bin/time ]]; then
+  /usr/bin/time -f '%M' -o "$TMP/rss" "$EPIFUSE" validate "$L/deep_1000000.json" >/dev/null 2>&1
+  rss=$(tail -1 "$TMP/rss")
+  if ((rss < 50000)); then pass "a million nested [ in $rss KB (< 50 MB)"; else fail "a million nested [ took $rss KB (want < 50 MB)"; fi
+else
+  echo "note  no /usr/bin/time: the memory bound of the million nested [ is not checked"
+fi
+expect_fast 1 2 "an object of 100,000 keys" "the limit of 256 keys in one object" -- "$EPIFUSE" validate "$L/keys_100000.json"
+expect_fast 1 2 "a chain of 60,000 inputs" "$BYTES" -- "$EPIFUSE" validate "$L/inputs_60000.json"
+expect_fast 1 2 "a chain of 200,000 scale steps" "$BYTES" -- "$EPIFUSE" validate "$L/scale_200000.json"
+expect_fast 1 2 "10x depth" "nesting deeper than the limit of 64 levels" -- "$EPIFUSE" validate "$L/depth_640.json"
+expect_fast 1 2 "10x keys in an object" "the limit of 256 keys in one object" -- "$EPIFUSE" validate "$L/keys_2560.json"
+expect_fast 1 2 "10x array elements" "the limit of 4096 elements in one array" -- "$EPIFUSE" validate "$L/array_40960.json"
+expect_fast 1 2 "10x chain bytes" "$BYTES" -- "$EPIFUSE" validate "$L/bytes_10MiB.json"
+expect_fast 1 2 "10x ops" "the limit of 4096 elements in one array" -- "$EPIFUSE" validate "$L/ops_10240.json"
+expect_fast 1 2 "ops + 1" "ops[1024]: relu: more than the limit of 1024 ops" -- "$EPIFUSE" validate "$L/ops_1025.json"
+expect_fast 1 2 "chain ops + 1" "chain[1024]: relu: more than the limit of 1024 ops" -- "$EPIFUSE" validate "$L/chain_ops_1025.json"
+expect_fast 1 2 "10x inputs" "the limit of 256 keys in one object" -- "$EPIFUSE" validate "$L/inputs_1280.json"
+expect_fast 1 2 "inputs + 1" "more than the limit of 128 inputs" -- "$EPIFUSE" validate "$L/inputs_129.json"
+expect_fast 1 2 "10x outputs" "the limit of 256 keys in one object" -- "$EPIFUSE" validate "$L/outputs_320.json"
+expect_fast 1 2 "outputs + 1" "more than the limit of 32 outputs" -- "$EPIFUSE" validate "$L/outputs_33.json"
+expect_fast 1 2 "10x scale ops" "chain[256]: scale: more than the limit of 256 scale ops" -- "$EPIFUSE" validate "$L/scale_2560.json"
+expect_fast 1 2 "scale ops + 1" "chain[256]: scale: more than the limit of 256 scale ops" -- "$EPIFUSE" validate "$L/scale_257.json"
+expect_fast 1 2 "10x dropouts" "chain[256]: dropout: more than the limit of 256 dropout ops" -- "$EPIFUSE" validate "$L/dropout_2560.json"
+expect_fast 1 2 "dropouts + 1" "chain[256]: dropout: more than the limit of 256 dropout ops" -- "$EPIFUSE" validate "$L/dropout_257.json"
+expect_fast 1 2 "10x name length" "has 640 characters, more than the limit of 64" -- "$EPIFUSE" validate "$L/name_640.json"
+expect_fast 1 2 "name length + 1" "has 65 characters, more than the limit of 64" -- "$EPIFUSE" validate "$L/name_65.json"
+expect_stderr 2 "alpha not finite in float32 (validate)" "chain[0].alpha: scale: alpha 1e+39 is not finite in float32" -- \
+  "$EPIFUSE" validate "$L/alpha_1e39.json"
+expect_stderr 2 "alpha not finite in float32 (run)" "not finite in float32" -- "$EPIFUSE" run "$L/alpha_1e39.json" --device cpu
+
+# --- reading chains: never past the limit; pipes and process substitution work -------
+expect_fast 1 2 "validate /dev/zero" "/dev/zero: more than $BYTES" -- "$EPIFUSE" validate /dev/zero
+expect 0 "validate <(cat chain)" -- "$EPIFUSE" validate <(cat "$AM")
+expect 0 "validate /dev/stdin" -- "$EPIFUSE" validate /dev/stdin <"$AM"
+expect 0 "run /dev/stdin from a pipe" -- bash -c 'cat "$1" | "$2" run /dev/stdin --shape 3,4 --device cpu' _ "$AM" "$EPIFUSE"
+expect_stderr 2 "a chain larger than the limit from a pipe" "/dev/stdin: more than $BYTES" -- \
+  bash -c 'cat "$1" | "$2" validate /dev/stdin' _ "$L/bytes_10MiB.json" "$EPIFUSE"
+printf '%s\0' "$(cat "$AM")" >"$TMP/nul_after.json"
+"$PYTHON" -c 'import sys; t = open(sys.argv[1]).read().replace("\"add_mul\"", "\"add\u0000mul\""); open(sys.argv[2], "w").write(t)' \
+  "$AM" "$TMP/nul_inside.json"
+expect_stderr 2 "a NUL byte after the JSON" "NUL byte in the chain text" -- "$EPIFUSE" validate "$TMP/nul_after.json"
+expect_stderr 2 "a NUL byte inside a string" "NUL byte in the chain text" -- "$EPIFUSE" validate "$TMP/nul_inside.json"
+
+# --- output that cannot be written: exit code 5 --------------------------------------
+expect_stderr 5 "emit > /dev/full" "standard output: write failed" -- bash -c '"$1" emit "$2" >/dev/full' _ "$EPIFUSE" "$AM"
+expect_stderr 5 "validate > /dev/full" "standard output" -- bash -c '"$1" validate "$2" >/dev/full' _ "$EPIFUSE" "$AM"
+expect_stderr 5 "validate --json > /dev/full" "standard output" -- bash -c '"$1" validate "$2" --json >/dev/full' _ "$EPIFUSE" "$AM"
+expect_stderr 5 "emit --json > /dev/full" "standard output" -- bash -c '"$1" emit "$2" --json >/dev/full' _ "$EPIFUSE" "$AM"
+expect_stderr 5 "run --json > /dev/full" "standard output" -- \
+  bash -c '"$1" run "$2" --shape 3,4 --device cpu --json >/dev/full' _ "$EPIFUSE" "$AM"
+expect_stderr 5 "--help > /dev/full" "standard output" -- bash -c '"$1" --help >/dev/full' _ "$EPIFUSE"
+# A failure reported already keeps its exit code; the lost document is told too.
+expect_stderr 2 "a user error with --json > /dev/full stays 2" "standard output" -- \
+  bash -c '"$1" validate "$2" --json >/dev/full' _ "$EPIFUSE" "$TMP/no_such_chain.json"
+expect_stderr 5 "run --output to /dev/full" "/dev/full: write failed" -- \
+  "$EPIFUSE" run "$AM" --shape 3,4 --device cpu --output out=/dev/full
+mkdir -p "$TMP/full_dir" && ln -sf /dev/full "$TMP/full_dir/out.npy"
+expect_stderr 5 "run --output-dir onto /dev/full" "out.npy: write failed" -- \
+  "$EPIFUSE" run "$AM" --shape 3,4 --device cpu --output-dir "$TMP/full_dir"
+expect_stderr 5 "run --output-dir --json, an output cannot be written" "write failed" -- \
+  "$EPIFUSE" run "$AM" --shape 3,4 --device cpu --output-dir "$TMP/full_dir" --json
+if "$PYTHON" -c 'import json,sys; assert json.load(sys.stdin)["error"]["kind"] == "io"' <"$TMP/out" 2>/dev/null; then
+  pass "--json names an output failure kind \"io\""
+else
+  fail "--json names an output failure kind \"io\""
+fi
+expect_stderr 2 "run --output into a file, not a directory" "'/dev/full' is not a directory" -- \
+  "$EPIFUSE" run "$AM" --shape 3,4 --device cpu --output out=/dev/full/x.npy
+if "$EPIFUSE" compile "$AM" --target sm_80 >/dev/null 2>&1; then
+  expect_stderr 5 "compile --cubin /dev/full" "--cubin /dev/full: write failed" -- \
+    "$EPIFUSE" compile "$AM" --target sm_80 --cubin /dev/full
+else
+  echo "skip  compile --cubin /dev/full (no NVRTC here)"
+fi
+
+# --- options: no silent defaults, messages name the limit ----------------------------
+expect_stderr 2 "--blocks-per-sm -7" "not in range 0 to 64" -- "$EPIFUSE" emit "$AM" --blocks-per-sm -7
+expect_stderr 2 "--blocks-per-sm 65" "not in range 0 to 64" -- "$EPIFUSE" emit "$AM" --blocks-per-sm 65
+expect_stderr 2 "--threads 48" "multiple of 32 in [32, 1024]" -- "$EPIFUSE" emit "$AM" --threads 48
+expect_stderr 2 "--threads 2048" "multiple of 32 in [32, 1024]" -- "$EPIFUSE" emit "$AM" --threads 2048
+expect_stderr 2 "--vec 3" "{1,2,4,8,16}" -- "$EPIFUSE" emit "$AM" --vec 3
+expect 0 "--threads 1024 --vec 16 --blocks-per-sm 64" -- "$EPIFUSE" emit "$AM" --threads 1024 --vec 16 --blocks-per-sm 64
+expect_stderr 2 "run --shape ''" "--shape: must not be empty" -- "$EPIFUSE" run "$AM" --shape "" --device cpu
+expect_stderr 2 "emit --shape ''" "--shape: must not be empty" -- "$EPIFUSE" emit "$AM" --shape ""
+expect_stderr 2 "run --output-dir ''" "--output-dir: must not be empty" -- "$EPIFUSE" run "$AM" --device cpu --output-dir ""
+expect_stderr 2 "validate ''" "must not be empty" -- "$EPIFUSE" validate ""
+expect_stderr 2 "compile --target ''" "--target: must not be empty" -- "$EPIFUSE" compile "$AM" --target ""
+# An unnamed chain is named by its file, never printed as '' or with a leading space.
+"$PYTHON" -c 'import json,sys; d = json.load(open(sys.argv[1])); d.pop("name"); json.dump(d, open(sys.argv[2], "w"))' \
+  "$AM" "$TMP/unnamed.json"
+expect 0 "validate an unnamed chain" -- "$EPIFUSE" validate "$TMP/unnamed.json"
+if head -1 "$TMP/out" | grep -q "ok: unnamed, " && ! grep -q "''" "$TMP/out"; then
+  pass "validate says 'unnamed'"
+else
+  fail "validate says 'unnamed'"
+fi
+expect 0 "run an unnamed chain" -- "$EPIFUSE" run "$TMP/unnamed.json" --shape 3,4 --device cpu
+if head -1 "$TMP/out" | grep -q "^unnamed.json on cpu: "; then pass "run names an unnamed chain by its file"; else fail "run names an unnamed chain by its file"; fi
+"$EPIFUSE" --help >"$TMP/out" 2>"$TMP/err"
+if grep -q "5 an output" "$TMP/out"; then pass "--help footer has exit code 5"; else fail "--help footer has exit code 5"; fi
 
 # --- help and version ---------------------------------------------------------------
 expect 0 "--version" -- "$EPIFUSE" --version

@@ -45,12 +45,13 @@ void cache_command(const CacheOptions& opt) {
     print_json(doc);
     return;
   }
-  if (opt.chains.empty())
-    std::cout << "the in-memory cache lives in one process; name chains to compile them into it\n";
-  std::cout << fmt::format("target {}: {} entries, {} hits, {} misses, {} compiles ({:.1f} ms), {} failures\n",
-                           jit.target(), s.entries, s.hits, s.misses, s.compiles, s.compile_ms, s.failures);
+  std::string text;
+  if (opt.chains.empty()) text += "the in-memory cache lives in one process; name chains to compile them into it\n";
+  text += fmt::format("target {}: {} entries, {} hits, {} misses, {} compiles ({:.1f} ms), {} failures\n",
+                      jit.target(), s.entries, s.hits, s.misses, s.compiles, s.compile_ms, s.failures);
   if (opt.action == "list")
-    for (const CacheKey& k : jit.cached_keys()) std::cout << "  " << k.str() << "\n";
+    for (const CacheKey& k : jit.cached_keys()) text += fmt::format("  {}\n", k.str());
+  print_text(text);
 }
 
 }  // namespace
@@ -62,7 +63,7 @@ void add_cache(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"stats", "list", "clear"}));
   sub->add_option("chains", opt->chains, "Chains to compile into this process's cache first");
-  sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, ...); default the GPU's");
+  sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, ...); default the GPU's")->check(non_empty());
   add_json_flag(*sub);
   sub->callback([opt] { cache_command(*opt); });
 }

@@ -1,7 +1,9 @@
 #include "common.hpp"
 
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include <xxhash.h>
 
 #include "epifuse/errors.hpp"
+#include "epifuse/npy.hpp"
 
 namespace epifuse::cli {
 
@@ -26,10 +29,57 @@ void add_json_flag(CLI::App& sub) {
                "{\"error\": {\"kind\", \"message\"}}); progress still goes to stderr");
 }
 
+namespace {
+// The errno of the first failed write to stdout, kept because errno itself
+// is long overwritten by the time stdout_failure() is asked.
+int first_stdout_errno = 0;
+}  // namespace
+
+void print_text(std::string_view text) {
+  std::cout.flush();  // keeps the order with anything written through std::cout
+  errno = 0;
+  const bool ok = std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0;
+  if (!ok && first_stdout_errno == 0) first_stdout_errno = errno ? errno : EIO;
+}
+
 void print_json(const nlohmann::ordered_json& doc) {
   // Invalid UTF-8 in messages (a file name, say) must not turn into an exception here.
-  std::cout << doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+  print_text(doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + '\n');
+}
+
+std::string stdout_failure() {
+  // std::cout writes through to C's stdout (sync_with_stdio), whose buffer
+  // fflush empties; a failure at any point leaves its error flag set.
   std::cout.flush();
+  const bool stream_failed = !std::cout;
+  errno = 0;
+  const bool flush_failed = std::fflush(stdout) != 0;
+  const int error = first_stdout_errno ? first_stdout_errno : errno;
+  if (!stream_failed && !flush_failed && !std::ferror(stdout) && first_stdout_errno == 0) return {};
+  return error ? std::strerror(error) : "write failed";
+}
+
+void write_output_npy(const std::filesystem::path& path, const HostTensor& t) {
+  try {
+    write_npy(path, t);
+  } catch (const UserError& e) {  // could not open it
+    throw OutputError(e.what());
+  } catch (const RuntimeError& e) {  // could not write or close it
+    throw OutputError(e.what());
+  }
+}
+
+const CLI::Validator& non_empty() {
+  static const CLI::Validator v(
+      [](std::string& value) { return value.empty() ? std::string("must not be empty") : std::string(); },
+      "NONEMPTY", "non-empty");
+  return v;
+}
+
+std::string chain_label(const KernelSpec& spec, const std::string& file) {
+  if (!spec.name.empty()) return spec.name;
+  const std::string base = std::filesystem::path(file).filename().string();
+  return base.empty() ? file : base;
 }
 
 namespace {

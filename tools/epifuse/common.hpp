@@ -1,7 +1,9 @@
 #pragma once
 /// What every subcommand shares: exit codes, the --json switch, argument parsers
-/// that are stricter than CLI11's (shapes, uint64 seeds, NAME=FILE bindings).
+/// that are stricter than CLI11's (shapes, uint64 seeds, NAME=FILE bindings),
+/// and checked output (stdout, .npy files).
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -9,7 +11,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "epifuse/errors.hpp"
 #include "epifuse/spec.hpp"
+#include "epifuse/tensor.hpp"
 
 namespace epifuse::cli {
 
@@ -19,6 +23,15 @@ inline constexpr int k_exit_target_failed = 1;  ///< verification or a benchmark
 inline constexpr int k_exit_user = 2;           ///< UserError or a command-line parse error
 inline constexpr int k_exit_compile = 3;        ///< CompileError
 inline constexpr int k_exit_runtime = 4;        ///< RuntimeError, device error, internal error
+inline constexpr int k_exit_io = 5;             ///< an output could not be written (OutputError, stdout)
+
+/// A result that could not be written where the user asked: standard output,
+/// --output, --output-dir or --cubin (a full disk, /dev/full, a closed pipe).
+/// main maps it to k_exit_io and the --json error kind "io".
+class OutputError : public Error {
+ public:
+  using Error::Error;
+};
 
 /// State of one invocation, set by the running subcommand.
 struct Session {
@@ -30,8 +43,28 @@ Session& session();
 /// Adds `--json` (bound to session().json) to a subcommand.
 void add_json_flag(CLI::App& sub);
 
+/// Prints text on stdout and flushes it, remembering why the first failed
+/// write failed; every subcommand's output goes through here or print_json.
+void print_text(std::string_view text);
 /// Prints a JSON document on stdout (indent 2, one trailing newline).
 void print_json(const nlohmann::ordered_json& doc);
+
+/// Flushes standard output and says why a write to it failed since the start
+/// ("No space left on device"), or returns an empty string when none did.
+/// main calls it last, so every subcommand's output is checked.
+std::string stdout_failure();
+
+/// write_npy for an output the user asked for: any failure to open, write or
+/// close the file is an OutputError naming it.
+void write_output_npy(const std::filesystem::path& path, const HostTensor& t);
+
+/// A validator for options whose empty value would otherwise mean "not given"
+/// (`--shape ""` silently taking the chain's shape is a mistake hidden).
+const CLI::Validator& non_empty();
+
+/// How a chain is named in messages: its "name", else its file name
+/// ("chain.json"), so that an unnamed chain never prints as ''.
+std::string chain_label(const KernelSpec& spec, const std::string& file);
 
 /// "M,N" or "M,N,K": plain decimal digits separated by commas, nothing else.
 /// Checks the count against the mainloop (M,N for elementwise, M,N,K for GEMM

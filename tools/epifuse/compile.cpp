@@ -1,5 +1,7 @@
 // `epifuse compile CHAIN.json --shape M,N --target T...`: compile with NVRTC
 // (no GPU needed) and print each kernel's cache key, time, size and hit/miss.
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -21,6 +23,15 @@ struct CompileOptions {
   TileOptions tile;
 };
 
+// Flushed and closed before it counts as written: a full disk fails there.
+void write_cubin(const std::string& path, const std::vector<char>& binary) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw OutputError(fmt::format("--cubin {}: cannot write: {}", path, std::strerror(errno)));
+  out.write(binary.data(), static_cast<std::streamsize>(binary.size()));
+  out.close();
+  if (!out) throw OutputError(fmt::format("--cubin {}: write failed", path));
+}
+
 void compile(const CompileOptions& opt) {
   const KernelSpec spec = load_spec(opt.chain);
   const Shape shape = resolve_shape(opt.shape, spec);
@@ -31,12 +42,8 @@ void compile(const CompileOptions& opt) {
     Jit jit(target);
     auto kernel = jit.compile(spec, shape, opt.tile.tile());
     const CacheStats first = jit.stats();
-    if (!opt.cubin.empty()) {
-      const std::string path = targets.size() == 1 ? opt.cubin : opt.cubin + "." + jit.target();
-      std::ofstream out(path, std::ios::binary);
-      out.write(kernel->binary().data(), static_cast<std::streamsize>(kernel->binary().size()));
-      EPIFUSE_CHECK(out.good(), "--cubin: cannot write {}", path);
-    }
+    if (!opt.cubin.empty())
+      write_cubin(targets.size() == 1 ? opt.cubin : opt.cubin + "." + jit.target(), kernel->binary());
     (void)jit.compile(spec, shape, opt.tile.tile());  // the same key again: a hit
     const CacheStats second = jit.stats();
     const std::string result = first.misses == 1 ? "miss (compiled)" : "hit";
@@ -49,9 +56,9 @@ void compile(const CompileOptions& opt) {
                      {"first_lookup", first.misses == 1 ? "miss" : "hit"},
                      {"second_lookup", second.hits > first.hits ? "hit" : "miss"}});
     } else {
-      std::cout << fmt::format("{}: {} {:.1f} ms, cubin {} bytes, {}; again: {}\n  key {}\n", jit.target(),
-                               kernel->source().name, kernel->compile_ms(), kernel->binary().size(), result,
-                               second.hits > first.hits ? "hit" : "miss", kernel->key().str());
+      print_text(fmt::format("{}: {} {:.1f} ms, cubin {} bytes, {}; again: {}\n  key {}\n", jit.target(),
+                             kernel->source().name, kernel->compile_ms(), kernel->binary().size(), result,
+                             second.hits > first.hits ? "hit" : "miss", kernel->key().str()));
     }
   }
   if (session().json) print_json(doc);
@@ -62,10 +69,12 @@ void compile(const CompileOptions& opt) {
 void add_compile(CLI::App& app) {
   auto opt = std::make_shared<CompileOptions>();
   CLI::App* sub = app.add_subcommand("compile", "Compile a chain with NVRTC (no GPU needed) and show its cache key");
-  sub->add_option("chain", opt->chain, "JSON op chain")->required();
-  sub->add_option("--shape", opt->shape, "M,N or M,N,K; default the chain's shape");
-  sub->add_option("--cubin", opt->cubin, "Write the binary here (FILE.<target> with several targets)");
-  sub->add_option("--target", opt->targets, "Targets (repeatable): sm_80, sm_86, sm_89, sm_90a, ...; default the GPU's");
+  sub->add_option("chain", opt->chain, "JSON op chain")->required()->check(non_empty());
+  sub->add_option("--shape", opt->shape, "M,N or M,N,K; default the chain's shape")->check(non_empty());
+  sub->add_option("--cubin", opt->cubin, "Write the binary here (FILE.<target> with several targets)")
+      ->check(non_empty());
+  sub->add_option("--target", opt->targets, "Targets (repeatable): sm_80, sm_86, sm_89, sm_90a, ...; default the GPU's")
+      ->check(non_empty());
   add_tile_options(*sub, opt->tile);
   add_json_flag(*sub);
   sub->callback([opt] { compile(*opt); });

@@ -37,7 +37,7 @@ void emit(const EmitOptions& opt) {
     doc["source"] = ks.text;
     print_json(doc);
   } else {
-    std::cout << ks.text;
+    print_text(ks.text);
   }
 }
 
@@ -46,9 +46,11 @@ void emit(const EmitOptions& opt) {
 void add_emit(CLI::App& app) {
   auto opt = std::make_shared<EmitOptions>();
   CLI::App* sub = app.add_subcommand("emit", "Print the generated kernel source (needs no GPU and no NVRTC)");
-  sub->add_option("chain", opt->chain, "JSON op chain")->required();
-  sub->add_option("--shape", opt->shape, "M,N (elementwise) or M,N,K (GEMM kinds); default the chain's shape");
-  sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, ...); the source is the same for all");
+  sub->add_option("chain", opt->chain, "JSON op chain")->required()->check(non_empty());
+  sub->add_option("--shape", opt->shape, "M,N (elementwise) or M,N,K (GEMM kinds); default the chain's shape")
+      ->check(non_empty());
+  sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, ...); the source is the same for all")
+      ->check(non_empty());
   add_tile_options(*sub, opt->tile);
   add_json_flag(*sub);
   sub->callback([opt] { emit(*opt); });

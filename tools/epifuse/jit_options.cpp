@@ -1,5 +1,9 @@
 #include "jit_options.hpp"
 
+#include <string>
+
+#include "ir/limits.hpp"
+
 namespace epifuse::cli {
 
 TileConfig TileOptions::tile() const {
@@ -10,11 +14,32 @@ TileConfig TileOptions::tile() const {
   return t;
 }
 
+namespace {
+
+// Threads per block: a whole number of warps, within the CUDA block limit.
+CLI::Validator threads_per_block() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        int n = 0;
+        if (!CLI::detail::lexical_cast(value, n) || n < limits::k_min_threads || n > limits::k_max_threads ||
+            n % 32 != 0)
+          return "threads per block must be a multiple of 32 in [" + std::to_string(limits::k_min_threads) +
+                 ", " + std::to_string(limits::k_max_threads) + "], got " + value;
+        return {};
+      },
+      "WARPS*32", "threads per block");
+}
+
+}  // namespace
+
 void add_tile_options(CLI::App& sub, TileOptions& opt) {
-  sub.add_option("--threads", opt.threads, "Threads per block (multiple of 32, 32..1024)");
-  sub.add_option("--vec", opt.vec, "Elements per thread per step: 1, 2, 4, 8, 16 (default: 16 bytes)");
+  sub.add_option("--threads", opt.threads, "Threads per block (multiple of 32, 32..1024)")
+      ->check(threads_per_block());
+  sub.add_option("--vec", opt.vec, "Elements per thread per step: 1, 2, 4, 8, 16 (default: 16 bytes)")
+      ->check(CLI::IsMember({1, 2, 4, 8, 16}));
   sub.add_option("--blocks-per-sm", opt.blocks_per_sm,
-                 "Grid: 0 covers every vector once; k > 0 is a grid-stride grid of k blocks per SM");
+                 "Grid: 0 covers every vector once; k > 0 is a grid-stride grid of k blocks per SM")
+      ->check(CLI::Range(0, limits::k_max_blocks_per_sm));
 }
 
 }  // namespace epifuse::cli

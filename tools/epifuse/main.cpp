@@ -57,7 +57,8 @@ int run_cli(int argc, char** argv) {
   app.fallthrough(false);
   app.footer(
       "Exit codes: 0 ok, 1 verification or benchmark target failed, 2 user error (bad chain,\n"
-      "shape, option or file), 3 compile error, 4 runtime or device error.\n"
+      "shape, option or file), 3 compile error, 4 runtime or device error, 5 an output\n"
+      "(standard output, --output, --output-dir, --cubin) could not be written.\n"
       "Run 'epifuse SUBCOMMAND --help' for a subcommand's options; docs/cli.md has the full guide.");
   for (AddCommand add : k_commands) add(app);
 
@@ -81,6 +82,8 @@ int run_cli(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     return report({k_exit_user, "user", fmt::format("{} (see --help)", e.what())}, json);
+  } catch (const OutputError& e) {
+    return report({k_exit_io, "io", e.what()}, json);
   } catch (const epifuse::UserError& e) {
     return report({k_exit_user, "user", e.what()}, json);
   } catch (const epifuse::CompileError& e) {
@@ -100,13 +103,24 @@ int run_cli(int argc, char** argv) {
   }
 }
 
+// Every subcommand's standard output is checked here, last: output that
+// never arrived (`> /dev/full`, a full disk) must not end in exit code 0. A
+// failure reported already keeps its own exit code; the lost output is told too.
+int check_stdout(int exit_code) {
+  const std::string failure = stdout_failure();
+  if (failure.empty()) return exit_code;
+  std::cerr << fmt::format("epifuse: io error: standard output: write failed: {}\n", failure);
+  return exit_code == k_exit_ok ? k_exit_io : exit_code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  int exit_code = k_exit_runtime;
   try {
-    return run_cli(argc, argv);
+    exit_code = run_cli(argc, argv);
   } catch (...) {
-    // Reached only if reporting itself failed (stdout closed, say).
-    return k_exit_runtime;
+    // Reached only if reporting itself failed.
   }
+  return check_stdout(exit_code);
 }

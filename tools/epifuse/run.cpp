@@ -1,5 +1,6 @@
 // `epifuse run CHAIN.json`: bind inputs (files or random), run on a device, and
-// summarize or write the outputs.
+// summarize or write the outputs. run() reads as its three steps: check and
+// bind everything the user gave (before any work), run, report.
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -49,6 +50,29 @@ struct RunOptions {
 // Work above which the CPU reference takes long enough to deserve progress lines.
 constexpr double k_large_run_flops = 1e8;
 constexpr std::int64_t k_first_values = 8;
+
+// Everything a run needs, checked: the spec, the shape, the seeds, and where
+// each operand comes from and each output goes.
+struct RunPlan {
+  KernelSpec spec;
+  std::string label;  // chain_label: the name, or the file name of an unnamed chain
+  Shape shape;
+  std::uint64_t data_seed = 0;
+  LaunchArgs args;
+  std::vector<OperandDesc> required;
+  std::map<std::string, std::string> input_files;   // operand -> file
+  std::vector<std::string> output_names;            // in the chain's order
+  std::map<std::string, std::string> output_files;  // output -> file
+  std::string output_dir;
+};
+
+// What the run produced, for the report.
+struct RunResult {
+  Device device = Device::cpu;
+  TensorMap inputs, outputs;
+  double ms = 0;
+  bool large = false;
+};
 
 // Reads an --input file and checks it against the operand it binds; f32/f16/bf16
 // files are converted to the operand's dtype (rounding to nearest even).
@@ -116,53 +140,75 @@ double flop_estimate(const KernelSpec& spec, const Shape& shape) {
   return mn;
 }
 
-void run(const RunOptions& opt) {
-  // Everything the user gave is checked before any work starts.
-  const KernelSpec spec = load_spec(opt.chain);
-  verify(spec);
-  const Shape shape = resolve_shape(opt.shape, spec);
-  const std::uint64_t data_seed = parse_u64(opt.data_seed, "--data-seed");
-  LaunchArgs args;
-  args.seed = parse_u64(opt.seed, "--seed");
-  args.offset = parse_u64(opt.offset, "--offset");
+std::string shape_text(const KernelSpec& spec, const Shape& shape) {
+  return spec.mainloop.kind == MainloopKind::elementwise
+             ? fmt::format("M={} N={}", shape.m, shape.n)
+             : fmt::format("M={} N={} K={}", shape.m, shape.n, shape.k);
+}
 
-  const std::vector<OperandDesc> required = required_inputs(spec, shape);
-  std::vector<std::string> required_names;
-  for (const auto& d : required) required_names.push_back(d.name);
-  std::map<std::string, std::string> input_files;
+// --input NAME=FILE: each names an operand the chain takes, once.
+std::map<std::string, std::string> input_bindings(const RunOptions& opt, const std::vector<OperandDesc>& required) {
+  std::vector<std::string> names;
+  for (const auto& d : required) names.push_back(d.name);
+  std::map<std::string, std::string> files;
   for (const std::string& b : opt.inputs) {
     auto [name, file] = parse_binding(b, "--input");
-    EPIFUSE_CHECK(std::find(required_names.begin(), required_names.end(), name) != required_names.end(),
-                  "--input {}: the chain has no input '{}' (it takes: {})", b, name,
-                  fmt::join(required_names, ", "));
-    EPIFUSE_CHECK(input_files.emplace(name, file).second, "--input {}: '{}' is bound twice", b, name);
+    EPIFUSE_CHECK(std::find(names.begin(), names.end(), name) != names.end(),
+                  "--input {}: the chain has no input '{}' (it takes: {})", b, name, fmt::join(names, ", "));
+    EPIFUSE_CHECK(files.emplace(name, file).second, "--input {}: '{}' is bound twice", b, name);
   }
+  return files;
+}
 
-  std::vector<std::string> output_names;
-  for (const Output& o : spec.graph.outputs()) output_names.push_back(o.name);
-  std::map<std::string, std::string> output_files;
+// --output NAME=FILE and --output-dir: checked before any work, so that a
+// long run does not end in a path that could never be written.
+void output_bindings(const RunOptions& opt, RunPlan& plan) {
+  for (const Output& o : plan.spec.graph.outputs()) plan.output_names.push_back(o.name);
+  const auto& names = plan.output_names;
   for (const std::string& b : opt.outputs) {
     auto [name, file] = parse_binding(b, "--output");
-    EPIFUSE_CHECK(std::find(output_names.begin(), output_names.end(), name) != output_names.end(),
-                  "--output {}: the chain has no output '{}' (it has: {})", b, name, fmt::join(output_names, ", "));
-    EPIFUSE_CHECK(output_files.emplace(name, file).second, "--output {}: '{}' is named twice", b, name);
+    EPIFUSE_CHECK(std::find(names.begin(), names.end(), name) != names.end(),
+                  "--output {}: the chain has no output '{}' (it has: {})", b, name, fmt::join(names, ", "));
+    EPIFUSE_CHECK(plan.output_files.emplace(name, file).second, "--output {}: '{}' is named twice", b, name);
     const fs::path dir = fs::path(file).parent_path();
-    EPIFUSE_CHECK(dir.empty() || fs::is_directory(dir), "--output {}: directory '{}' does not exist", b,
+    std::error_code ec;
+    EPIFUSE_CHECK(dir.empty() || fs::exists(dir, ec), "--output {}: directory '{}' does not exist", b,
+                  dir.string());
+    EPIFUSE_CHECK(dir.empty() || fs::is_directory(dir, ec), "--output {}: '{}' is not a directory", b,
                   dir.string());
   }
-  if (!opt.output_dir.empty()) {
-    for (const auto& name : output_names) check_file_name(name);
-    std::error_code ec;
-    fs::create_directories(opt.output_dir, ec);
-    EPIFUSE_CHECK(!ec && fs::is_directory(opt.output_dir), "--output-dir {}: cannot create it: {}",
-                  opt.output_dir, ec ? ec.message() : "not a directory");
-  }
+  plan.output_dir = opt.output_dir;
+  if (plan.output_dir.empty()) return;
+  for (const auto& name : names) check_file_name(name);
+  std::error_code ec;
+  fs::create_directories(plan.output_dir, ec);
+  EPIFUSE_CHECK(!ec && fs::is_directory(plan.output_dir), "--output-dir {}: cannot create it: {}",
+                plan.output_dir, ec ? ec.message() : "not a directory");
+}
 
+// Step 1: everything the user gave is checked before any work starts.
+RunPlan plan_run(const RunOptions& opt) {
+  RunPlan plan;
+  plan.spec = load_spec(opt.chain);
+  verify(plan.spec);
+  plan.label = chain_label(plan.spec, opt.chain);
+  plan.shape = resolve_shape(opt.shape, plan.spec);
+  plan.data_seed = parse_u64(opt.data_seed, "--data-seed");
+  plan.args.seed = parse_u64(opt.seed, "--seed");
+  plan.args.offset = parse_u64(opt.offset, "--offset");
+  plan.required = required_inputs(plan.spec, plan.shape);
+  plan.input_files = input_bindings(opt, plan.required);
+  output_bindings(opt, plan);
+  return plan;
+}
+
+// Reads the --input files; the other operands are drawn from --data-seed.
+TensorMap bind_inputs(const RunPlan& plan, Json& inputs_json) {
   TensorMap given;
-  Json inputs_json = Json::array();
-  for (const OperandDesc& d : required) {
+  inputs_json = Json::array();
+  for (const OperandDesc& d : plan.required) {
     Json j = {{"name", d.name}, {"dtype", to_string(d.dtype)}, {"shape", d.shape}};
-    if (auto it = input_files.find(d.name); it != input_files.end()) {
+    if (auto it = plan.input_files.find(d.name); it != plan.input_files.end()) {
       given.emplace(d.name, load_input(d, it->second));
       j["source"] = "file";
       j["file"] = it->second;
@@ -171,38 +217,47 @@ void run(const RunOptions& opt) {
     }
     inputs_json.push_back(std::move(j));
   }
-  const TensorMap inputs = make_inputs(spec, shape, data_seed, std::move(given));
-  const Device device = choose_device(opt.device);
-  EPIFUSE_CHECK(device != Device::cpu || opt.tile.tile() == TileConfig{},
+  return make_inputs(plan.spec, plan.shape, plan.data_seed, std::move(given));
+}
+
+// Step 2: run on the device, timed, with progress lines for a long CPU run.
+RunResult execute(const RunPlan& plan, const RunOptions& opt, TensorMap inputs) {
+  RunResult r;
+  r.inputs = std::move(inputs);
+  r.device = choose_device(opt.device);
+  EPIFUSE_CHECK(r.device != Device::cpu || opt.tile.tile() == TileConfig{},
                 "--threads, --vec and --blocks-per-sm choose a GPU kernel's tile; the CPU reference has none");
-
-  const std::string shape_text = spec.mainloop.kind == MainloopKind::elementwise
-                                     ? fmt::format("M={} N={}", shape.m, shape.n)
-                                     : fmt::format("M={} N={} K={}", shape.m, shape.n, shape.k);
-  const bool large = flop_estimate(spec, shape) > k_large_run_flops;
-  if (large)
-    std::cerr << fmt::format("epifuse: running '{}' on {} ({}, about {:.2g} GFLOP)...\n", spec.name,
-                             to_string(device), shape_text, flop_estimate(spec, shape) * 1e-9);
+  const double flops = flop_estimate(plan.spec, plan.shape);
+  r.large = flops > k_large_run_flops;
+  if (r.large)
+    std::cerr << fmt::format("epifuse: running '{}' on {} ({}, about {:.2g} GFLOP)...\n", plan.label,
+                             to_string(r.device), shape_text(plan.spec, plan.shape), flops * 1e-9);
   const auto t0 = std::chrono::steady_clock::now();
-  const TensorMap outputs = run_on_device(device, spec, shape, inputs, args, opt.tile.tile());
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (large) std::cerr << fmt::format("epifuse: done in {:.3f} s\n", ms * 1e-3);
+  r.outputs = run_on_device(r.device, plan.spec, plan.shape, r.inputs, plan.args, opt.tile.tile());
+  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (r.large) std::cerr << fmt::format("epifuse: done in {:.3f} s\n", r.ms * 1e-3);
+  return r;
+}
 
-  Json outputs_json = Json::array();
+// Step 3a: writes the outputs asked for and summarizes every output, as JSON
+// (`outputs_json`) and as text (returned).
+std::string report_outputs(const RunPlan& plan, const RunResult& r, Json& outputs_json) {
+  outputs_json = Json::array();
   std::string text;
-  for (const std::string& name : output_names) {
-    auto it = outputs.find(name);
-    EPIFUSE_ASSERT(it != outputs.end(), "the device returned no output '{}'", name);
+  for (const std::string& name : plan.output_names) {
+    auto it = r.outputs.find(name);
+    EPIFUSE_ASSERT(it != r.outputs.end(), "the device returned no output '{}'", name);
     const HostTensor& t = it->second;
     Json j = {{"name", name}, {"dtype", to_string(t.dtype)}, {"shape", t.shape}};
     std::vector<std::string> written;
-    if (auto f = output_files.find(name); f != output_files.end()) {
-      write_npy(f->second, t);
-      written.push_back(f->second);
+    const auto file = plan.output_files.find(name);
+    if (file != plan.output_files.end()) {
+      write_output_npy(file->second, t);
+      written.push_back(file->second);
     }
-    if (!opt.output_dir.empty()) {
-      const fs::path p = fs::path(opt.output_dir) / (name + ".npy");
-      write_npy(p, t);
+    if (!plan.output_dir.empty()) {
+      const fs::path p = fs::path(plan.output_dir) / (name + ".npy");
+      write_output_npy(p, t);
       written.push_back(p.string());
     }
     if (!written.empty()) j["files"] = written;
@@ -214,7 +269,7 @@ void run(const RunOptions& opt) {
     j["first"] = s.first;
     outputs_json.push_back(std::move(j));
 
-    if (output_files.count(name)) {
+    if (file != plan.output_files.end()) {
       text += fmt::format("{}: {} {} -> {}\n", name, to_string(t.dtype), shape_string(t.shape), fmt::join(written, ", "));
       continue;
     }
@@ -224,51 +279,65 @@ void run(const RunOptions& opt) {
     text += fmt::format("  first: {:.6g}{}\n", fmt::join(s.first, ", "), t.numel() > k_first_values ? ", ..." : "");
     if (!written.empty()) text += fmt::format("  written to {}\n", fmt::join(written, ", "));
   }
+  return text;
+}
 
-  // On the CPU the run *is* the reference: there is nothing independent to compare.
-  // On a GPU, --verify evaluates the reference on the same inputs and compares
-  // every output with the tolerance of its dtype (DESIGN §3).
-  const char* verify_note = "the cpu device runs the reference evaluator itself; nothing to compare against";
-  Json verify_json = {{"checked", false}, {"passed", true}, {"reason", verify_note}};
-  std::string verify_text = fmt::format("verify: {}\n", verify_note);
-  if (opt.verify && device != Device::cpu) {
-    if (large) std::cerr << "epifuse: verifying against the CPU reference ...\n";
-    const TensorMap want = evaluate(spec, shape, inputs, args);
-    verify_json = {{"checked", true}, {"passed", true}, {"outputs", Json::array()}};
-    verify_text.clear();
-    for (const Output& o : spec.graph.outputs()) {
-      const Comparison c = compare(outputs.at(o.name), want.at(o.name), tolerance_for(o.dtype, spec.precision));
-      verify_json["outputs"].push_back({{"name", o.name}, {"passed", c.ok}, {"max_abs_error", c.max_abs_error},
-                                        {"mismatches", c.mismatches}, {"message", c.message}});
-      verify_text += c.ok ? fmt::format("verify {}: ok ({} elements, max abs error {:.3g})\n", o.name, c.checked,
-                                        c.max_abs_error)
-                          : fmt::format("verify {}: FAILED: {}\n", o.name, c.message);
-      if (!c.ok) {
-        verify_json["passed"] = false;
-        session().exit_code = k_exit_target_failed;
-      }
+// Step 3b: on the CPU the run *is* the reference, so there is nothing
+// independent to compare. On a GPU, --verify evaluates the reference on the
+// same inputs and compares every output with the tolerance of its dtype
+// (DESIGN §3). Sets exit code 1 when an output differs.
+std::string verify_outputs(const RunPlan& plan, const RunResult& r, Json& verify_json) {
+  const char* note = "the cpu device runs the reference evaluator itself; nothing to compare against";
+  verify_json = {{"checked", false}, {"passed", true}, {"reason", note}};
+  if (r.device == Device::cpu) return fmt::format("verify: {}\n", note);
+  if (r.large) std::cerr << "epifuse: verifying against the CPU reference ...\n";
+  const TensorMap want = evaluate(plan.spec, plan.shape, r.inputs, plan.args);
+  verify_json = {{"checked", true}, {"passed", true}, {"outputs", Json::array()}};
+  std::string text;
+  for (const Output& o : plan.spec.graph.outputs()) {
+    const Comparison c =
+        compare(r.outputs.at(o.name), want.at(o.name), tolerance_for(o.dtype, plan.spec.precision));
+    verify_json["outputs"].push_back({{"name", o.name}, {"passed", c.ok}, {"max_abs_error", c.max_abs_error},
+                                      {"mismatches", c.mismatches}, {"message", c.message}});
+    text += c.ok ? fmt::format("verify {}: ok ({} elements, max abs error {:.3g})\n", o.name, c.checked,
+                               c.max_abs_error)
+                 : fmt::format("verify {}: FAILED: {}\n", o.name, c.message);
+    if (!c.ok) {
+      verify_json["passed"] = false;
+      session().exit_code = k_exit_target_failed;
     }
   }
+  return text;
+}
+
+void run(const RunOptions& opt) {
+  const RunPlan plan = plan_run(opt);
+  Json inputs_json, outputs_json, verify_json;
+  TensorMap inputs = bind_inputs(plan, inputs_json);
+  const RunResult r = execute(plan, opt, std::move(inputs));
+  const std::string outputs_text = report_outputs(plan, r, outputs_json);
+  const std::string verify_text = opt.verify ? verify_outputs(plan, r, verify_json) : "";
+
   if (session().json) {
     Json doc;
-    doc["name"] = spec.name;
-    doc["device"] = to_string(device);
-    doc["shape"] = spec.mainloop.kind == MainloopKind::elementwise ? Json{shape.m, shape.n}
-                                                                    : Json{shape.m, shape.n, shape.k};
-    doc["seed"] = args.seed;
-    doc["offset"] = args.offset;
-    doc["data_seed"] = data_seed;
+    doc["name"] = plan.spec.name;
+    doc["device"] = to_string(r.device);
+    doc["shape"] = plan.spec.mainloop.kind == MainloopKind::elementwise
+                       ? Json{plan.shape.m, plan.shape.n}
+                       : Json{plan.shape.m, plan.shape.n, plan.shape.k};
+    doc["seed"] = plan.args.seed;
+    doc["offset"] = plan.args.offset;
+    doc["data_seed"] = plan.data_seed;
     doc["inputs"] = std::move(inputs_json);
     doc["outputs"] = std::move(outputs_json);
-    doc["time_ms"] = ms;
-    if (opt.verify) doc["verify"] = verify_json;
+    doc["time_ms"] = r.ms;
+    if (opt.verify) doc["verify"] = std::move(verify_json);
     print_json(doc);
     return;
   }
-  std::cout << fmt::format("{} on {}: {}, seed {} offset {}, data seed {} ({:.3f} ms)\n", spec.name,
-                           to_string(device), shape_text, args.seed, args.offset, data_seed, ms);
-  std::cout << text;
-  if (opt.verify) std::cout << verify_text;
+  print_text(fmt::format("{} on {}: {}, seed {} offset {}, data seed {} ({:.3f} ms)\n{}{}", plan.label,
+                         to_string(r.device), shape_text(plan.spec, plan.shape), plan.args.seed,
+                         plan.args.offset, plan.data_seed, r.ms, outputs_text, verify_text));
 }
 
 }  // namespace
@@ -276,10 +345,11 @@ void run(const RunOptions& opt) {
 void add_run(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
   CLI::App* sub = app.add_subcommand("run", "Run a chain on a device (or the CPU reference) and show or save its outputs");
-  sub->add_option("chain", opt->chain, "the JSON op chain (docs/json-schema.md)")->required();
+  sub->add_option("chain", opt->chain, "the JSON op chain (docs/json-schema.md)")->required()->check(non_empty());
   sub->add_option("--shape", opt->shape,
                   "problem shape: M,N (elementwise; leading dims folded into M) or M,N,K (gemm, "
-                  "dual_gemm); default: the chain's \"shape\"");
+                  "dual_gemm); default: the chain's \"shape\"")
+      ->check(non_empty());
   sub->add_option("--device", opt->device,
                   "cuda, hip or cpu (the reference evaluator); default: the GPU present, else cpu")
       ->check(CLI::IsMember({"cuda", "hip", "cpu"}));
@@ -289,7 +359,8 @@ void add_run(CLI::App& app) {
       ->allow_extra_args(false);
   sub->add_option("--output", opt->outputs, "NAME=FILE.npy: write an output there (repeatable)")
       ->allow_extra_args(false);
-  sub->add_option("--output-dir", opt->output_dir, "write every output as DIR/NAME.npy (DIR is created)");
+  sub->add_option("--output-dir", opt->output_dir, "write every output as DIR/NAME.npy (DIR is created)")
+      ->check(non_empty());
   sub->add_option("--data-seed", opt->data_seed, "seed of the random inputs (uint64, decimal or 0x hex)")->capture_default_str();
   sub->add_option("--seed", opt->seed, "dropout seed (uint64, decimal or 0x hex)")->capture_default_str();
   sub->add_option("--offset", opt->offset, "dropout Philox offset (uint64, decimal or 0x hex)")->capture_default_str();

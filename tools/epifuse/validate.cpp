@@ -1,5 +1,4 @@
 // `epifuse validate CHAIN.json`: check a chain and print its canonical graph.
-#include <iostream>
 #include <memory>
 #include <string>
 
@@ -62,9 +61,10 @@ void validate(const ValidateOptions& opt) {
     print_json(doc);
     return;
   }
-  std::cout << fmt::format("{}: ok: '{}', {} mainloop, signature {}\n", opt.chain, spec.name,
-                           to_string(spec.mainloop.kind), hash);
-  std::cout << print(spec);
+  // An unnamed chain says so rather than printing ''.
+  const std::string name = spec.name.empty() ? "unnamed" : fmt::format("'{}'", spec.name);
+  print_text(fmt::format("{}: ok: {}, {} mainloop, signature {}\n{}", opt.chain, name,
+                         to_string(spec.mainloop.kind), hash, print(spec)));
 }
 
 }  // namespace
@@ -73,7 +73,7 @@ void add_validate(CLI::App& app) {
   auto opt = std::make_shared<ValidateOptions>();
   CLI::App* sub = app.add_subcommand(
       "validate", "Check a JSON op chain and print its canonical graph and signature hash");
-  sub->add_option("chain", opt->chain, "the JSON op chain (docs/json-schema.md)")->required();
+  sub->add_option("chain", opt->chain, "the JSON op chain (docs/json-schema.md)")->required()->check(non_empty());
   add_json_flag(*sub);
   sub->footer(
       "Every problem is reported with its JSON path, e.g. 'ops[2].p: dropout probability must\n"
