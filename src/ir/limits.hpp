@@ -8,6 +8,7 @@
 // takes minutes, and `/dev/zero` is read until the host runs out of memory.
 // Each limit is far above any real chain and low enough that everything up to
 // it runs in milliseconds; the checks come before any expensive step.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -54,6 +55,8 @@ inline constexpr std::int64_t k_max_elements = std::int64_t{1} << 48;
 inline constexpr int k_min_threads = 32;  ///< threads per block: a multiple of 32 ...
 inline constexpr int k_max_threads = 1024;  ///< ... up to the CUDA block limit
 inline constexpr int k_max_blocks_per_sm = 64;  ///< grid-stride grid: blocks per multiprocessor
+/// Elements per thread per step that the templates implement (0 in a TileConfig: choose).
+inline constexpr std::array<int, 5> k_vec_widths = {1, 2, 4, 8, 16};
 
 // --- attribute values ---
 

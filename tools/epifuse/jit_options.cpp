@@ -1,6 +1,7 @@
 #include "jit_options.hpp"
 
 #include <string>
+#include <vector>
 
 #include "ir/limits.hpp"
 
@@ -36,7 +37,7 @@ void add_tile_options(CLI::App& sub, TileOptions& opt) {
   sub.add_option("--threads", opt.threads, "Threads per block (multiple of 32, 32..1024)")
       ->check(threads_per_block());
   sub.add_option("--vec", opt.vec, "Elements per thread per step: 1, 2, 4, 8, 16 (default: 16 bytes)")
-      ->check(CLI::IsMember({1, 2, 4, 8, 16}));
+      ->check(CLI::IsMember(std::vector<int>(limits::k_vec_widths.begin(), limits::k_vec_widths.end())));
   sub.add_option("--blocks-per-sm", opt.blocks_per_sm,
                  "Grid: 0 covers every vector once; k > 0 is a grid-stride grid of k blocks per SM")
       ->check(CLI::Range(0, limits::k_max_blocks_per_sm));
