@@ -173,7 +173,7 @@ void run(const RunOptions& opt) {
   }
   const TensorMap inputs = make_inputs(spec, shape, data_seed, std::move(given));
   const Device device = choose_device(opt.device);
-  EPIFUSE_CHECK(device != Device::cpu || opt.tile.tile() == TileConfig{},
+  EPIFUSE_CHECK(device != Device::cpu || !opt.tile.tile(),
                 "--threads, --vec and --blocks-per-sm choose a GPU kernel's tile; the CPU reference has none");
 
   const std::string shape_text = spec.mainloop.kind == MainloopKind::elementwise
