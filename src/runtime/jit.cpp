@@ -28,6 +28,7 @@ struct LoadedKernel final : CompiledKernel {
   // a vector-only kernel needs.
   std::shared_ptr<const KernelSpec> spec;
   Shape shape;
+  const KernelFamily* family = nullptr;  // found once, so a launch looks nothing up
   std::vector<char> cubin;
   double ms = 0;
   std::optional<backend::Module> module;
@@ -110,6 +111,7 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
     kernel->src = emit_kernel(spec, shape, k.tile, k.path);
     EPIFUSE_ASSERT(kernel->src.path == k.path && kernel->src.tile == k.tile, "key and source disagree");
     kernel->spec = owned ? std::move(owned) : std::make_shared<const KernelSpec>(spec);
+    kernel->family = &family_for(spec.mainloop.kind);
     kernel->shape = shape;
     backend::CompiledBinary bin =
         rtc->compile(kernel->src.text, kernel->src.name + ".cu", target, extra_options, headers);
@@ -203,8 +205,7 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
       case ParamRole::scalar: put(f, ks.scalars[f.index]); break;
       case ParamRole::vector_flag: flag = params + f.offset; break;
       case ParamRole::opaque:
-        family_for(kernel.spec->mainloop.kind)
-            .fill_opaque(f, {ks, b.inputs, b.outputs, shape}, {params + f.offset, f.size});
+        kernel.family->fill_opaque(f, {ks, b.inputs, b.outputs, shape}, {params + f.offset, f.size});
         break;
     }
   }
@@ -220,7 +221,7 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
   const Impl& d = *impl_;
   const auto& kernel = static_cast<const LoadedKernel&>(compiled);
   const KernelSource& ks = kernel.src;
-  const KernelFamily& family = family_for(kernel.spec->mainloop.kind);
+  const KernelFamily& family = *kernel.family;
   EPIFUSE_CHECK(d.driver && kernel.function,
                 "kernel for {} cannot run here: {}", d.target_name,
                 gpu_unavailable_reason().empty() ? "the GPU is a different architecture"
