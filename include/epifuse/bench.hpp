@@ -20,8 +20,9 @@ struct BenchOptions {
   LaunchArgs args{};
 };
 
+/// One row of an elementwise kernel's block-size sweep.
 struct SweepRow {
-  TileConfig tile;
+  ElementwiseTile tile;
   double ms = 0, gbps = 0, of_copy = 0;
 };
 

@@ -6,18 +6,11 @@
 #include <map>
 #include <string>
 
+#include "epifuse/launch.hpp"
 #include "epifuse/spec.hpp"
 #include "epifuse/tensor.hpp"
 
 namespace epifuse {
-
-/// Launch-time arguments: never baked into a kernel.
-struct LaunchArgs {
-  std::uint64_t seed = 0;
-  std::uint64_t offset = 0;
-};
-
-using TensorMap = std::map<std::string, HostTensor>;
 
 /// GEMM operands are bound under these names: gemm `a` [M,K], `b` [K,N];
 /// dual_gemm `a`, `b0`, `b1`. Elementwise kernels have none.

@@ -2,6 +2,8 @@
 /// Host tensors: a dtype, a logical row-major shape and the stored bytes.
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "epifuse/dtype.hpp"
@@ -29,6 +31,9 @@ struct HostTensor {
   /// Stores v rounded to nearest-even into the tensor's dtype.
   void set(std::int64_t i, float v);
 };
+
+/// Host tensors by binding name (inputs and outputs of a run).
+using TensorMap = std::map<std::string, HostTensor>;
 
 /// Logical shape of an operand of shape class `b` in an [M,N] epilogue:
 /// full [M,N], row [N], col [M], scalar [] (numpy 0-d).

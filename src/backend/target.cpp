@@ -41,6 +41,12 @@ Target parse_target(const std::string& text) {
   if (t.major < 3)
     throw UserError(fmt::format("invalid target '{}': no NVIDIA architecture {}.{} exists; expected {}",
                                 text, t.major, t.minor, form));
+  // Generated kernels convert f16 and bf16 with sm_80 instructions
+  // (common/numeric.cuh), and the GEMM families need cp.async and bf16 mma.
+  if (t.sm() < k_min_sm)
+    throw UserError(fmt::format("target '{}' is not supported: epifuse generates code for sm_80 and newer "
+                                "(Ampere, Ada, Hopper, Blackwell), e.g. sm_80, sm_86, sm_89, sm_90a, sm_100a, sm_120",
+                                text));
   if (t.arch_specific && t.major < 9)
     throw UserError(fmt::format(
         "invalid target '{}': architecture-specific 'a' targets exist from sm_90a on; use "

@@ -22,8 +22,12 @@ struct Target {
   friend bool operator==(const Target&, const Target&) = default;
 };
 
+/// The oldest architecture epifuse generates code for (sm_80).
+inline constexpr int k_min_sm = 80;
+
 /// Parses "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_120"...
-/// Throws UserError with the accepted form for anything else; AMD targets ("gfx90a")
+/// Throws UserError with the accepted form for anything else, and for
+/// architectures before sm_80; AMD targets ("gfx90a")
 /// get a message pointing at the HIP backend.
 Target parse_target(const std::string& text);
 

@@ -1,11 +1,13 @@
-// Pass 4: the epilogue as straight-line SSA (`v<node>`), one line per node,
-// spelled from one table. The device functions named here live in
-// templates/common/*.cuh; a HIP dialect reuses the names with its own headers.
+// The epilogue as straight-line SSA (`v<node>`), one line per node, spelled
+// from the op table (Note [One epilogue contract] in epilogue.hpp). The device
+// functions named here live in templates/common/*.cuh; a HIP dialect reuses
+// the names with its own definitions.
 #include <cmath>
 
-#include "codegen/kernel_plan.hpp"
+#include "codegen/epilogue.hpp"
 #include "epifuse/errors.hpp"
-#include "reference/philox.hpp"
+#include "ir/dropout.hpp"
+#include "ir/op_table.hpp"
 
 namespace epifuse {
 
@@ -27,60 +29,78 @@ std::string_view storage_type_name(DType t) {
 
 namespace {
 
+std::size_t position(const std::vector<Value>& list, std::size_t id) {
+  std::size_t k = 0;
+  while (list[k].id != id) ++k;
+  return k;
+}
+
+std::string spell_dropout(const KernelPlan& plan, std::size_t id, const Node& n, const std::string& a) {
+  const std::string scale = float_literal(dropout_scale(n.p));
+  switch (dropout_effect(n.p, n.rng)) {
+    case DropoutEffect::drop_all: return "0.0f";
+    case DropoutEffect::keep_all: return scale == "1.0f" ? a : fmt::format("{} * {}", a, scale);
+    case DropoutEffect::masked: break;
+  }
+  const std::size_t k = position(plan.dropouts, id);
+  // masked(a) * scale: an add that follows contracts with the multiply into
+  // one FFMA (common/philox.cuh, ef_dropout_masked). masked means thr in
+  // [1, 2^24 - 1], so thr << 8 fits 32 bits.
+  if (n.rng == RngMode::philox4)
+    return fmt::format("ef_dropout_masked(d{}, {}u, {}) * {}", k, dropout_threshold(n.p) << 8, a, scale);
+  return fmt::format("ef_triton_keep(d{}, {}) ? {} * {} : 0.0f", k, float_literal(triton_probability(n.p)), a,
+                     scale);
+}
+
 // Spelling of each op over already-named operands a and b.
 std::string spell(const KernelPlan& plan, std::size_t id, const Node& n, const std::string& a,
                   const std::string& b) {
-  const bool fast = plan.fast[id];
-  auto fn = [&](std::string_view name, bool has_fast) {
-    return fmt::format("ef_{}{}({})", name, has_fast && fast ? "_fast" : "", a);
-  };
-  switch (n.op) {
-    case OpKind::add: return fmt::format("{} + {}", a, b);
-    case OpKind::sub: return fmt::format("{} - {}", a, b);
-    case OpKind::mul: return fmt::format("{} * {}", a, b);
-    case OpKind::max: return fmt::format("ef_max({}, {})", a, b);
-    case OpKind::min: return fmt::format("ef_min({}, {})", a, b);
-    case OpKind::relu: return fn("relu", false);
-    case OpKind::gelu_tanh: return fn("gelu_tanh", true);
-    case OpKind::gelu_erf: return fn("gelu_erf", false);
-    case OpKind::sigmoid: return fn("sigmoid", true);
-    case OpKind::silu: return fn("silu", true);
-    case OpKind::tanh: return fn("tanh", true);
-    case OpKind::cast: return fmt::format("ef_round_to<{}>({})", storage_type_name(n.dtype), a);
-    case OpKind::scale: {
-      std::size_t k = 0;
-      while (plan.scales[k].id != id) ++k;
-      return fmt::format("p.alpha{} * {}", k, a);
-    }
-    case OpKind::dropout: {
-      if (n.p == 0.0) return a;         // keeps everything, scale 1
-      if (n.p == 1.0) return "0.0f";    // drops everything
-      std::size_t k = 0;
-      while (plan.dropouts[k].id != id) ++k;
-      const std::string scale = float_literal(dropout_scale(n.p));
-      // masked(a) * scale: an add that follows contracts with the multiply
-      // into one FFMA (common/philox.cuh, ef_dropout_masked).
-      if (n.rng == RngMode::philox4)  // 0 < p < 1 here, so thr < 2^24
-        return fmt::format("ef_dropout_masked(d{}, {}u, {}) * {}", k, dropout_threshold(n.p) << 8, a, scale);
-      return fmt::format("ef_triton_keep(d{}, {}) ? {} * {} : 0.0f", k,
-                         float_literal(triton_probability(n.p)), a, scale);
-    }
+  const OpInfo& info = op_info(n.op);
+  switch (info.spelling) {
+    case Spelling::infix: return fmt::format("{} {} {}", a, info.device, b);
+    case Spelling::call:
+      return fmt::format("{}{}({}{}{})", info.device, info.approximable && plan.fast[id] ? "_fast" : "", a,
+                         info.arity == 2 ? ", " : "", b);
+    case Spelling::special: break;
   }
-  EPIFUSE_ASSERT(false, "no spelling for op {}", static_cast<int>(n.op));
+  switch (n.op) {
+    case OpKind::cast: return fmt::format("ef_round_to<{}>({})", storage_type_name(n.dtype), a);
+    case OpKind::scale: return fmt::format("p.alpha{} * {}", position(plan.scales, id), a);
+    case OpKind::dropout: return spell_dropout(plan, id, n, a);
+    default: break;
+  }
+  EPIFUSE_ASSERT(false, "no spelling for op {}", info.name);
   return {};
 }
 
 }  // namespace
 
-std::string emit_epilogue(const KernelPlan& plan, std::string& signature) {
-  const Graph& g = plan.spec->graph;
-  signature = fmt::format("const {}_params& p", plan.kernel_name);
-  for (const auto& in : plan.inputs) signature += fmt::format(", float v{}", in.value.id);
-  for (std::size_t k = 0; k < plan.accumulators.size(); ++k)
-    signature += fmt::format(", float v{}", plan.accumulators[k].id);
-  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) signature += fmt::format(", unsigned d{}", k);
-  for (std::size_t k = 0; k < plan.outputs.size(); ++k) signature += fmt::format(", float& o{}", k);
+EpilogueContract epilogue_contract(const KernelPlan& plan) {
+  using Kind = EpilogueArg::Kind;
+  EpilogueContract c;
+  for (Value v : plan.accumulators)
+    c.args.push_back({Kind::accumulator, static_cast<std::uint32_t>(plan.spec->graph.node(v).accumulator),
+                      fmt::format("v{}", v.id)});
+  for (std::size_t k = 0; k < plan.inputs.size(); ++k)
+    c.args.push_back({Kind::input, static_cast<std::uint32_t>(k), fmt::format("v{}", plan.inputs[k].value.id)});
+  for (std::size_t k = 0; k < plan.dropouts.size(); ++k)
+    c.args.push_back({Kind::draw, static_cast<std::uint32_t>(k), fmt::format("d{}", k)});
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
+    c.args.push_back({Kind::output, static_cast<std::uint32_t>(k), fmt::format("o{}", k)});
+  return c;
+}
 
+std::string epilogue_signature(const KernelPlan& plan, const EpilogueContract& contract) {
+  std::string s = fmt::format("const {}_params& p", plan.kernel_name);
+  for (const EpilogueArg& a : contract.args) {
+    const char* type = a.kind == EpilogueArg::Kind::draw ? "unsigned" : a.kind == EpilogueArg::Kind::output ? "float&" : "float";
+    s += fmt::format(", {} {}", type, a.param);
+  }
+  return s;
+}
+
+std::string epilogue_body(const KernelPlan& plan) {
+  const Graph& g = plan.spec->graph;
   std::string body;
   for (std::size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
@@ -95,5 +115,10 @@ std::string emit_epilogue(const KernelPlan& plan, std::string& signature) {
   return body;
 }
 
+std::string epilogue_call(const KernelPlan& plan, const EpilogueContract& contract, const ValueProvider& provide) {
+  std::string s = fmt::format("{}_epilogue(p", plan.kernel_name);
+  for (const EpilogueArg& a : contract.args) s += ", " + provide(a);
+  return s + ")";
+}
 
 }  // namespace epifuse

@@ -1,63 +1,53 @@
-// Lowering, read top to bottom (DESIGN §1; Halide's Lower.cpp): each pass is
-// one function in its own file. Set EPIFUSE_DUMP=1 to print the plan after
-// the passes.
-#include <algorithm>
+// Lowering, read top to bottom (DESIGN §1; Halide's Lower.cpp): the generic
+// passes, each one function in its own file, then the spec's kernel family
+// (Note [Kernel families]) runs its own. Set EPIFUSE_DUMP=1 to print the plan
+// after the passes.
 #include <cstdlib>
 #include <iostream>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "codegen/kernel_plan.hpp"
+#include "codegen/family.hpp"
 #include "epifuse/errors.hpp"
 
 namespace epifuse {
 
-std::string TileConfig::str() const {
-  return fmt::format("t{}v{}g{}", threads, vec, blocks_per_sm);
+std::string kernel_name(const KernelPlan& plan) {
+  // A hash of everything the code depends on, so the source names no user
+  // text and two equal keys give equal bytes.
+  const std::string key = fmt::format("{}|{}|{}|{}", signature(*plan.spec), to_string(plan.tile), plan.shape_class,
+                                      plan.path == KernelPath::fastest ? "vector" : "general");
+  return fmt::format("ef_{:016x}", XXH3_64bits(key.data(), key.size()));
 }
 
 namespace {
 
-// The kernel's name is a hash of everything the code depends on, so the
-// source names no user text and two equal keys give equal bytes.
-std::string kernel_name(const KernelPlan& plan) {
-  const std::string key = fmt::format("{}|{}|{}|{}", signature(*plan.spec), plan.tile.str(),
-                                      shape_class(plan.tile, plan.shape), plan.vector_only ? "vector" : "general");
-  return fmt::format("ef_{:016x}", XXH3_64bits(key.data(), key.size()));
-}
-
 void dump(const KernelPlan& plan) {
   if (!std::getenv("EPIFUSE_DUMP")) return;
-  std::cerr << fmt::format("[epifuse] plan {}: tile {} row_vectors_aligned={} vector_only={} inputs={} "
-                           "outputs={} dropouts={} scales={}\n",
-                           plan.kernel_name, plan.tile.str(), plan.row_vectors_aligned, plan.vector_only,
-                           plan.inputs.size(), plan.outputs.size(), plan.dropouts.size(),
+  std::cerr << fmt::format("[epifuse] plan {}: {} tile {} class {} path {} inputs={} outputs={} accumulators={} "
+                           "dropouts={} scales={}\n",
+                           plan.kernel_name, to_string(plan.spec->mainloop.kind), to_string(plan.tile),
+                           plan.shape_class, plan.path == KernelPath::fastest ? "fastest" : "general",
+                           plan.inputs.size(), plan.outputs.size(), plan.accumulators.size(), plan.dropouts.size(),
                            plan.scales.size());
 }
 
 }  // namespace
 
-KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const TileConfig& tile, KernelPath path) {
-  KernelPlan plan = plan_operands(spec, shape, tile, path);
-  choose_vector_width(plan);
+KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile,
+                         KernelPath path) {
+  const KernelFamily& family = family_for(spec.mainloop.kind);
+  KernelPlan plan = plan_operands(spec, shape, path);
+  plan.tile = family.resolve_tile(spec, shape, tile);
   plan_precision(plan);
-  plan.kernel_name = kernel_name(plan);
+  KernelSource source = family.emit(plan);
   dump(plan);
-  return emit_elementwise(plan);
+  return source;
 }
 
 std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape) {
-  (void)shape;
-  const int natural = natural_vector_width(spec);
-  // Grid policies seen to matter on Hopper (../shared/PEERS.md): covering
-  // grids, and grid-stride grids of 4 to 16 blocks per SM; vec 0 is 16 bytes,
-  // and twice that gives each thread two independent 16-byte accesses.
-  std::vector<TileConfig> out;
-  for (int threads : {256, 512, 128, 1024})
-    for (int blocks : {0, 4, 8, 16})
-      for (int vec : {natural, std::min(2 * natural, 16)}) out.push_back({threads, vec, blocks});
-  return out;
+  return family_for(spec.mainloop.kind).tile_candidates(spec, shape);
 }
 
 }  // namespace epifuse

@@ -1,49 +1,42 @@
 // Pass 1: verify the spec and shape, then decide which generated identifier
-// each tensor gets. Binding names stay in the plan; only in<k>/out<k>/v<id>
-// reach the source (DESIGN §6: no user text in generated code).
+// each tensor gets and which nodes become runtime parameters or draws. Binding
+// names stay in the plan; only in<k>/out<k>/v<id>/d<k> reach the source
+// (DESIGN §6: no user text in generated code).
 #include "codegen/kernel_plan.hpp"
 #include "epifuse/errors.hpp"
+#include "ir/dropout.hpp"
 
 namespace epifuse {
 
-KernelPlan plan_operands(const KernelSpec& spec, const Shape& shape, const TileConfig& tile, KernelPath path) {
+KernelPlan plan_operands(const KernelSpec& spec, const Shape& shape, KernelPath path) {
   verify(spec);
   verify_shape(spec, shape);
-  EPIFUSE_CHECK(spec.mainloop.kind == MainloopKind::elementwise,
-                "code generation for the {} mainloop is not implemented yet (elementwise only)",
-                to_string(spec.mainloop.kind));
-  EPIFUSE_CHECK(tile.threads >= 32 && tile.threads <= 1024 && tile.threads % 32 == 0,
-                "tile: threads per block must be a multiple of 32 in [32, 1024], got {}",
-                tile.threads);
-  EPIFUSE_CHECK(tile.vec == 0 || tile.vec == 1 || tile.vec == 2 || tile.vec == 4 ||
-                    tile.vec == 8 || tile.vec == 16,
-                "tile: vec must be 0 (auto), 1, 2, 4, 8 or 16, got {}", tile.vec);
-  EPIFUSE_CHECK(tile.blocks_per_sm >= 0 && tile.blocks_per_sm <= 64,
-                "tile: blocks per SM must be in [0, 64], got {}", tile.blocks_per_sm);
-
   KernelPlan plan;
   plan.spec = &spec;
   plan.shape = shape;
-  plan.tile = tile;
   plan.path = path;
   const Graph& g = spec.graph;
   for (Value v : g.inputs()) {
     const Node& n = g.node(v);
-    plan.inputs.push_back({v, n.name, n.dtype, n.broadcast,
-                           fmt::format("in{}", plan.inputs.size())});
-    plan.needs_row_index |= n.broadcast == Broadcast::col;
-    plan.needs_col_index |= n.broadcast == Broadcast::row;
+    plan.inputs.push_back({v, n.name, n.dtype, n.broadcast, fmt::format("in{}", plan.inputs.size())});
   }
   for (const Output& o : g.outputs())
-    plan.outputs.push_back({o.value, o.name, o.dtype, Broadcast::full,
-                            fmt::format("out{}", plan.outputs.size())});
+    plan.outputs.push_back({o.value, o.name, o.dtype, Broadcast::full, fmt::format("out{}", plan.outputs.size())});
   for (std::size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
-    if (n.kind != NodeKind::op) continue;
     const Value v{static_cast<std::uint32_t>(i)};
+    if (n.kind == NodeKind::accumulator) {
+      if (plan.accumulators.size() <= static_cast<std::size_t>(n.accumulator))
+        plan.accumulators.resize(static_cast<std::size_t>(n.accumulator) + 1);
+      plan.accumulators[static_cast<std::size_t>(n.accumulator)] = v;
+    }
+    if (n.kind != NodeKind::op) continue;
     if (n.op == OpKind::scale) plan.scales.push_back(v);
-    if (n.op == OpKind::dropout && n.p > 0.0 && n.p < 1.0) plan.dropouts.push_back(v);
+    if (n.op == OpKind::dropout && dropout_effect(n.p, n.rng) == DropoutEffect::masked) plan.dropouts.push_back(v);
   }
+  // A graph may read acc1 alone (dual_gemm): only leaves the graph has are
+  // epilogue arguments (each carries its accumulator number in the contract).
+  std::erase_if(plan.accumulators, [](Value v) { return !v.valid(); });
   return plan;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // The one table of ops (STYLE rule 5). Op-name strings stop at the JSON layer
 // and the printer; everything else switches on OpKind.
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -8,11 +9,22 @@
 
 namespace epifuse {
 
+/// How the emitter spells an op in kernel source (every dialect; a dialect
+/// overrides only the device functions' definitions, templates/common/*.cuh).
+enum class Spelling : std::uint8_t {
+  infix,    ///< `a <device> b`
+  call,     ///< `<device>(a[, b])`, with `_fast` appended where approximable and allowed
+  special,  ///< spelled by the emitter from the node's attributes (scale, dropout, cast)
+};
+
 struct OpInfo {
   OpKind kind;
-  std::string_view name;   ///< JSON spelling and printed name
-  int arity;               ///< number of value operands
-  std::string_view math;   ///< one-line definition, fp32 semantics
+  std::string_view name;    ///< JSON spelling and printed name
+  int arity;                ///< number of value operands
+  std::string_view math;    ///< one-line definition, fp32 semantics
+  Spelling spelling;
+  std::string_view device;  ///< infix operator or device function (templates/common/*.cuh)
+  bool approximable;        ///< has an `_fast` form (DESIGN §3 precision policy)
 };
 
 std::span<const OpInfo> op_table();

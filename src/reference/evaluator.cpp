@@ -9,24 +9,21 @@
 #include "common/philox.cuh"
 #include "epifuse/errors.hpp"
 #include "epifuse/reference.hpp"
+#include "ir/names.hpp"
 #include "reference/ops.hpp"
 #include "reference/philox.hpp"
 
 namespace epifuse {
 
 std::vector<std::string> mainloop_operand_names(MainloopKind kind) {
-  switch (kind) {
-    case MainloopKind::elementwise: return {};
-    case MainloopKind::gemm: return {"a", "b"};
-    case MainloopKind::dual_gemm: return {"a", "b0", "b1"};
-  }
-  return {};
+  const auto names = names::gemm_operand_names(kind);
+  return {names.begin(), names.end()};
 }
 
 std::vector<OperandDesc> required_inputs(const KernelSpec& spec, const Shape& shape) {
   std::vector<OperandDesc> out;
   for (const auto& name : mainloop_operand_names(spec.mainloop.kind)) {
-    if (name == "a")
+    if (name == names::k_gemm_operands[0])
       out.push_back({name, spec.mainloop.a, {shape.m, shape.k}});
     else
       out.push_back({name, spec.mainloop.b, {shape.k, shape.n}});
@@ -49,8 +46,8 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
 // What a required operand is, for error messages.
 std::string role(const KernelSpec& spec, const std::string& name) {
   if (spec.mainloop.kind != MainloopKind::elementwise) {
-    if (name == "a") return "GEMM operand A [M,K]";
-    if (name == "b" || name == "b0" || name == "b1") return "GEMM operand B [K,N]";
+    if (name == names::k_gemm_operands[0]) return "GEMM operand A [M,K]";
+    if (names::is_gemm_operand_name(name)) return "GEMM operand B [K,N]";
   }
   switch (spec.graph.node(spec.graph.find(name)).broadcast) {
     case Broadcast::full: return "full [M,N]";

@@ -2,22 +2,14 @@
 // Host side of the dropout RNG (DESIGN §4). The bits come from the one shared
 // definition, templates/common/philox.cuh; this adds what only the host
 // computes (the integer threshold and the scale) and per-element draws for the
-// reference evaluator. Code generators use dropout_threshold / dropout_scale /
-// triton_probability so kernels receive exactly the numbers the reference uses.
+// reference evaluator. The threshold and scale themselves live in the IR
+// layer (ir/dropout.hpp), where kernel families take them from too.
 #include <cstdint>
 
 #include "epifuse/graph.hpp"
+#include "ir/dropout.hpp"
 
 namespace epifuse {
-
-/// thr = llround(p * 2^24) in double: keep iff (draw >> 8) >= thr. p in [0, 1].
-std::uint32_t dropout_threshold(double p);
-
-/// scale = float(1 / (1 - p)), 0 when p = 1: kept values are v * scale (fp32 multiply).
-float dropout_scale(double p);
-
-/// The fp32 probability of the triton mode's `r > p`: float(p), round to nearest.
-float triton_probability(double p);
 
 /// Draw of element i, default mode: word (i & 3) of Philox(counter(i >> 2, stream, offset)).
 std::uint32_t philox4_draw(std::uint64_t seed, std::uint64_t offset, std::uint32_t stream,

@@ -7,6 +7,7 @@
 
 #include "backend/cuda_driver.hpp"
 #include "epifuse/errors.hpp"
+#include "epifuse/reference.hpp"
 #include "ir/op_table.hpp"
 
 namespace epifuse {
@@ -86,6 +87,77 @@ std::optional<std::vector<KernelSpec>> unfused_specs(const KernelSpec& spec) {
   return out;
 }
 
+// Copy ceiling: exactly the bytes the fused kernel moves (read + write).
+void measure_copy(BenchReport& r, const BenchOptions& opt) {
+  auto& drv = backend::cuda();
+  const std::size_t half = static_cast<std::size_t>(r.bytes / 2) / 16 * 16;
+  DeviceBuffer src(half), dst(half);
+  src.fill_bytes(0x3C);
+  r.copy_ms = backend::median_ms([&] { drv.copy_device(dst.ptr(), src.ptr(), half); }, opt.repeats, opt.batch);
+  r.copy_gbps = 2.0 * static_cast<double>(half) / (r.copy_ms * 1e6);
+}
+
+double time_kernel(Jit& jit, const CompiledKernel& k, const DeviceTensors& t, const Shape& shape,
+                   const BenchOptions& opt, int repeats) {
+  return backend::median_ms([&] { jit.launch(k, t.bindings, shape, opt.args); }, repeats, opt.batch);
+}
+
+// The block-size sweep of an elementwise kernel at the tuned vector width.
+void sweep(BenchReport& r, Jit& jit, const KernelSpec& spec, const Shape& shape, const DeviceTensors& t,
+           const BenchOptions& opt) {
+  const auto* tuned = std::get_if<ElementwiseTile>(&r.tile);
+  if (!tuned) return;
+  for (int threads : {128, 256, 512, 1024})
+    for (int blocks_per_sm : {0, 4, 16}) {
+      auto k = jit.compile(spec, shape, ElementwiseTile{threads, tuned->vec, blocks_per_sm});
+      SweepRow row;
+      row.tile = std::get<ElementwiseTile>(k->source().tile);
+      row.ms = time_kernel(jit, *k, t, shape, opt, std::max(5, opt.repeats / 3));
+      row.gbps = r.bytes / (row.ms * 1e6);
+      row.of_copy = row.gbps / r.copy_gbps;
+      r.sweep.push_back(row);
+    }
+}
+
+// One generated kernel per op, intermediates in memory.
+void measure_unfused(BenchReport& r, Jit& jit, const KernelSpec& spec, const Shape& shape, const BenchOptions& opt) {
+  auto specs = unfused_specs(spec);
+  if (!specs) return;
+  // Each op's kernel reads its operands from buffers of the right size; the
+  // values are whatever the previous kernel left, as in an eager framework.
+  std::vector<std::shared_ptr<const CompiledKernel>> kernels;
+  std::vector<DeviceTensors> bound;
+  for (const KernelSpec& s : *specs) {
+    kernels.push_back(jit.compile(s, shape));
+    bound.push_back(upload(kernels.back()->source(), make_inputs(s, shape, opt.data_seed), s, shape));
+  }
+  r.unfused_kernels = static_cast<int>(kernels.size());
+  r.unfused_ms = backend::median_ms(
+      [&] {
+        for (std::size_t k = 0; k < kernels.size(); ++k) jit.launch(*kernels[k], bound[k].bindings, shape, opt.args);
+      },
+      opt.repeats, opt.batch);
+  r.speedup_vs_unfused = *r.unfused_ms / r.fused_ms;
+}
+
+// Host costs of the cached path: key + lookup, and one launch.
+void measure_host(BenchReport& r, Jit& jit, const KernelSpec& spec, const Shape& shape, const CompiledKernel& fused,
+                  const DeviceTensors& t, const BenchOptions& opt) {
+  using clock = std::chrono::steady_clock;
+  auto& drv = backend::cuda();
+  constexpr int n = 2000;
+  auto t0 = clock::now();
+  for (int i = 0; i < n; ++i) (void)jit.compile(spec, shape, r.tile);
+  r.hit_us = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / n;
+  // Fewer launches than the driver's queue holds, so the host never waits.
+  constexpr int launches = 200;
+  drv.synchronize();
+  t0 = clock::now();
+  for (int i = 0; i < launches; ++i) jit.launch(fused, t.bindings, shape, opt.args);
+  r.launch_us = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / launches;
+  drv.synchronize();
+}
+
 }  // namespace
 
 BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const BenchOptions& opt) {
@@ -100,75 +172,19 @@ BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const Be
   auto first = jit.compile(spec, shape);
   r.compile_ms = first->compile_ms();
   DeviceTensors t = upload(first->source(), inputs, spec, shape);
-
-  // Copy ceiling: exactly the bytes the fused kernel moves (read + write).
-  const std::size_t half = static_cast<std::size_t>(r.bytes / 2) / 16 * 16;
-  {
-    DeviceBuffer src(half), dst(half);
-    src.fill_bytes(0x3C);
-    r.copy_ms = backend::median_ms([&] { drv.copy_device(dst.ptr(), src.ptr(), half); }, opt.repeats, opt.batch);
-    r.copy_gbps = 2.0 * static_cast<double>(half) / (r.copy_ms * 1e6);
-  }
-  auto gbps = [&](double ms) { return r.bytes / (ms * 1e6); };
+  measure_copy(r, opt);
 
   if (opt.tune) jit.tune(spec, shape, t.bindings, opt.args);
   auto fused = jit.compile(spec, shape);  // the tuned tile
   r.tile = fused->source().tile;
   r.registers = fused->registers();
-  r.fused_ms = backend::median_ms([&] { jit.launch(*fused, t.bindings, shape, opt.args); }, opt.repeats, opt.batch);
-  r.fused_gbps = gbps(r.fused_ms);
+  r.fused_ms = time_kernel(jit, *fused, t, shape, opt, opt.repeats);
+  r.fused_gbps = r.bytes / (r.fused_ms * 1e6);
   r.fused_of_copy = r.fused_gbps / r.copy_gbps;
 
-  if (opt.sweep) {
-    for (int threads : {128, 256, 512, 1024})
-      for (int blocks_per_sm : {0, 4, 16}) {
-        TileConfig tile{threads, r.tile.vec, blocks_per_sm};
-        auto k = jit.compile(spec, shape, tile);
-        SweepRow row;
-        row.tile = k->source().tile;
-        row.ms = backend::median_ms([&] { jit.launch(*k, t.bindings, shape, opt.args); }, std::max(5, opt.repeats / 3), opt.batch);
-        row.gbps = gbps(row.ms);
-        row.of_copy = row.gbps / r.copy_gbps;
-        r.sweep.push_back(row);
-      }
-  }
-
-  if (opt.unfused) {
-    if (auto specs = unfused_specs(spec)) {
-      // Each op's kernel reads its operands from buffers of the right size; the
-      // values are whatever the previous kernel left, as in an eager framework.
-      std::vector<std::shared_ptr<const CompiledKernel>> kernels;
-      std::vector<DeviceTensors> bound;
-      for (const KernelSpec& s : *specs) {
-        kernels.push_back(jit.compile(s, shape));
-        bound.push_back(upload(kernels.back()->source(), make_inputs(s, shape, opt.data_seed), s, shape));
-      }
-      r.unfused_kernels = static_cast<int>(kernels.size());
-      r.unfused_ms = backend::median_ms(
-          [&] {
-            for (std::size_t k = 0; k < kernels.size(); ++k) jit.launch(*kernels[k], bound[k].bindings, shape, opt.args);
-          },
-          opt.repeats, opt.batch);
-      r.speedup_vs_unfused = *r.unfused_ms / r.fused_ms;
-    }
-  }
-
-  // Host costs of the cached path: key + lookup, and one launch.
-  {
-    using clock = std::chrono::steady_clock;
-    const TileConfig tile = r.tile;
-    constexpr int n = 2000;
-    auto t0 = clock::now();
-    for (int i = 0; i < n; ++i) (void)jit.compile(spec, shape, tile);
-    r.hit_us = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / n;
-    // Fewer launches than the driver's queue holds, so the host never waits.
-    constexpr int launches = 200;
-    drv.synchronize();
-    t0 = clock::now();
-    for (int i = 0; i < launches; ++i) jit.launch(*fused, t.bindings, shape, opt.args);
-    r.launch_us = std::chrono::duration<double, std::micro>(clock::now() - t0).count() / launches;
-    drv.synchronize();
-  }
+  if (opt.sweep) sweep(r, jit, spec, shape, t, opt);
+  if (opt.unfused) measure_unfused(r, jit, spec, shape, opt);
+  measure_host(r, jit, spec, shape, *fused, t, opt);
   return r;
 }
 

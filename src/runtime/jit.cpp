@@ -8,10 +8,11 @@
 
 #include "backend/cuda_driver.hpp"
 #include "backend/nvrtc.hpp"
-#include "codegen/kernel_plan.hpp"
+#include "codegen/family.hpp"
 #include "codegen/template_engine.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
+#include "ir/limits.hpp"
 #include "runtime/kernel_cache.hpp"
 
 namespace epifuse {
@@ -27,6 +28,7 @@ struct LoadedKernel final : CompiledKernel {
   // a vector-only kernel needs.
   std::shared_ptr<const KernelSpec> spec;
   Shape shape;
+  const KernelFamily* family = nullptr;  // found once, so a launch looks nothing up
   std::vector<char> cubin;
   double ms = 0;
   std::optional<backend::Module> module;
@@ -41,9 +43,10 @@ struct LoadedKernel final : CompiledKernel {
   int local_bytes() const override { return info.local_bytes; }
 };
 
-// The key of (signature, M, N) in the tuner's memory.
+// The key of (signature, M, N, K) in the tuner's memory: every dimension,
+// since a GEMM's best tile depends on K as much as on M and N.
 std::string tune_key(const std::string& signature, const Shape& shape) {
-  return fmt::format("{}|{}x{}", signature, shape.m, shape.n);
+  return fmt::format("{}|{}x{}x{}", signature, shape.m, shape.n, shape.k);
 }
 
 }  // namespace
@@ -67,12 +70,14 @@ struct Jit::Impl {
   mutable std::mutex tuned_mutex;
   std::unordered_map<std::string, TileConfig> tuned;
 
-  CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape, const TileConfig& tile) const {
+  CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape,
+                    const std::optional<TileConfig>& tile) const {
+    const KernelFamily& family = family_for(spec.mainloop.kind);
     CacheKey k;
     k.signature = std::move(sig);
-    k.tile = resolve_tile(spec, tile);
-    k.shape_class = std::string(shape_class(k.tile, shape));
-    k.vector_only = !ragged(k.tile, shape);  // the general kernel is asked for at launch
+    k.tile = family.resolve_tile(spec, shape, tile);
+    k.shape_class = std::string(family.shape_class(k.tile, shape));
+    k.path = family.path_for(k.tile, shape);  // the general kernel is asked for at launch
     k.target = target_name;
     k.compiler = compiler;
     k.options = options;
@@ -80,28 +85,33 @@ struct Jit::Impl {
     k.version = EPIFUSE_VERSION;
     return k;
   }
-  TileConfig tuned_tile(const std::string& sig, const Shape& shape) const {
+  std::optional<TileConfig> tuned_tile(const std::string& sig, const Shape& shape) const {
     std::lock_guard lock(tuned_mutex);
     auto it = tuned.find(tune_key(sig, shape));
-    return it == tuned.end() ? TileConfig{} : it->second;
+    if (it == tuned.end()) return std::nullopt;
+    return it->second;
   }
   // `owned` is the spec as a kernel keeps it, when the caller has one; else
   // the spec is copied, and only on a miss, so the hit path copies nothing.
   std::shared_ptr<const CompiledKernel> compile(const CacheKey& k, const KernelSpec& spec,
-                                                std::shared_ptr<const KernelSpec> owned, const Shape& shape,
-                                                const TileConfig& tile);
+                                                std::shared_ptr<const KernelSpec> owned, const Shape& shape);
+  // The parameter struct, packed by role; false in `aligned` when a pointer
+  // misses its fast-path alignment.
+  void pack_params(const LoadedKernel& kernel, const DeviceBindings& b, const Shape& shape, const LaunchArgs& args,
+                   unsigned char* params, bool& aligned) const;
 };
 
 std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, const KernelSpec& spec,
                                                          std::shared_ptr<const KernelSpec> owned,
-                                                         const Shape& shape, const TileConfig& tile) {
+                                                         const Shape& shape) {
   return cache.get_or_build(k, [&]() -> KernelCache::Entry {
     auto kernel = std::make_shared<LoadedKernel>();
     kernel->k = k;
-    // The key says which kernel: a ragged shape gets the general one either way.
-    kernel->src = emit_kernel(spec, shape, tile, k.vector_only ? KernelPath::fastest : KernelPath::general);
-    EPIFUSE_ASSERT(kernel->src.vector_only == k.vector_only, "key and source disagree on the vector path");
+    // The key says which kernel: its resolved tile and its path.
+    kernel->src = emit_kernel(spec, shape, k.tile, k.path);
+    EPIFUSE_ASSERT(kernel->src.path == k.path && kernel->src.tile == k.tile, "key and source disagree");
     kernel->spec = owned ? std::move(owned) : std::make_shared<const KernelSpec>(spec);
+    kernel->family = &family_for(spec.mainloop.kind);
     kernel->shape = shape;
     backend::CompiledBinary bin =
         rtc->compile(kernel->src.text, kernel->src.name + ".cu", target, extra_options, headers);
@@ -153,17 +163,57 @@ Jit::~Jit() = default;
 
 const std::string& Jit::target() const { return impl_->target_name; }
 
-CacheKey Jit::key(const KernelSpec& spec, const Shape& shape, const TileConfig& tile) const {
-  return impl_->make_key(signature_bytes(spec), spec, shape, tile);
+CacheKey Jit::key(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile) const {
+  std::string sig = signature_bytes(spec);
+  const std::optional<TileConfig> chosen = tile ? tile : impl_->tuned_tile(sig, shape);
+  return impl_->make_key(std::move(sig), spec, shape, chosen);
 }
 
 std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const Shape& shape,
-                                                   const TileConfig& requested) {
-  Impl& d = *impl_;
-  std::string sig = signature_bytes(spec);
-  const TileConfig tile = requested == TileConfig{} ? d.tuned_tile(sig, shape) : requested;
-  const CacheKey k = d.make_key(std::move(sig), spec, shape, tile);
-  return d.compile(k, spec, nullptr, shape, tile);
+                                                   const std::optional<TileConfig>& tile) {
+  const CacheKey k = key(spec, shape, tile);
+  return impl_->compile(k, spec, nullptr, shape);
+}
+
+void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b, const Shape& shape,
+                            const LaunchArgs& args, unsigned char* params, bool& aligned) const {
+  const KernelSource& ks = kernel.src;
+  auto put = [&](const ParamField& f, const auto& v) {
+    static_assert(std::is_trivially_copyable_v<std::decay_t<decltype(v)>>);
+    EPIFUSE_ASSERT(f.size == sizeof v, "parameter '{}' is {} bytes, bound with {}", f.name, f.size, sizeof v);
+    std::memcpy(params + f.offset, &v, sizeof v);
+  };
+  unsigned char* flag = nullptr;
+  aligned = true;
+  for (const ParamField& f : ks.params) {
+    switch (f.role) {
+      case ParamRole::input:
+      case ParamRole::output: {
+        const bool in = f.role == ParamRole::input;
+        const std::uint64_t ptr = in ? b.inputs[f.index] : b.outputs[f.index];
+        const int need = in ? ks.input_alignment[f.index] : ks.output_alignment[f.index];
+        if (need && ptr % need) aligned = false;
+        put(f, ptr);
+        break;
+      }
+      case ParamRole::dim_m: put(f, std::int64_t{shape.m}); break;
+      case ParamRole::dim_n: put(f, std::int64_t{shape.n}); break;
+      case ParamRole::dim_k: put(f, std::int64_t{shape.k}); break;
+      case ParamRole::inv_n: put(f, 1.0 / static_cast<double>(shape.n)); break;
+      case ParamRole::seed: put(f, std::uint64_t{args.seed}); break;
+      case ParamRole::offset: put(f, std::uint64_t{args.offset}); break;
+      case ParamRole::scalar: put(f, ks.scalars[f.index]); break;
+      case ParamRole::vector_flag: flag = params + f.offset; break;
+      case ParamRole::opaque:
+        kernel.family->fill_opaque(f, {ks, b.inputs, b.outputs, shape}, {params + f.offset, f.size});
+        break;
+    }
+  }
+  EPIFUSE_ASSERT(!ks.requires_alignment || flag == nullptr, "a kernel that requires alignment has no vector flag");
+  if (flag) {
+    const int vectorized = aligned ? 1 : 0;
+    std::memcpy(flag, &vectorized, 4);
+  }
 }
 
 void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const Shape& shape,
@@ -171,6 +221,7 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
   const Impl& d = *impl_;
   const auto& kernel = static_cast<const LoadedKernel&>(compiled);
   const KernelSource& ks = kernel.src;
+  const KernelFamily& family = *kernel.family;
   EPIFUSE_CHECK(d.driver && kernel.function,
                 "kernel for {} cannot run here: {}", d.target_name,
                 gpu_unavailable_reason().empty() ? "the GPU is a different architecture"
@@ -178,78 +229,28 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
   EPIFUSE_CHECK(b.inputs.size() == ks.inputs.size() && b.outputs.size() == ks.outputs.size(),
                 "launch: {} inputs and {} outputs bound, the kernel takes {} and {}",
                 b.inputs.size(), b.outputs.size(), ks.inputs.size(), ks.outputs.size());
-  EPIFUSE_CHECK(shape_class(ks.tile, shape) == kernel.k.shape_class,
-                "launch: shape {}x{} is of class {}, not {} that this kernel was compiled for", shape.m,
-                shape.n, shape_class(ks.tile, shape), kernel.k.shape_class);
   EPIFUSE_CHECK(shape.m > 0 && shape.n > 0, "launch: empty shape");
+  EPIFUSE_CHECK(family.shape_class(ks.tile, shape) == kernel.k.shape_class,
+                "launch: shape {}x{}x{} is of class {}, not {} that this kernel was compiled for", shape.m,
+                shape.n, shape.k, family.shape_class(ks.tile, shape), kernel.k.shape_class);
 
-  // Pack the parameter struct exactly as emit_elementwise laid it out.
-  alignas(16) unsigned char params[4096];
-  EPIFUSE_ASSERT(ks.params_size <= sizeof params, "parameter struct too large");
+  alignas(64) unsigned char params[limits::k_kernel_param_bytes];
   std::memset(params, 0, ks.params_size);
   bool aligned = true;
-  unsigned char* flag = nullptr;
-  std::size_t in = 0, out = 0, alpha = 0;
-  for (const ParamField& f : ks.params) {
-    unsigned char* at = params + f.offset;
-    switch (f.kind) {
-      case ParamField::Kind::pointer: {
-        const bool is_in = f.name.starts_with("in");
-        const std::uint64_t ptr = is_in ? b.inputs[in] : b.outputs[out];
-        const int need = is_in ? ks.input_alignment[in] : ks.output_alignment[out];
-        if (need && ptr % need) aligned = false;
-        (is_in ? in : out)++;
-        std::memcpy(at, &ptr, 8);
-        break;
-      }
-      case ParamField::Kind::i64: {
-        const std::int64_t v = f.name == "m" ? shape.m : shape.n;
-        std::memcpy(at, &v, 8);
-        break;
-      }
-      case ParamField::Kind::u64: {
-        const std::uint64_t v = f.name == "seed" ? args.seed : args.offset;
-        std::memcpy(at, &v, 8);
-        break;
-      }
-      case ParamField::Kind::f64: {
-        const double v = 1.0 / static_cast<double>(shape.n);
-        std::memcpy(at, &v, 8);
-        break;
-      }
-      case ParamField::Kind::f32: {
-        const float v = static_cast<float>(ks.alphas[alpha++]);
-        std::memcpy(at, &v, 4);
-        break;
-      }
-      case ParamField::Kind::flag: flag = at; break;
-    }
-  }
-  if (ks.vector_only && !aligned) {
+  d.pack_params(kernel, b, shape, args, params, aligned);
+  if (ks.requires_alignment && !aligned) {
     // The first misaligned launch compiles the general kernel (scalar path
     // included); later ones find it in the cache.
     CacheKey general = kernel.k;
-    general.vector_only = false;
-    auto sibling = impl_->compile(general, *kernel.spec, kernel.spec, kernel.shape, ks.tile);
+    general.path = KernelPath::general;
+    auto sibling = impl_->compile(general, *kernel.spec, kernel.spec, kernel.shape);
     launch(*sibling, b, shape, args, stream);
     return;
   }
-  EPIFUSE_ASSERT(ks.vector_only == (flag == nullptr), "only general kernels have a vectorized flag");
-  if (flag) {
-    const int vectorized = aligned ? 1 : 0;
-    std::memcpy(flag, &vectorized, 4);
-  }
-  const std::int64_t total = shape.m * shape.n;
-  const std::int64_t nvec = (total + ks.tile.vec - 1) / ks.tile.vec;
-  std::int64_t blocks = (nvec + ks.tile.threads - 1) / ks.tile.threads;
-  if (ks.tile.blocks_per_sm > 0)
-    blocks = std::min<std::int64_t>(blocks, std::int64_t{d.multiprocessors} * ks.tile.blocks_per_sm);
-  blocks = std::min<std::int64_t>(blocks, 0x7fffffff);
+  const LaunchGeometry g = family.geometry(ks, shape, d.multiprocessors);
   void* kernel_args[] = {params};
-  d.driver->launch(kernel.function,
-                   {static_cast<unsigned>(blocks), 1, 1},
-                   {static_cast<unsigned>(ks.tile.threads), 1, 1}, kernel_args, 0,
-                   static_cast<backend::CUstream>(stream));
+  d.driver->launch(kernel.function, {g.grid[0], g.grid[1], g.grid[2]}, {g.block[0], g.block[1], g.block[2]},
+                   kernel_args, g.shared_bytes, static_cast<backend::CUstream>(stream));
 }
 
 Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const DeviceBindings& b,
@@ -285,7 +286,7 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
   return result;
 }
 
-TileConfig Jit::tuned_tile(const KernelSpec& spec, const Shape& shape) const {
+std::optional<TileConfig> Jit::tuned_tile(const KernelSpec& spec, const Shape& shape) const {
   return impl_->tuned_tile(signature_bytes(spec), shape);
 }
 

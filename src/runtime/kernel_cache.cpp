@@ -18,9 +18,9 @@ std::uint64_t CacheKey::hash() const {
   };
   add(signature);
   add(shape_class);
-  add(vector_only ? "vector" : "general");
-  const int t[3] = {tile.threads, tile.vec, tile.blocks_per_sm};
-  XXH3_64bits_update(&state, t, sizeof t);
+  add(path == KernelPath::fastest ? "vector" : "general");
+  const std::uint64_t t = tile_hash(tile);
+  XXH3_64bits_update(&state, &t, sizeof t);
   add(target);
   add(compiler);
   add(options);
@@ -31,7 +31,8 @@ std::uint64_t CacheKey::hash() const {
 
 std::string CacheKey::str() const {
   return fmt::format("{:016x} tile={} shape_class={} path={} target={} compiler={} templates={:016x} epifuse={}",
-                     hash(), tile.str(), shape_class, vector_only ? "vector" : "general", target, compiler,
+                     hash(), to_string(tile), shape_class, path == KernelPath::fastest ? "vector" : "general",
+                     target, compiler,
                      templates, version);
 }
 

@@ -3,11 +3,12 @@
 #include "backend/cuda_driver.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
+#include "epifuse/reference.hpp"
 
 namespace epifuse {
 
 TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
-                        const TensorMap& inputs, const LaunchArgs& args, const TileConfig& tile,
+                        const TensorMap& inputs, const LaunchArgs& args, const std::optional<TileConfig>& tile,
                         std::size_t misalign_elements) {
   verify(spec);
   verify_shape(spec, shape);

@@ -9,7 +9,7 @@
 #include <limits>
 #include <memory>
 
-#include "codegen/kernel_plan.hpp"
+#include "codegen/elementwise/elementwise.hpp"
 #include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
@@ -42,13 +42,14 @@ Jit* gpu_jit() {
 
 // Runs spec on the GPU and the reference; checks every output.
 void check_against_reference(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t data_seed,
-                             LaunchArgs args = {}, TileConfig tile = {}, std::size_t misalign = 0) {
+                             LaunchArgs args = {}, std::optional<TileConfig> tile = std::nullopt,
+                             std::size_t misalign = 0) {
   const TensorMap inputs = make_inputs(spec, shape, data_seed);
   const TensorMap want = evaluate(spec, shape, inputs, args);
   const TensorMap got = run_on_device(jit, spec, shape, inputs, args, tile, misalign);
   for (const Output& o : spec.graph.outputs()) {
     const Comparison c = compare(got.at(o.name), want.at(o.name), tolerance_for(o.dtype, spec.precision));
-    INFO("output " << o.name << " shape " << shape.m << "x" << shape.n << " tile " << tile.str()
+    INFO("output " << o.name << " shape " << shape.m << "x" << shape.n << " tile " << (tile ? to_string(*tile) : "default")
                    << " misalign " << misalign);
     CHECK_MESSAGE(c.ok, c.message);
   }
@@ -126,7 +127,7 @@ TEST_SUITE("gpu") {
     const KernelSpec spec = test_specs::bias_gelu_dropout_add(DType::bf16);
     const Shape shape{8, 256, 0};
     auto kernel = jit.compile(spec, shape);
-    CHECK(kernel->source().vector_only);
+    CHECK(kernel->source().requires_alignment);
     CHECK(jit.stats().compiles == 1);
     check_against_reference(jit, spec, shape, 300, {3, 0}, {}, 0);  // aligned: no new kernel
     CHECK(jit.stats().compiles == 1);
@@ -135,7 +136,7 @@ TEST_SUITE("gpu") {
     check_against_reference(jit, spec, shape, 302, {3, 0}, {}, 3);  // and found in the cache
     CHECK(jit.stats().compiles == 2);
     int vector = 0, general = 0;
-    for (const CacheKey& k : jit.cached_keys()) (k.vector_only ? vector : general)++;
+    for (const CacheKey& k : jit.cached_keys()) (k.path == KernelPath::fastest ? vector : general)++;
     CHECK(vector == 1);
     CHECK(general == 1);
   }
@@ -176,6 +177,30 @@ TEST_SUITE("gpu") {
                 if (p == 1.0) CHECK(kept == 0);
               }
             }
+  }
+
+  TEST_CASE("dropout at the ends of the probability range: the GPU mask equals the reference exactly") {
+    // p within 2^-25 of 1 made thr = 2^24, whose `<< 8` wrapped to 0 in the
+    // kernel: every element kept and scaled by 1e8 where the reference drops all.
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const Shape shape{64, 1024, 0};
+    for (RngMode rng : {RngMode::philox4, RngMode::triton})
+      for (DType dt : {DType::f32, DType::bf16})
+        for (double p : {0x1p-33, 1e-7, 0x1p-24, 1 - 0x1p-24, 1 - 0x1p-25, 0.99999999}) {
+          INFO("rng " << to_string(rng) << " dtype " << to_string(dt) << " p " << p);
+          const KernelSpec spec = dropout_only(dt, p, rng);
+          const TensorMap inputs = make_inputs(spec, shape, 500);
+          const LaunchArgs args{0xFEEDull, 77};
+          const HostTensor want = evaluate(spec, shape, inputs, args).at("y");
+          const HostTensor got = run_on_device(*jit, spec, shape, inputs, args).at("y");
+          std::int64_t differ = 0, kept = 0;
+          for (std::int64_t i = 0; i < want.numel(); ++i) {
+            differ += got.get(i) != want.get(i);
+            kept += want.get(i) != 0.0f;
+          }
+          CHECK_MESSAGE(differ == 0, differ << " elements differ (reference keeps " << kept << ")");
+        }
   }
 
   TEST_CASE("NaN and infinities flow through activations as in the reference") {

@@ -2,12 +2,16 @@
 // text, that no user text reaches the source, and the per-output precision
 // policy. Golden text lives in tests/golden (test_golden_source.cpp).
 #include <algorithm>
+#include <map>
 #include <doctest/doctest.h>
 
-#include "codegen/kernel_plan.hpp"
+#include "codegen/epilogue.hpp"
+#include "codegen/family.hpp"
+#include "codegen/param_layout.hpp"
 #include "codegen/template_engine.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
+#include "ir/dropout.hpp"
 
 using namespace epifuse;
 
@@ -20,6 +24,14 @@ KernelSpec bias_gelu_dropout_add(DType dt, std::string bias_name = "bias") {
   Value r = g.input("residual", dt);
   Value y = g.add(g.dropout(g.gelu_tanh(g.add(x, b)), 0.1), r);
   g.output("y", y, dt);
+  return s;
+}
+// Two inputs, two scales: scalar parameters bound by index.
+KernelSpec test_add_mul_two_scales() {
+  KernelSpec s;
+  Graph& g = s.graph;
+  const Value v = g.scale(g.add(g.input("x", DType::f32), g.input("y", DType::f32)), 0.5);
+  g.output("z", g.scale(v, -3.0), DType::f32);
   return s;
 }
 }  // namespace
@@ -39,8 +51,8 @@ TEST_CASE("emitted source is deterministic and free of user names") {
   CHECK(a.text.find("bias") == std::string::npos);
   CHECK(b.text.find("my_secret_bias") == std::string::npos);
   CHECK(b.inputs == std::vector<std::string>{"x", "my_secret_bias", "residual"});
-  CHECK(a.tile.vec == 4);
-  CHECK(emit_kernel(bias_gelu_dropout_add(DType::bf16), shape).tile.vec == 8);
+  CHECK(std::get<ElementwiseTile>(a.tile).vec == 4);
+  CHECK(std::get<ElementwiseTile>(emit_kernel(bias_gelu_dropout_add(DType::bf16), shape).tile).vec == 8);
 }
 
 TEST_CASE("precision policy: approximate tanh only where every output is bf16 or precision is fast") {
@@ -82,22 +94,23 @@ TEST_CASE("a kernel carries the scalar path only where the shape or the caller n
   const auto fast = emit_kernel(spec, {4, 64, 0});         // M*N % 4 == 0: vector path alone
   const auto ragged = emit_kernel(spec, {3, 65, 0});       // 195 elements: a partial last vector
   const auto wrapped = emit_kernel(spec, {4, 65, 0});      // rows unaligned, M*N % 4 == 0
-  const auto general = emit_kernel(spec, {4, 64, 0}, {}, KernelPath::general);
-  CHECK(fast.vector_only);
+  const auto general = emit_kernel(spec, {4, 64, 0}, std::nullopt, KernelPath::general);
+  CHECK(fast.requires_alignment);
   CHECK(fast.text.find("p.vectorized") == std::string::npos);
   CHECK(fast.text.find("e0 + j < total") == std::string::npos);
-  CHECK_FALSE(ragged.vector_only);
+  CHECK_FALSE(ragged.requires_alignment);
+  CHECK(ragged.path == KernelPath::general);
   CHECK(ragged.text.find("p.vectorized") != std::string::npos);
-  CHECK(wrapped.vector_only);
+  CHECK(wrapped.requires_alignment);
   CHECK(wrapped.text.find("ef_element_coords") != std::string::npos);  // the bias is gathered
-  CHECK_FALSE(general.vector_only);
+  CHECK_FALSE(general.requires_alignment);
   CHECK(general.text.find("e0 + j < total") != std::string::npos);
   CHECK(general.name != fast.name);
   CHECK(ragged.name != wrapped.name);
   // Only general kernels take the flag that picks the path at launch.
   auto has_flag = [](const KernelSource& ks) {
     return std::any_of(ks.params.begin(), ks.params.end(),
-                       [](const ParamField& f) { return f.kind == ParamField::Kind::flag; });
+                       [](const ParamField& f) { return f.role == ParamRole::vector_flag; });
   };
   CHECK_FALSE(has_flag(fast));
   CHECK(has_flag(general));
@@ -115,4 +128,154 @@ TEST_CASE("the kernels' scaled keep test equals the contract's (draw >> 8) >= th
       CHECK(ef_dropout_keep_scaled(x, thr << 8) == ef_dropout_keep(x, thr));
     }
   }
+}
+
+namespace {
+
+// The arguments of the first call of `<kernel>_epilogue(` after the function's definition.
+std::vector<std::string> call_arguments(const std::string& text, const std::string& kernel) {
+  const std::string head = kernel + "_epilogue(p, ";
+  const auto def = text.find(kernel + "_epilogue(const");
+  const auto at = text.find(head, def + 1);
+  REQUIRE(at != std::string::npos);
+  const auto end = text.find(')', at);
+  std::vector<std::string> args;
+  std::string list = text.substr(at + head.size(), end - at - head.size());
+  for (std::size_t pos = 0;;) {
+    const auto comma = list.find(", ", pos);
+    args.push_back(list.substr(pos, comma - pos));
+    if (comma == std::string::npos) break;
+    pos = comma + 2;
+  }
+  return args;
+}
+
+}  // namespace
+
+TEST_CASE("one epilogue contract: the signature and every call take the same arguments in one order") {
+  // A dual GEMM chain whose inputs are declared before its accumulators are
+  // read, so node order, input order and accumulator order all differ.
+  KernelSpec spec;
+  spec.mainloop.kind = MainloopKind::dual_gemm;
+  Graph& g = spec.graph;
+  const Value b1 = g.input("b1_bias", DType::f16, Broadcast::row);
+  const Value b0 = g.input("b0_bias", DType::f16, Broadcast::row);
+  const Value acc1 = g.accumulator(1);
+  const Value acc0 = g.accumulator(0);
+  const Value gate = g.sigmoid(g.add(acc0, b0));
+  g.output("y", g.dropout(g.mul(gate, g.add(acc1, b1)), 0.1), DType::f16);
+  g.output("pre", gate, DType::f32);
+  KernelPlan plan = plan_operands(spec, {64, 64, 64}, KernelPath::fastest);
+  plan.kernel_name = "k";
+  plan_precision(plan);
+  REQUIRE(plan.accumulators.size() == 2);  // filled (they were never, before the contract)
+  const EpilogueContract c = epilogue_contract(plan);
+  // The provider names every argument by what it is; the body reads it as its parameter.
+  const std::string call = epilogue_call(plan, c, [&](const EpilogueArg& a) {
+    switch (a.kind) {
+      case EpilogueArg::Kind::accumulator: return fmt::format("ACC{}", a.index);
+      case EpilogueArg::Kind::input: return fmt::format("IN_{}", plan.inputs[a.index].binding);
+      case EpilogueArg::Kind::draw: return fmt::format("DRAW{}", a.index);
+      case EpilogueArg::Kind::output: return fmt::format("OUT_{}", plan.outputs[a.index].binding);
+    }
+    return std::string();
+  });
+  const std::string sig = epilogue_signature(plan, c);
+  // Pair the k-th parameter with the k-th argument: each must be the same value.
+  std::map<std::string, std::string> bound;
+  std::size_t s_pos = sig.find(", "), a_pos = call.find(", ");
+  while (s_pos != std::string::npos) {
+    const auto s_end = sig.find(", ", s_pos + 2), a_end = call.find_first_of(",)", a_pos + 2);
+    const std::string param = sig.substr(s_pos + 2, s_end - s_pos - 2);
+    bound[param.substr(param.rfind(' ') + 1)] = call.substr(a_pos + 2, a_end - a_pos - 2);
+    s_pos = s_end;
+    a_pos = a_end == std::string::npos || call[a_end] == ')' ? std::string::npos : a_end;
+  }
+  CHECK(bound.at(fmt::format("v{}", acc0.id)) == "ACC0");
+  CHECK(bound.at(fmt::format("v{}", acc1.id)) == "ACC1");
+  CHECK(bound.at(fmt::format("v{}", b0.id)) == "IN_b0_bias");
+  CHECK(bound.at(fmt::format("v{}", b1.id)) == "IN_b1_bias");
+  CHECK(bound.at("d0") == "DRAW0");
+  CHECK(bound.at("o0") == "OUT_y");
+  CHECK(bound.at("o1") == "OUT_pre");
+  CHECK(bound.size() == 7);
+}
+
+TEST_CASE("the elementwise kernel's call matches its epilogue's signature") {
+  const KernelSource ks = emit_kernel(bias_gelu_dropout_add(DType::bf16), {64, 256, 0});
+  const auto args = call_arguments(ks.text, ks.name);
+  CHECK(args == std::vector<std::string>{"in0_v[j]", "in1_v[j]", "in2_v[j]", "d0[j]", "out0_v[j]"});
+  const auto sig_at = ks.text.find(ks.name + "_epilogue(const");
+  const std::string sig = ks.text.substr(sig_at, ks.text.find(')', sig_at) - sig_at);
+  CHECK(sig.find("float v0, float v1, float v2, unsigned d0, float& o0") != std::string::npos);
+}
+
+TEST_CASE("dropout thresholds over the whole range: no draws where the effect is decided, no wrap at 2^24") {
+  // thr = llround(p * 2^24): 0 below 2^-25, 2^24 from 1 - 2^-25 on, where
+  // `thr << 8` wraps to 0 in 32 bits and would keep every element.
+  struct Case {
+    double p;
+    DropoutEffect philox4;
+  };
+  const Case cases[] = {
+      {0x1p-33, DropoutEffect::keep_all},      {1e-7, DropoutEffect::masked},  // thr 2
+      {0x1p-24, DropoutEffect::masked},        {0.5, DropoutEffect::masked},
+      {1 - 0x1p-24, DropoutEffect::masked},    {1 - 0x1p-25, DropoutEffect::drop_all},
+      {0.99999999, DropoutEffect::drop_all},   {1.0, DropoutEffect::drop_all},
+      {0.0, DropoutEffect::keep_all},          {4.9e-324, DropoutEffect::keep_all},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.p);
+    CHECK(dropout_effect(c.p, RngMode::philox4) == c.philox4);
+    KernelSpec spec;
+    spec.graph.output("y", spec.graph.dropout(spec.graph.input("x", DType::f32), c.p), DType::f32);
+    const std::string text = emit_kernel(spec, {4, 64, 0}).text;
+    CHECK((text.find("ef_dropout_masked(") != std::string::npos) == (c.philox4 == DropoutEffect::masked));
+    if (c.philox4 == DropoutEffect::drop_all) CHECK(text.find("const float v1 = 0.0f;") != std::string::npos);
+    if (c.philox4 == DropoutEffect::keep_all) CHECK(text.find("const float v1 = v0;") != std::string::npos);
+    if (c.philox4 == DropoutEffect::masked) CHECK(text.find(" 0u, v0)") == std::string::npos);  // never a wrapped 0
+  }
+  CHECK(dropout_effect(0.99999999, RngMode::triton) == DropoutEffect::drop_all);  // float(p) == 1
+  CHECK(dropout_effect(1 - 0x1p-24, RngMode::triton) == DropoutEffect::masked);
+  CHECK(dropout_effect(1e-44, RngMode::triton) == DropoutEffect::masked);    // float(p) > 0: r == 0 drops
+  CHECK(dropout_effect(1e-50, RngMode::triton) == DropoutEffect::keep_all);  // float(p) == 0
+}
+
+TEST_CASE("parameters: the launch binds by role, fields are aligned, opaque blobs sit on 64 bytes") {
+  const KernelSource ks = emit_kernel(test_add_mul_two_scales(), {64, 256, 0});
+  int inputs = 0, outputs = 0, scalars = 0;
+  for (const ParamField& f : ks.params) {
+    CHECK(f.offset % f.align == 0);
+    CHECK(f.offset + f.size <= ks.params_size);
+    inputs += f.role == ParamRole::input;
+    outputs += f.role == ParamRole::output;
+    if (f.role == ParamRole::scalar) CHECK(ks.scalars.at(f.index) == (f.index == 0 ? 0.5f : -3.0f));
+    scalars += f.role == ParamRole::scalar;
+  }
+  CHECK(inputs == 2);
+  CHECK(outputs == 1);
+  CHECK(scalars == 2);
+  ParamLayout layout;
+  layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
+  layout.add(ParamRole::scalar, 0, "alpha0", "float alpha0", 4, 4);
+  layout.add(ParamRole::opaque, 0, "tmap_a", "unsigned char tmap_a[128]", 128, 64);
+  KernelSource laid;
+  CHECK(layout.fields_text().find("alignas(64) unsigned char tmap_a[128];") != std::string::npos);
+  layout.finish(laid);
+  CHECK(laid.params.back().offset == 64);
+  CHECK(laid.params_size == 192);
+}
+
+TEST_CASE("kernel families: one per mainloop kind, tiles of another family are refused") {
+  CHECK(family_for(MainloopKind::elementwise).kind() == MainloopKind::elementwise);
+  CHECK_THROWS_WITH_AS(family_for(MainloopKind::gemm), doctest::Contains("not implemented yet (kernel families: elementwise)"),
+                       UserError);
+  const KernelSpec spec = bias_gelu_dropout_add(DType::f32);
+  CHECK_THROWS_WITH_AS(emit_kernel(spec, {4, 64, 0}, ElementwiseTile{48, 0, 0}),
+                       doctest::Contains("multiple of 32 in [32, 1024], got 48"), UserError);
+  // The key of a tile holds its resolved form: an explicit default equals no tile.
+  const TileConfig resolved = family_for(MainloopKind::elementwise).resolve_tile(spec, {4, 64, 0}, std::nullopt);
+  CHECK(resolved == family_for(MainloopKind::elementwise).resolve_tile(spec, {4, 64, 0}, ElementwiseTile{256, 4, 0}));
+  CHECK(tile_hash(resolved) != tile_hash(ElementwiseTile{256, 8, 0}));
+  CHECK(to_string(resolved) == "t256v4g0");
 }

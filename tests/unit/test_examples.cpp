@@ -33,7 +33,7 @@ enum class Match { exact, close };
 
 // Binds each required operand from `values` (row-major, integer-valued), in the
 // operand's own dtype and shape.
-TensorMap bind(const KernelSpec& spec, const Shape& shape, const std::map<std::string, std::vector<float>>& values) {
+TensorMap bind_values(const KernelSpec& spec, const Shape& shape, const std::map<std::string, std::vector<float>>& values) {
   TensorMap out;
   for (const OperandDesc& d : required_inputs(spec, shape)) {
     auto it = values.find(d.name);
@@ -84,7 +84,7 @@ Example run(const std::string& file, Shape shape, const std::map<std::string, st
   verify(e.spec);
   LaunchArgs args;
   args.seed = seed;
-  e.outputs = evaluate(e.spec, shape, bind(e.spec, shape, values), args);
+  e.outputs = evaluate(e.spec, shape, bind_values(e.spec, shape, values), args);
   return e;
 }
 

@@ -26,7 +26,7 @@ struct GoldenCase {
   std::string file;  // tests/golden/<file>
   KernelSpec spec;
   Shape shape;
-  TileConfig tile;
+  std::optional<TileConfig> tile;
   KernelPath path = KernelPath::fastest;
 };
 
@@ -35,17 +35,17 @@ std::vector<GoldenCase> golden_cases() {
   // The acceptance chain in f32 (accurate GELU, one Philox call per vector),
   // vector path only.
   c.push_back({"bias_gelu_dropout_add_f32.cu", load_spec(kExamples / "bias_gelu_dropout_add.json"),
-               {16384, 4096, 0}, {}});
+               {16384, 4096, 0}, std::nullopt});
   // The same chain in bf16 with 16 elements per thread: tanh.approx GELU,
   // four Philox calls per vector, packed bf16 stores.
   c.push_back({"bias_gelu_dropout_add_bf16_v16.cu", test_specs::bias_gelu_dropout_add(DType::bf16),
-               {16384, 4096, 0}, {128, 16, 0}});
+               {16384, 4096, 0}, ElementwiseTile{128, 16, 0}});
   // add_mul on a ragged shape: the general kernel, scalar tail included.
-  c.push_back({"add_mul_f32_ragged.cu", load_spec(kExamples / "add_mul.json"), {3, 1001, 0}, {}});
+  c.push_back({"add_mul_f32_ragged.cu", load_spec(kExamples / "add_mul.json"), {3, 1001, 0}, std::nullopt});
   // The compatibility RNG (one Philox call per element), the general path
   // forced as a misaligned launch gets it, rows that wrap inside a vector.
   c.push_back({"bias_gelu_dropout_add_f16_triton_general.cu",
-               test_specs::bias_gelu_dropout_add(DType::f16, 0.25, RngMode::triton), {4, 66, 0}, {256, 8, 4},
+               test_specs::bias_gelu_dropout_add(DType::f16, 0.25, RngMode::triton), {4, 66, 0}, ElementwiseTile{256, 8, 4},
                KernelPath::general});
   return c;
 }

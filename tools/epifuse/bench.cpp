@@ -29,7 +29,7 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
   j["shape"] = {r.shape.m, r.shape.n};
   j["bytes"] = r.bytes;
   j["copy"] = {{"ms", r.copy_ms}, {"gbps", r.copy_gbps}};
-  j["fused"] = {{"tile", r.tile.str()},    {"ms", r.fused_ms},        {"gbps", r.fused_gbps},
+  j["fused"] = {{"tile", to_string(r.tile)},    {"ms", r.fused_ms},        {"gbps", r.fused_gbps},
                 {"of_copy", r.fused_of_copy}, {"registers", r.registers}};
   if (r.unfused_ms)
     j["unfused"] = {{"kernels", r.unfused_kernels}, {"ms", *r.unfused_ms}, {"speedup", r.speedup_vs_unfused}};
@@ -50,7 +50,7 @@ void print_report(const BenchReport& r) {
   std::cout << fmt::format("  {:<28} {:>10} {:>10} {:>9}\n", "", "ms", "GB/s", "of copy");
   std::cout << fmt::format("  {:<28} {:>10.4f} {:>10.0f} {:>8.1f}%\n", "copy ceiling (DtoD)", r.copy_ms, r.copy_gbps,
                            100.0);
-  std::cout << fmt::format("  {:<28} {:>10.4f} {:>10.0f} {:>8.1f}%\n", "fused " + r.tile.str(), r.fused_ms,
+  std::cout << fmt::format("  {:<28} {:>10.4f} {:>10.0f} {:>8.1f}%\n", "fused " + to_string(r.tile), r.fused_ms,
                            r.fused_gbps, 100 * r.fused_of_copy);
   if (r.unfused_ms)
     std::cout << fmt::format("  {:<28} {:>10.4f} {:>10.0f} {:>8.1f}%   fused is {:.2f}x faster\n",

@@ -44,7 +44,8 @@ Device choose_device(const std::string& requested) {
 }
 
 TensorMap run_on_device(Device device, const KernelSpec& spec, const Shape& shape,
-                        const TensorMap& inputs, const LaunchArgs& args, const TileConfig& tile) {
+                        const TensorMap& inputs, const LaunchArgs& args,
+                        const std::optional<TileConfig>& tile) {
   switch (device) {
     case Device::cpu: return evaluate(spec, shape, inputs, args);
     case Device::cuda: {

@@ -21,6 +21,7 @@ Device choose_device(const std::string& requested);
 /// the reference evaluator itself. UserError when the device is not available.
 /// `tile` applies to GPU devices (default: the JIT's default tile).
 TensorMap run_on_device(Device device, const KernelSpec& spec, const Shape& shape,
-                        const TensorMap& inputs, const LaunchArgs& args, const TileConfig& tile = {});
+                        const TensorMap& inputs, const LaunchArgs& args,
+                        const std::optional<TileConfig>& tile = std::nullopt);
 
 }  // namespace epifuse::cli

@@ -31,7 +31,7 @@ void emit(const EmitOptions& opt) {
   if (session().json) {
     nlohmann::ordered_json doc;
     doc["name"] = ks.name;
-    doc["tile"] = ks.tile.str();
+    doc["tile"] = to_string(ks.tile);
     doc["inputs"] = ks.inputs;
     doc["outputs"] = ks.outputs;
     doc["source"] = ks.text;

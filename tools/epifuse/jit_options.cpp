@@ -7,8 +7,9 @@
 
 namespace epifuse::cli {
 
-TileConfig TileOptions::tile() const {
-  TileConfig t;
+std::optional<TileConfig> TileOptions::tile() const {
+  if (!threads && !vec && blocks_per_sm < 0) return std::nullopt;
+  ElementwiseTile t;
   if (threads) t.threads = threads;
   t.vec = vec;
   if (blocks_per_sm >= 0) t.blocks_per_sm = blocks_per_sm;

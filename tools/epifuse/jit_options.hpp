@@ -1,6 +1,7 @@
 #pragma once
 /// Options the JIT subcommands share (emit, compile, run --device cuda, bench):
 /// the target and an explicit tile.
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -13,8 +14,8 @@ struct TileOptions {
   int threads = 0;        ///< 0: default (or the tuned tile)
   int vec = 0;
   int blocks_per_sm = -1;
-  /// The requested tile; all defaults give TileConfig{} (tuned or default).
-  TileConfig tile() const;
+  /// The requested tile; nullopt when no option was given (the tuned or default tile).
+  std::optional<TileConfig> tile() const;
 };
 
 /// Adds --threads, --vec, --blocks-per-sm.

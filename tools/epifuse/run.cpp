@@ -225,7 +225,7 @@ RunResult execute(const RunPlan& plan, const RunOptions& opt, TensorMap inputs) 
   RunResult r;
   r.inputs = std::move(inputs);
   r.device = choose_device(opt.device);
-  EPIFUSE_CHECK(r.device != Device::cpu || opt.tile.tile() == TileConfig{},
+  EPIFUSE_CHECK(r.device != Device::cpu || !opt.tile.tile(),
                 "--threads, --vec and --blocks-per-sm choose a GPU kernel's tile; the CPU reference has none");
   const double flops = flop_estimate(plan.spec, plan.shape);
   r.large = flops > k_large_run_flops;

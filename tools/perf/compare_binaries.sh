@@ -17,7 +17,7 @@ row() {  # binary, chain, shapes...
 import json, sys
 for r in json.load(sys.stdin)['results']:
     f = r['fused']
-    print(f\"  {r['dtype'] if 'dtype' in r else ''}{'x'.join(map(str, r['shape'])):>12} {f['tile']:>14} {f['ms']:.4f} ms {100 * f['of_copy']:6.1f}% of copy  regs {f.get('registers', '?')}  compile {r['host']['compile_ms']:.0f} ms\")"
+    print(f\"  {r['dtype'] if 'dtype' in r else ''}{'x'.join(map(str, r['shape'])):>12} {f['tile']:>14} {f['ms']:.4f} ms {100 * f['of_copy']:6.1f}% of copy  regs {f.get('registers', '?')}  compile {r['host']['compile_ms']:.0f} ms  launch {r['host']['launch_us']:.2f} us  hit {r['host']['hit_us']:.2f} us\")"
 }
 for bin in "$@"; do
   echo "== $bin ${EPIFUSE_NVRTC_OPTIONS:+(EPIFUSE_NVRTC_OPTIONS=$EPIFUSE_NVRTC_OPTIONS)}"

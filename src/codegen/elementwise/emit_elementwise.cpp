@@ -1,8 +1,10 @@
-// Pass 5: fill templates/elementwise.cu.in. Generated identifiers only:
-// in<k>/out<k> pointers, v<node> values, d<k> draws.
+// Elementwise pass 2: fill templates/elementwise.cu.in. Generated identifiers
+// only: in<k>/out<k> pointers, v<node> values, d<k> draws.
 #include <algorithm>
 
-#include "codegen/kernel_plan.hpp"
+#include "codegen/elementwise/elementwise.hpp"
+#include "codegen/epilogue.hpp"
+#include "codegen/param_layout.hpp"
 #include "codegen/template_engine.hpp"
 #include "epifuse/errors.hpp"
 #include "ir/op_table.hpp"
@@ -11,33 +13,23 @@ namespace epifuse {
 
 namespace {
 
-void layout_params(const KernelPlan& plan, KernelSource& ks, std::string& fields) {
-  std::size_t offset = 0;
-  auto add = [&](ParamField::Kind kind, std::string name, std::string decl) {
-    const std::size_t size = kind == ParamField::Kind::f32 || kind == ParamField::Kind::flag ? 4 : 8;
-    offset = (offset + size - 1) / size * size;
-    ks.params.push_back({kind, name, offset});
-    offset += size;
-    fields += fmt::format("  {};\n", decl);
-  };
-  for (const auto& t : plan.inputs)
-    add(ParamField::Kind::pointer, t.field,
-        fmt::format("const {}* {}", storage_type_name(t.dtype), t.field));
-  for (const auto& t : plan.outputs)
-    add(ParamField::Kind::pointer, t.field, fmt::format("{}* {}", storage_type_name(t.dtype), t.field));
-  add(ParamField::Kind::i64, "m", "long long m");
-  add(ParamField::Kind::i64, "n", "long long n");
-  add(ParamField::Kind::f64, "n_inv", "double n_inv");
-  add(ParamField::Kind::u64, "seed", "unsigned long long seed");
-  add(ParamField::Kind::u64, "offset", "unsigned long long offset");
+void layout_params(const ElementwisePlan& e, ParamLayout& layout) {
+  const KernelPlan& plan = *e.plan;
+  for (std::size_t k = 0; k < plan.inputs.size(); ++k)
+    layout.add_pointer(ParamRole::input, k, plan.inputs[k].field, storage_type_name(plan.inputs[k].dtype));
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
+    layout.add_pointer(ParamRole::output, k, plan.outputs[k].field, storage_type_name(plan.outputs[k].dtype));
+  layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
+  layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
+  layout.add(ParamRole::inv_n, 0, "n_inv", "double n_inv", 8, 8);
+  layout.add(ParamRole::seed, 0, "seed", "unsigned long long seed", 8, 8);
+  layout.add(ParamRole::offset, 0, "offset", "unsigned long long offset", 8, 8);
   for (std::size_t k = 0; k < plan.scales.size(); ++k)
-    add(ParamField::Kind::f32, fmt::format("alpha{}", k), fmt::format("float alpha{}", k));
-  if (!plan.vector_only) add(ParamField::Kind::flag, "vectorized", "int vectorized");
-  ks.params_size = (offset + 7) / 8 * 8;
-  if (!fields.empty()) fields.pop_back();
+    layout.add(ParamRole::scalar, k, fmt::format("alpha{}", k), fmt::format("float alpha{}", k), 4, 4);
+  if (!e.vector_only) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
 }
 
-std::string emit_coordinates(const KernelPlan& plan) {
+std::string emit_coordinates(const ElementwisePlan& plan) {
   if (!plan.needs_row_index && !plan.needs_col_index) return "    // no broadcast operand: no coordinates";
   // e0 / n by the rounded fp64 reciprocal and one correction step: exact for
   // e0 < 2^52 (M*N <= 2^48 by verify_shape), and far cheaper than a 64-bit
@@ -55,15 +47,15 @@ std::string emit_coordinates(const KernelPlan& plan) {
 // every 16-byte load back to back; the scalar path serves the tail and
 // misaligned pointers, with per-element coordinates since a vector may wrap
 // rows there. A vector-only kernel has no branch and no scalar path.
-std::string emit_loads(const KernelPlan& plan) {
+std::string emit_loads(const ElementwisePlan& plan) {
   // With N % VEC == 0 a whole vector lies in one row: its slice of a row
   // vector is contiguous, and its row index is r0.
   const bool one_row = plan.row_vectors_aligned;
   const bool any_broadcast = plan.needs_row_index || plan.needs_col_index;
   std::string decl = "    float", vec, scalar;
   bool vec_needs_coords = false;
-  for (std::size_t k = 0; k < plan.inputs.size(); ++k) {
-    const auto& t = plan.inputs[k];
+  for (std::size_t k = 0; k < plan.plan->inputs.size(); ++k) {
+    const auto& t = plan.plan->inputs[k];
     const auto type = storage_type_name(t.dtype);
     const std::string& f = t.field;
     decl += fmt::format("{} {}_v[VEC]", k ? "," : "", f);
@@ -111,11 +103,11 @@ std::string emit_loads(const KernelPlan& plan) {
   return out;
 }
 
-std::string emit_draws(const KernelPlan& plan) {
-  const Graph& g = plan.spec->graph;
+std::string emit_draws(const ElementwisePlan& plan) {
+  const Graph& g = plan.plan->spec->graph;
   std::string s;
-  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
-    const Node& n = g.node(plan.dropouts[k]);
+  for (std::size_t k = 0; k < plan.plan->dropouts.size(); ++k) {
+    const Node& n = g.node(plan.plan->dropouts[k]);
     s += fmt::format("    unsigned d{}[VEC];  // dropout stream {} ({})\n", k, n.stream, to_string(n.rng));
     if (n.rng == RngMode::philox4) {
       s += fmt::format(
@@ -137,21 +129,29 @@ std::string emit_draws(const KernelPlan& plan) {
   return s;
 }
 
-std::string emit_compute(const KernelPlan& plan) {
+// The epilogue call per element j of the vector: each argument of the
+// contract is that element of its loaded vector, draw array or output vector.
+std::string emit_compute(const ElementwisePlan& e, const EpilogueContract& contract) {
+  const KernelPlan& plan = *e.plan;
   std::string decl = "    float";
-  std::string call = fmt::format("      {}_epilogue(p", plan.kernel_name);
-  for (const auto& t : plan.inputs) call += fmt::format(", {}_v[j]", t.field);
-  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) call += fmt::format(", d{}[j]", k);
-  for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
     decl += fmt::format("{} {}_v[VEC]", k ? "," : "", plan.outputs[k].field);
-    call += fmt::format(", {}_v[j]", plan.outputs[k].field);
-  }
-  return fmt::format("{};\n#pragma unroll\n    for (int j = 0; j < VEC; ++j)\n{});", decl, call);
+  const std::string call = epilogue_call(plan, contract, [&](const EpilogueArg& a) -> std::string {
+    switch (a.kind) {
+      case EpilogueArg::Kind::input: return fmt::format("{}_v[j]", plan.inputs[a.index].field);
+      case EpilogueArg::Kind::draw: return fmt::format("d{}[j]", a.index);
+      case EpilogueArg::Kind::output: return fmt::format("{}_v[j]", plan.outputs[a.index].field);
+      case EpilogueArg::Kind::accumulator: break;
+    }
+    EPIFUSE_ASSERT(false, "an elementwise kernel has no accumulator");
+    return {};
+  });
+  return fmt::format("{};\n#pragma unroll\n    for (int j = 0; j < VEC; ++j)\n      {};", decl, call);
 }
 
-std::string emit_stores(const KernelPlan& plan) {
+std::string emit_stores(const ElementwisePlan& plan) {
   std::string vec, scalar;
-  for (const auto& t : plan.outputs) {
+  for (const auto& t : plan.plan->outputs) {
     const auto type = storage_type_name(t.dtype);
     vec += fmt::format("      ef_store_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, t.field, t.field);
     scalar += fmt::format("        if (e0 + j < total) p.{}[e0 + j] = ef_from_float<{}>({}_v[j]);\n", t.field, type,
@@ -172,7 +172,7 @@ std::string describe(const KernelPlan& plan) {
   return s;
 }
 
-int alignment_needed(const KernelPlan& plan, const TensorPlan& t) {
+int alignment_needed(const ElementwisePlan& plan, const TensorPlan& t) {
   const bool vector_loaded = t.broadcast == Broadcast::full ||
                              (t.broadcast == Broadcast::row && plan.row_vectors_aligned);
   if (!vector_loaded) return 0;
@@ -181,42 +181,44 @@ int alignment_needed(const KernelPlan& plan, const TensorPlan& t) {
 
 }  // namespace
 
-KernelSource emit_elementwise(const KernelPlan& plan) {
+KernelSource emit_elementwise(const ElementwisePlan& e) {
+  const KernelPlan& plan = *e.plan;
   KernelSource ks;
   ks.name = plan.kernel_name;
-  ks.tile = plan.tile;
-  std::string fields;
-  layout_params(plan, ks, fields);
+  ks.tile = e.tile;
+  ks.path = plan.path;
+  ParamLayout layout;
+  layout_params(e, layout);
   for (const auto& t : plan.inputs) {
     ks.inputs.push_back(t.binding);
-    ks.input_alignment.push_back(alignment_needed(plan, t));
+    ks.input_alignment.push_back(alignment_needed(e, t));
   }
   for (const auto& t : plan.outputs) {
     ks.outputs.push_back(t.binding);
-    ks.output_alignment.push_back(alignment_needed(plan, t));
+    ks.output_alignment.push_back(alignment_needed(e, t));
   }
-  for (Value v : plan.scales) ks.alphas.push_back(plan.spec->graph.node(v).alpha);
-  ks.vector_only = plan.vector_only;
+  for (Value v : plan.scales) ks.scalars.push_back(static_cast<float>(plan.spec->graph.node(v).alpha));
+  ks.requires_alignment = e.vector_only;
 
-  std::string signature;
-  const std::string body = emit_epilogue(plan, signature);
+  const EpilogueContract contract = epilogue_contract(plan);
   TemplateVars vars{
       {"kernel", plan.kernel_name},
       {"description", describe(plan)},
-      {"param_fields", fields},
-      {"epilogue_signature", signature},
-      {"epilogue_body", body},
-      {"vec", std::to_string(plan.tile.vec)},
-      {"threads", std::to_string(plan.tile.threads)},
-      {"index_t", plan.index32 ? "int" : "long long"},
-      {"whole", plan.vector_only ? "// vector-only: M*N % VEC == 0, and the host checked every pointer's alignment"
-                                 : "const bool whole = p.vectorized && e0 + VEC <= total;"},
-      {"coordinates", emit_coordinates(plan)},
-      {"loads", emit_loads(plan)},
-      {"draws", emit_draws(plan)},
-      {"compute", emit_compute(plan)},
-      {"stores", emit_stores(plan)},
+      {"param_fields", layout.fields_text()},
+      {"epilogue_signature", epilogue_signature(plan, contract)},
+      {"epilogue_body", epilogue_body(plan)},
+      {"vec", std::to_string(e.tile.vec)},
+      {"threads", std::to_string(e.tile.threads)},
+      {"index_t", e.index32 ? "int" : "long long"},
+      {"whole", e.vector_only ? "// vector-only: M*N % VEC == 0, and the host checked every pointer's alignment"
+                              : "const bool whole = p.vectorized && e0 + VEC <= total;"},
+      {"coordinates", emit_coordinates(e)},
+      {"loads", emit_loads(e)},
+      {"draws", emit_draws(e)},
+      {"compute", emit_compute(e, contract)},
+      {"stores", emit_stores(e)},
   };
+  layout.finish(ks);
   ks.text = render_template(embedded_template("elementwise.cu.in"), vars, "elementwise.cu.in");
   return ks;
 }

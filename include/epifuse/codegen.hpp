@@ -1,0 +1,75 @@
+#pragma once
+/// Code generation: KernelSpec + shape + tile -> kernel source and everything a
+/// launch needs to bind it (DESIGN §1). Needs no GPU and no compiler.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "epifuse/spec.hpp"
+#include "epifuse/tile.hpp"
+
+namespace epifuse {
+
+/// Which code paths a kernel carries. `fastest`: only what the shape needs, so
+/// a family may leave out the path for pointers that are not aligned for its
+/// vector accesses (the elementwise family does, when M*N is a multiple of
+/// vec). `general`: always able to run with any pointer alignment. The Jit
+/// compiles the general kernel only when a launch brings misaligned pointers.
+enum class KernelPath : std::uint8_t { fastest, general };
+
+/// What a kernel parameter is bound to at launch. The launch binds by role,
+/// never by the field's name.
+enum class ParamRole : std::uint8_t {
+  input,        ///< device pointer: DeviceBindings::inputs[index]
+  output,       ///< device pointer: DeviceBindings::outputs[index]
+  dim_m,        ///< int64 M
+  dim_n,        ///< int64 N
+  dim_k,        ///< int64 K
+  inv_n,        ///< double 1.0 / N
+  seed,         ///< uint64 dropout seed
+  offset,       ///< uint64 dropout Philox offset
+  scalar,       ///< float KernelSource::scalars[index] (a scale's alpha)
+  vector_flag,  ///< int: 1 when every pointer is aligned as KernelSource says
+  opaque,       ///< `size` bytes the family fills at launch (a CUtensorMap, 64-byte aligned)
+};
+
+/// One field of a generated kernel's parameter struct (passed by value).
+struct ParamField {
+  ParamRole role;
+  std::uint32_t index = 0;  ///< input, output, scalar: which one
+  std::uint32_t offset = 0, size = 0, align = 0;
+  std::string name;         ///< the field's identifier in the generated struct ("in0", "m")
+};
+
+/// Generated source and everything needed to launch it.
+struct KernelSource {
+  std::string name;                   ///< the __global__ function's name
+  std::string text;                   ///< CUDA C++ source
+  TileConfig tile;                    ///< resolved: no defaults left
+  KernelPath path = KernelPath::fastest;
+  std::vector<ParamField> params;     ///< in struct order
+  std::size_t params_size = 0;        ///< bytes, a multiple of the largest alignment
+  std::vector<std::string> inputs;    ///< binding names of DeviceBindings::inputs, in order
+  std::vector<std::string> outputs;   ///< binding names of DeviceBindings::outputs, in order
+  std::vector<float> scalars;         ///< values of the scalar parameters
+  std::vector<int> input_alignment;   ///< bytes each input must be aligned to for the fast path (0: none)
+  std::vector<int> output_alignment;
+  /// The kernel has no path for pointers aligned less than the above: a
+  /// misaligned launch must use the general kernel of the same key.
+  bool requires_alignment = false;
+};
+
+/// Lowers a spec for a shape (DESIGN §1): verify, plan operands, plan
+/// precision, then the spec's kernel family resolves the tile and emits.
+/// `tile` nullopt: the family's default. Deterministic: same spec, shape
+/// class, tile and path, same bytes.
+KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape,
+                         const std::optional<TileConfig>& tile = std::nullopt,
+                         KernelPath path = KernelPath::fastest);
+
+/// Tile configurations the tuner tries for a spec and shape, best guess first.
+std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape);
+
+}  // namespace epifuse

@@ -1,0 +1,30 @@
+#pragma once
+/// Tile configurations: how a kernel family lays its work over the GPU. Each
+/// kernel family has its own tile type (Note [Kernel families] in
+/// docs/architecture.md); TileConfig is the closed set of them, so cache keys
+/// compare and hash tiles without knowing the family. "No tile chosen" is
+/// std::nullopt at the API (Jit::compile), never a sentinel value.
+#include <cstdint>
+#include <string>
+#include <variant>
+
+namespace epifuse {
+
+/// Elementwise family: a grid-stride loop of VEC consecutive elements per thread.
+struct ElementwiseTile {
+  int threads = 256;      ///< threads per block
+  int vec = 0;            ///< elements per thread per step; 0: 16 bytes of the narrowest full tensor
+  int blocks_per_sm = 0;  ///< grid: 0 covers every vector once; k > 0 is a grid-stride grid of k*SMs blocks
+  friend bool operator==(const ElementwiseTile&, const ElementwiseTile&) = default;
+  std::string str() const;  ///< "t256v8g4"
+};
+
+/// One alternative per kernel family (a new family adds its tile type here).
+using TileConfig = std::variant<ElementwiseTile>;
+
+/// "t256v8g4": the tile's own str().
+std::string to_string(const TileConfig& tile);
+/// A hash of the family and every field (for cache keys; equality compares fields).
+std::uint64_t tile_hash(const TileConfig& tile);
+
+}  // namespace epifuse

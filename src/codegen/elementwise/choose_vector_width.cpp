@@ -1,0 +1,64 @@
+// Elementwise pass 1: elements per thread. Default: 16 bytes of the narrowest
+// full tensor (4 for f32, 8 for 16-bit), so every full tensor moves in 16-byte
+// (or wider) accesses. Philox serves four consecutive elements per call
+// (DESIGN §4), so with dropout draws the width is at least 4. The pass also
+// decides whether the kernel can leave out its scalar path (KernelPath,
+// docs/decisions.md).
+#include <algorithm>
+#include <atomic>
+
+#include "codegen/elementwise/elementwise.hpp"
+
+namespace epifuse {
+
+int natural_vector_width(const KernelSpec& spec) {
+  std::size_t narrowest = 4;
+  for (const Node& n : spec.graph.nodes())
+    if (n.kind == NodeKind::input && n.broadcast == Broadcast::full)
+      narrowest = std::min(narrowest, size_of(n.dtype));
+  for (const Output& o : spec.graph.outputs()) narrowest = std::min(narrowest, size_of(o.dtype));
+  return static_cast<int>(16 / narrowest);
+}
+
+ElementwiseTile resolve_elementwise_tile(const KernelSpec& spec, ElementwiseTile tile) {
+  int vec = tile.vec ? tile.vec : natural_vector_width(spec);
+  for (const Node& n : spec.graph.nodes())
+    if (n.kind == NodeKind::op && n.op == OpKind::dropout && n.p > 0.0 && n.p < 1.0) vec = std::max(vec, 4);
+  tile.vec = vec;
+  return tile;
+}
+
+namespace {
+std::atomic<bool> g_force_index64{false};
+// 32-bit indexing holds while every index the loop forms stays below 2^31:
+// elements, plus one step of the grid-stride loop past the end.
+bool fits_index32(const Shape& s) { return !g_force_index64 && s.m * s.n < (std::int64_t{1} << 30); }
+}  // namespace
+
+void force_index64_for_tests(bool on) { g_force_index64 = on; }
+
+bool ragged(const ElementwiseTile& resolved, const Shape& shape) { return (shape.m * shape.n) % resolved.vec != 0; }
+
+std::string_view elementwise_shape_class(const ElementwiseTile& resolved, const Shape& shape) {
+  // One of six literals: no formatting, since launches check it too.
+  const bool narrow = fits_index32(shape);
+  if (shape.n % resolved.vec == 0) return narrow ? "row_aligned/i32" : "row_aligned/i64";
+  if (ragged(resolved, shape)) return narrow ? "row_unaligned/i32/ragged" : "row_unaligned/i64/ragged";
+  return narrow ? "row_unaligned/i32" : "row_unaligned/i64";
+}
+
+ElementwisePlan choose_vector_width(const KernelPlan& plan) {
+  ElementwisePlan e;
+  e.plan = &plan;
+  e.tile = std::get<ElementwiseTile>(plan.tile);  // resolved by the family
+  for (const TensorPlan& t : plan.inputs) {
+    e.needs_row_index |= t.broadcast == Broadcast::col;
+    e.needs_col_index |= t.broadcast == Broadcast::row;
+  }
+  e.row_vectors_aligned = plan.shape.n % e.tile.vec == 0;
+  e.index32 = fits_index32(plan.shape);
+  e.vector_only = plan.path == KernelPath::fastest && !ragged(e.tile, plan.shape);
+  return e;
+}
+
+}  // namespace epifuse

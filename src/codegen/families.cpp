@@ -1,0 +1,36 @@
+// The registry of kernel families: one line per family (Note [Kernel families]).
+#include <array>
+
+#include "codegen/family.hpp"
+#include "epifuse/errors.hpp"
+
+namespace epifuse {
+
+const KernelFamily& elementwise_family();
+
+namespace {
+
+using FamilyGetter = const KernelFamily& (*)();
+constexpr std::array<FamilyGetter, 1> k_families = {
+    elementwise_family,
+};
+
+}  // namespace
+
+void KernelFamily::fill_opaque(const ParamField& field, const OpaqueContext&, std::span<unsigned char>) const {
+  EPIFUSE_ASSERT(false, "the {} family declares opaque parameter '{}' but does not fill it", to_string(kind()),
+                 field.name);
+}
+
+const KernelFamily& family_for(MainloopKind kind) {
+  std::string known;
+  for (FamilyGetter get : k_families) {
+    const KernelFamily& f = get();
+    if (f.kind() == kind) return f;
+    known += fmt::format("{}{}", known.empty() ? "" : ", ", to_string(f.kind()));
+  }
+  throw UserError(fmt::format("code generation for the {} mainloop is not implemented yet (kernel families: {})",
+                              to_string(kind), known));
+}
+
+}  // namespace epifuse

@@ -1,0 +1,62 @@
+#pragma once
+// Note [Kernel families]
+// A kernel family is what one mainloop kind needs beyond the shared pipeline:
+// its tile type and candidates, the shape class its code is specialised for,
+// its own lowering passes and template, and its launch geometry. The rest of
+// the pipeline (plan_operands, plan_precision, the epilogue emitter, the Jit,
+// the cache, the tuner, the launch) sees only this interface. A new family is
+// a folder src/codegen/<family>/ implementing it, its tile type in
+// include/epifuse/tile.hpp, and one line in src/codegen/families.cpp
+// (docs/architecture.md).
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "codegen/kernel_plan.hpp"
+#include "epifuse/codegen.hpp"
+
+namespace epifuse {
+
+struct LaunchGeometry {
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared_bytes = 0;  // dynamic shared memory
+};
+
+/// What the launch knows when it fills an opaque parameter.
+struct OpaqueContext {
+  const KernelSource& source;
+  std::span<const std::uint64_t> inputs, outputs;  // device pointers, bound as KernelSource says
+  const Shape& shape;
+};
+
+class KernelFamily {
+ public:
+  virtual ~KernelFamily() = default;
+  virtual MainloopKind kind() const = 0;
+  /// The tile a key holds: `requested` with its defaults resolved, or the
+  /// family's default; UserError for a tile of another family or out of range.
+  virtual TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape,
+                                  const std::optional<TileConfig>& requested) const = 0;
+  /// What the code is specialised for besides spec, tile and path: part of the
+  /// key, and a launch checks its shape has the kernel's class. A literal, so
+  /// the cache's hit path formats nothing.
+  virtual std::string_view shape_class(const TileConfig& resolved, const Shape& shape) const = 0;
+  /// The path a key gets for `fastest`: `general` when the shape itself needs it.
+  virtual KernelPath path_for(const TileConfig& resolved, const Shape& shape) const = 0;
+  virtual std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape) const = 0;
+  /// The family's passes after the generic ones: fills plan.shape_class and
+  /// plan.kernel_name, returns the rendered source.
+  virtual KernelSource emit(KernelPlan& plan) const = 0;
+  virtual LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int multiprocessors) const = 0;
+  /// Fills a ParamRole::opaque field (a tensor map). Families that declare none keep this.
+  virtual void fill_opaque(const ParamField& field, const OpaqueContext& context,
+                           std::span<unsigned char> bytes) const;
+};
+
+/// The family of a mainloop kind; UserError naming the implemented ones when
+/// there is none yet.
+const KernelFamily& family_for(MainloopKind kind);
+
+}  // namespace epifuse

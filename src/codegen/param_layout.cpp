@@ -1,0 +1,35 @@
+#include "codegen/param_layout.hpp"
+
+#include <fmt/format.h>
+
+#include "epifuse/errors.hpp"
+#include "ir/limits.hpp"
+
+namespace epifuse {
+
+void ParamLayout::add(ParamRole role, std::uint32_t index, std::string name, std::string decl, std::uint32_t size,
+                      std::uint32_t align) {
+  EPIFUSE_ASSERT(align && (align & (align - 1)) == 0, "alignment {} is not a power of two", align);
+  const std::uint32_t offset = (size_ + align - 1) / align * align;
+  fields_.push_back({role, index, offset, size, align, std::move(name)});
+  size_ = offset + size;
+  align_ = std::max(align_, align);
+  if (!text_.empty()) text_ += '\n';
+  text_ += align > 8 ? fmt::format("  alignas({}) {};", align, decl) : fmt::format("  {};", decl);
+}
+
+void ParamLayout::add_pointer(ParamRole role, std::uint32_t index, const std::string& field, std::string_view type) {
+  const bool in = role == ParamRole::input;
+  add(role, index, field, fmt::format("{}{}* {}", in ? "const " : "", type, field), 8, 8);
+}
+
+void ParamLayout::finish(KernelSource& ks) {
+  ks.params_size = (size_ + align_ - 1) / align_ * align_;
+  // The graph limits keep every kernel far inside the 4 KB parameter space of
+  // older toolkits (ir/limits.hpp); this is the invariant they guarantee.
+  EPIFUSE_ASSERT(ks.params_size <= limits::k_kernel_param_bytes, "parameter struct of {} bytes exceeds {}",
+                 ks.params_size, limits::k_kernel_param_bytes);
+  ks.params = std::move(fields_);
+}
+
+}  // namespace epifuse

@@ -1,0 +1,31 @@
+#pragma once
+// The kernel's parameter struct, laid out once: the same list of fields gives
+// the struct's text in the generated source and the byte offsets the launch
+// packs by role (KernelSource::params), so the two cannot disagree.
+#include <string>
+#include <vector>
+
+#include "epifuse/codegen.hpp"
+
+namespace epifuse {
+
+class ParamLayout {
+ public:
+  /// Appends a field `decl` (C declaration naming `name`) of `size` bytes at
+  /// the next multiple of `align`.
+  void add(ParamRole role, std::uint32_t index, std::string name, std::string decl, std::uint32_t size,
+           std::uint32_t align);
+  /// Pointer fields for every input and output of a plan's tensors, roles input/output.
+  void add_pointer(ParamRole role, std::uint32_t index, const std::string& field, std::string_view type);
+  /// The struct's fields, one per line, indented two spaces (no trailing newline).
+  const std::string& fields_text() const { return text_; }
+  /// Moves the fields and the struct's size (rounded up to its alignment) into `ks`.
+  void finish(KernelSource& ks);
+
+ private:
+  std::vector<ParamField> fields_;
+  std::string text_;
+  std::uint32_t size_ = 0, align_ = 1;
+};
+
+}  // namespace epifuse
