@@ -128,6 +128,8 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
 
 Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
+  // A bad target is the user's error whether or not NVRTC is here: check it first.
+  if (!target.empty()) d.target = backend::parse_target(target);
   d.rtc = &backend::nvrtc();
   const bool has_gpu = gpu_unavailable_reason().empty();
   if (target.empty()) {
@@ -136,8 +138,6 @@ Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
                                      "work with --target, e.g. sm_90a",
                                      gpu_unavailable_reason()));
     d.target = backend::detect_target(0);
-  } else {
-    d.target = backend::parse_target(target);
   }
   d.target_name = d.target.str();
   if (has_gpu && backend::detect_target(0) == d.target) {

@@ -345,6 +345,10 @@ expect_stderr 2 "emit --shape ''" "--shape: must not be empty" -- "$EPIFUSE" emi
 expect_stderr 2 "run --output-dir ''" "--output-dir: must not be empty" -- "$EPIFUSE" run "$AM" --device cpu --output-dir ""
 expect_stderr 2 "validate ''" "must not be empty" -- "$EPIFUSE" validate ""
 expect_stderr 2 "compile --target ''" "--target: must not be empty" -- "$EPIFUSE" compile "$AM" --target ""
+# Targets before sm_80 are refused at once, naming the supported range (no NVRTC needed).
+expect_stderr 2 "emit --target sm_75" "sm_80 and newer" -- "$EPIFUSE" emit "$AM" --target sm_75
+expect_stderr 2 "compile --target sm_75" "sm_80 and newer" -- "$EPIFUSE" compile "$AM" --target sm_75 --shape 8,8
+expect_stderr 2 "emit --target gfx90a" "AMD GPU" -- "$EPIFUSE" emit "$AM" --target gfx90a
 # An unnamed chain is named by its file, never printed as '' or with a leading space.
 "$PYTHON" -c 'import json,sys; d = json.load(open(sys.argv[1])); d.pop("name"); json.dump(d, open(sys.argv[2], "w"))' \
   "$AM" "$TMP/unnamed.json"

@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "epifuse/json.hpp"
+#include "backend/target.hpp"
 #include "jit_options.hpp"
 
 namespace epifuse::cli {
@@ -18,6 +19,9 @@ struct EmitOptions {
 };
 
 void emit(const EmitOptions& opt) {
+  // The source is the same for every target, but a target it could never
+  // compile for (sm_75, a typo) is an error here too, not only at compile time.
+  if (!opt.target.empty()) (void)backend::parse_target(opt.target);
   const KernelSpec spec = load_spec(opt.chain);
   Shape shape;
   if (opt.shape.empty() && !spec.default_shape) {
