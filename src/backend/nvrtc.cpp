@@ -151,6 +151,12 @@ std::vector<std::string> Nvrtc::default_options(const Target& target) const {
   return opts;
 }
 
+std::vector<std::string> Nvrtc::options(const Target& target, const std::vector<std::string>& extra) const {
+  std::vector<std::string> all = default_options(target);
+  all.insert(all.end(), extra.begin(), extra.end());
+  return all;
+}
+
 CompiledBinary Nvrtc::compile(const std::string& source, const std::string& name,
                               const Target& target, std::vector<std::string> extra_options,
                               const std::vector<Header>& headers) const {
@@ -166,8 +172,7 @@ CompiledBinary Nvrtc::compile(const std::string& source, const std::string& name
   CompiledBinary out;
   out.target = target;
   out.compiler = version_string();
-  out.options = default_options(target);
-  for (auto& o : extra_options) out.options.push_back(std::move(o));
+  out.options = options(target, extra_options);
 
   // Snapshot the headers so that the lock is not held while NVRTC runs.
   std::map<std::string, std::string> all_headers;

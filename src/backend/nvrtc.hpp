@@ -62,6 +62,10 @@ class Nvrtc {
   /// Fast math is not on by default (DESIGN §3 precision policy).
   std::vector<std::string> default_options(const Target& target) const;
 
+  /// Every option compile() passes for `target` with `extra`: default_options, then
+  /// `extra`. The one place the list is put together (cache keys use it too).
+  std::vector<std::string> options(const Target& target, const std::vector<std::string>& extra) const;
+
   /// Compiles `source` (shown as `name` in diagnostics) to a cubin for `target`.
   /// `headers` are added to the registered ones (and win on a name clash).
   /// Throws UserError when this NVRTC does not support `target`, CompileError (log,

@@ -152,9 +152,7 @@ Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
     std::istringstream words(extra);
     for (std::string w; words >> w;) d.extra_options.push_back(w);
   }
-  std::vector<std::string> all = d.rtc->default_options(d.target);
-  all.insert(all.end(), d.extra_options.begin(), d.extra_options.end());
-  d.options = backend::join(all, " ");
+  d.options = backend::join(d.rtc->options(d.target, d.extra_options), " ");
   for (const auto& [path, text] : embedded_templates())
     if (path.starts_with("common/")) d.headers.push_back({std::string(path), std::string(text)});
 }
