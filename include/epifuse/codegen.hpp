@@ -54,6 +54,7 @@ struct KernelSource {
   std::vector<std::string> inputs;    ///< binding names of DeviceBindings::inputs, in order
   std::vector<std::string> outputs;   ///< binding names of DeviceBindings::outputs, in order
   std::vector<float> scalars;         ///< values of the scalar parameters
+  std::uint32_t shared_bytes = 0;     ///< dynamic shared memory per block
   std::vector<int> input_alignment;   ///< bytes each input must be aligned to for the fast path (0: none)
   std::vector<int> output_alignment;
   /// The kernel has no path for pointers aligned less than the above: a

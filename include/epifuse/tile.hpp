@@ -19,8 +19,19 @@ struct ElementwiseTile {
   std::string str() const;  ///< "t256v8g4"
 };
 
+/// GEMM family (mma.sync mainloop): a BM x BN block tile walked over K in BK
+/// steps through a `stages`-deep shared-memory ring, warps_m x warps_n warps.
+struct GemmTile {
+  int bm = 128, bn = 128, bk = 32;
+  int warps_m = 2, warps_n = 2;
+  int stages = 4;
+  int group_m = 8;  ///< raster: this many row tiles share each column tile (L2 reuse)
+  friend bool operator==(const GemmTile&, const GemmTile&) = default;
+  std::string str() const;  ///< "128x128x32w2x2s4g8"
+};
+
 /// One alternative per kernel family (a new family adds its tile type here).
-using TileConfig = std::variant<ElementwiseTile>;
+using TileConfig = std::variant<ElementwiseTile, GemmTile>;
 
 /// "t256v8g4": the tile's own str().
 std::string to_string(const TileConfig& tile);

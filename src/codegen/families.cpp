@@ -7,12 +7,14 @@
 namespace epifuse {
 
 const KernelFamily& elementwise_family();
+const KernelFamily& gemm_family();
 
 namespace {
 
 using FamilyGetter = const KernelFamily& (*)();
-constexpr std::array<FamilyGetter, 1> k_families = {
+constexpr std::array<FamilyGetter, 2> k_families = {
     elementwise_family,
+    gemm_family,
 };
 
 }  // namespace

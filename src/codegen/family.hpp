@@ -42,9 +42,10 @@ class KernelFamily {
   /// What the code is specialised for besides spec, tile and path: part of the
   /// key, and a launch checks its shape has the kernel's class. A literal, so
   /// the cache's hit path formats nothing.
-  virtual std::string_view shape_class(const TileConfig& resolved, const Shape& shape) const = 0;
+  virtual std::string_view shape_class(const KernelSpec& spec, const TileConfig& resolved,
+                                       const Shape& shape) const = 0;
   /// The path a key gets for `fastest`: `general` when the shape itself needs it.
-  virtual KernelPath path_for(const TileConfig& resolved, const Shape& shape) const = 0;
+  virtual KernelPath path_for(const KernelSpec& spec, const TileConfig& resolved, const Shape& shape) const = 0;
   virtual std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape) const = 0;
   /// The family's passes after the generic ones: fills plan.shape_class and
   /// plan.kernel_name, returns the rendered source.

@@ -9,6 +9,10 @@ namespace epifuse {
 
 std::string ElementwiseTile::str() const { return fmt::format("t{}v{}g{}", threads, vec, blocks_per_sm); }
 
+std::string GemmTile::str() const {
+  return fmt::format("{}x{}x{}w{}x{}s{}g{}", bm, bn, bk, warps_m, warps_n, stages, group_m);
+}
+
 std::string to_string(const TileConfig& tile) {
   return std::visit([](const auto& t) { return t.str(); }, tile);
 }

@@ -76,8 +76,8 @@ struct Jit::Impl {
     CacheKey k;
     k.signature = std::move(sig);
     k.tile = family.resolve_tile(spec, shape, tile);
-    k.shape_class = std::string(family.shape_class(k.tile, shape));
-    k.path = family.path_for(k.tile, shape);  // the general kernel is asked for at launch
+    k.shape_class = std::string(family.shape_class(spec, k.tile, shape));
+    k.path = family.path_for(spec, k.tile, shape);  // the general kernel is asked for at launch
     k.target = target_name;
     k.compiler = compiler;
     k.options = options;
@@ -121,6 +121,13 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
       kernel->module.emplace(kernel->cubin);
       kernel->function = kernel->module->function(kernel->src.name);
       kernel->info = driver->function_info(kernel->function);
+      const int shared = static_cast<int>(kernel->src.shared_bytes);
+      if (shared > 48 * 1024) {  // above 48 KB a kernel must opt in
+        const int most = driver->device(0).max_shared_per_block_optin;
+        EPIFUSE_CHECK(shared <= most, "tile {} needs {} bytes of shared memory per block; this GPU allows {}",
+                      to_string(kernel->src.tile), shared, most);
+        driver->set_max_dynamic_shared(kernel->function, shared);
+      }
     }
     return kernel;
   });
@@ -228,9 +235,9 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
                 "launch: {} inputs and {} outputs bound, the kernel takes {} and {}",
                 b.inputs.size(), b.outputs.size(), ks.inputs.size(), ks.outputs.size());
   EPIFUSE_CHECK(shape.m > 0 && shape.n > 0, "launch: empty shape");
-  EPIFUSE_CHECK(family.shape_class(ks.tile, shape) == kernel.k.shape_class,
+  EPIFUSE_CHECK(family.shape_class(*kernel.spec, ks.tile, shape) == kernel.k.shape_class,
                 "launch: shape {}x{}x{} is of class {}, not {} that this kernel was compiled for", shape.m,
-                shape.n, shape.k, family.shape_class(ks.tile, shape), kernel.k.shape_class);
+                shape.n, shape.k, family.shape_class(*kernel.spec, ks.tile, shape), kernel.k.shape_class);
 
   alignas(64) unsigned char params[limits::k_kernel_param_bytes];
   std::memset(params, 0, ks.params_size);

@@ -44,7 +44,7 @@ TEST_SUITE("compile") {
       for (const auto& entry : std::filesystem::directory_iterator(dir)) {
         if (entry.path().extension() != ".json") continue;
         KernelSpec spec = load_spec(entry.path());
-        if (spec.mainloop.kind != MainloopKind::elementwise) continue;  // GEMM families: later issues
+        if (spec.mainloop.kind == MainloopKind::dual_gemm) continue;  // the dual GEMM family: issue 12
         const Shape shape = spec.default_shape.value_or(Shape{33, 67, 0});
         INFO(entry.path().filename().string() << " for " << target);
         auto kernel = jit.compile(spec, shape);
@@ -55,7 +55,7 @@ TEST_SUITE("compile") {
       CHECK(jit.stats().compiles == jit.stats().entries);
     }
     MESSAGE("compiled " << compiled << " example kernels for " << targets.size() << " targets");
-    CHECK(compiled >= 3 * static_cast<int>(targets.size()));
+    CHECK(compiled >= 6 * static_cast<int>(targets.size()));
   }
 
   TEST_CASE("targets before sm_80 are refused when they are named, with the supported form") {

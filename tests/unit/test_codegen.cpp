@@ -268,8 +268,9 @@ TEST_CASE("parameters: the launch binds by role, fields are aligned, opaque blob
 
 TEST_CASE("kernel families: one per mainloop kind, tiles of another family are refused") {
   CHECK(family_for(MainloopKind::elementwise).kind() == MainloopKind::elementwise);
-  CHECK_THROWS_WITH_AS(family_for(MainloopKind::gemm), doctest::Contains("not implemented yet (kernel families: elementwise)"),
-                       UserError);
+  CHECK(family_for(MainloopKind::gemm).kind() == MainloopKind::gemm);
+  CHECK_THROWS_WITH_AS(family_for(MainloopKind::dual_gemm),
+                       doctest::Contains("not implemented yet (kernel families: elementwise, gemm)"), UserError);
   const KernelSpec spec = bias_gelu_dropout_add(DType::f32);
   CHECK_THROWS_WITH_AS(emit_kernel(spec, {4, 64, 0}, ElementwiseTile{48, 0, 0}),
                        doctest::Contains("multiple of 32 in [32, 1024], got 48"), UserError);

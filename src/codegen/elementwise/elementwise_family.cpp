@@ -34,11 +34,11 @@ class ElementwiseFamily final : public KernelFamily {
     return resolve_elementwise_tile(spec, tile);
   }
 
-  std::string_view shape_class(const TileConfig& resolved, const Shape& shape) const override {
+  std::string_view shape_class(const KernelSpec&, const TileConfig& resolved, const Shape& shape) const override {
     return elementwise_shape_class(std::get<ElementwiseTile>(resolved), shape);
   }
 
-  KernelPath path_for(const TileConfig& resolved, const Shape& shape) const override {
+  KernelPath path_for(const KernelSpec&, const TileConfig& resolved, const Shape& shape) const override {
     // A ragged shape needs the scalar tail either way.
     return ragged(std::get<ElementwiseTile>(resolved), shape) ? KernelPath::general : KernelPath::fastest;
   }
@@ -56,8 +56,8 @@ class ElementwiseFamily final : public KernelFamily {
   }
 
   KernelSource emit(KernelPlan& plan) const override {
-    plan.shape_class = shape_class(plan.tile, plan.shape);
-    plan.path = std::max(plan.path, path_for(plan.tile, plan.shape));  // general wins
+    plan.shape_class = shape_class(*plan.spec, plan.tile, plan.shape);
+    plan.path = std::max(plan.path, path_for(*plan.spec, plan.tile, plan.shape));  // general wins
     const ElementwisePlan e = choose_vector_width(plan);
     plan.kernel_name = kernel_name(plan);
     return emit_elementwise(e);

@@ -1,0 +1,196 @@
+// GEMM passes: plan_gemm decides layouts, the load path and how dropout draws
+// are shared; emit_gemm fills templates/gemm_mma.cu.in. Generated identifiers
+// only: a, b, in<k>, out<k>, v<node>, d<k>.
+#include "codegen/epilogue.hpp"
+#include "codegen/gemm/gemm.hpp"
+#include "codegen/param_layout.hpp"
+#include "codegen/template_engine.hpp"
+#include "epifuse/errors.hpp"
+#include "ir/op_table.hpp"
+
+namespace epifuse {
+
+std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
+  // The contiguous dimension of each operand: A row-major K, col-major M;
+  // B row-major N, col-major K. 16-byte loads need each a multiple of 8.
+  const std::int64_t a_contig = ml.a_layout == Layout::row ? s.k : s.m;
+  const std::int64_t b_contig = ml.b_layout == Layout::col ? s.k : s.n;
+  const bool ld8 = a_contig % 8 == 0 && b_contig % 8 == 0;
+  const bool n4 = s.n % 4 == 0;
+  if (ld8) return n4 ? "ld8/n4" : "ld8/n1";
+  return n4 ? "ld1/n4" : "ld1/n1";
+}
+
+std::uint32_t gemm_shared_bytes(const GemmTile& t) {
+  return static_cast<std::uint32_t>(t.stages) * static_cast<std::uint32_t>(t.bm + t.bn) *
+         static_cast<std::uint32_t>(t.bk) * 2u;
+}
+
+GemmPlan plan_gemm(const KernelPlan& plan) {
+  GemmPlan g;
+  g.plan = &plan;
+  g.tile = std::get<GemmTile>(plan.tile);
+  g.a_kmajor = plan.spec->mainloop.a_layout == Layout::row;
+  g.b_kmajor = plan.spec->mainloop.b_layout == Layout::col;
+  g.ld8 = plan.shape_class.starts_with("ld8");
+  g.n4 = plan.shape_class.ends_with("/n4");
+  g.vector_only = g.ld8 && plan.path == KernelPath::fastest;
+  return g;
+}
+
+namespace {
+
+void layout_params(const GemmPlan& g, ParamLayout& layout) {
+  const KernelPlan& plan = *g.plan;
+  const auto operand = storage_type_name(plan.spec->mainloop.a);
+  layout.add_pointer(ParamRole::input, 0, "a", operand);
+  layout.add_pointer(ParamRole::input, 1, "b", operand);
+  for (std::size_t k = 0; k < plan.inputs.size(); ++k)
+    layout.add_pointer(ParamRole::input, k + 2, plan.inputs[k].field, storage_type_name(plan.inputs[k].dtype));
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
+    layout.add_pointer(ParamRole::output, k, plan.outputs[k].field, storage_type_name(plan.outputs[k].dtype));
+  layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
+  layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
+  layout.add(ParamRole::dim_k, 0, "k", "long long k", 8, 8);
+  layout.add(ParamRole::seed, 0, "seed", "unsigned long long seed", 8, 8);
+  layout.add(ParamRole::offset, 0, "offset", "unsigned long long offset", 8, 8);
+  for (std::size_t k = 0; k < plan.scales.size(); ++k)
+    layout.add(ParamRole::scalar, k, fmt::format("alpha{}", k), fmt::format("float alpha{}", k), 4, 4);
+  if (g.ld8 && !g.vector_only) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
+}
+
+// Draws shared by a lane pair (one Philox call per four elements) where the
+// four lie in one row (philox4, N % 4 == 0); else per element in `element`.
+bool shared_draws(const GemmPlan& g, const Node& n) { return n.rng == RngMode::philox4 && g.n4; }
+
+std::string emit_fragment_draws(const GemmPlan& g) {
+  const KernelPlan& plan = *g.plan;
+  std::string s;
+  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
+    const Node& n = plan.spec->graph.node(plan.dropouts[k]);
+    if (!shared_draws(g, n)) continue;
+    s += fmt::format(
+        "      unsigned d{0}[4];  // dropout stream {1}: one Philox call per four elements, shared by a lane pair\n"
+        "      ef_mma_philox4_draws(d{0}, p.seed, p.offset, {1}u, (unsigned long long)(row_g * p.n + (col0 & ~3LL)),\n"
+        "                           (unsigned long long)((row_g + 8) * p.n + (col0 & ~3LL)));\n",
+        k, n.stream);
+  }
+  if (s.empty()) return "      // no shared dropout draws";
+  s.pop_back();
+  return s;
+}
+
+std::string load_expression(const TensorPlan& t) {
+  switch (t.broadcast) {
+    case Broadcast::full: return fmt::format("ef_to_float(p.{}[at])", t.field);
+    case Broadcast::row: return fmt::format("ef_to_float(p.{}[col])", t.field);
+    case Broadcast::col: return fmt::format("ef_to_float(p.{}[row])", t.field);
+    case Broadcast::scalar: return fmt::format("ef_to_float(p.{}[0])", t.field);
+  }
+  return {};
+}
+
+// One output element at (row, col), linear index `at`: its inputs, its own
+// draws where they are not shared, the epilogue, the stores.
+std::string emit_element(const GemmPlan& g, const EpilogueContract& contract) {
+  const KernelPlan& plan = *g.plan;
+  const Graph& graph = plan.spec->graph;
+  const std::string pad = "          ";
+  std::string s;
+  for (const TensorPlan& t : plan.inputs) s += fmt::format("{}const float {}_v = {};\n", pad, t.field, load_expression(t));
+  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
+    const Node& n = graph.node(plan.dropouts[k]);
+    if (shared_draws(g, n)) continue;
+    s += n.rng == RngMode::philox4
+             ? fmt::format("{}const unsigned d{}e = ef_philox4_draw(p.seed, p.offset, {}u, (unsigned long long)at);\n",
+                           pad, k, n.stream)
+             : fmt::format("{}const unsigned d{}e = ef_triton_draw(p.seed, p.offset, (unsigned long long)at);\n", pad, k);
+  }
+  s += pad + "float";
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k) s += fmt::format("{} {}_v", k ? "," : "", plan.outputs[k].field);
+  s += ";\n";
+  const std::string call = epilogue_call(plan, contract, [&](const EpilogueArg& a) -> std::string {
+    switch (a.kind) {
+      case EpilogueArg::Kind::accumulator: return "acc[mi][ni][e]";
+      case EpilogueArg::Kind::input: return fmt::format("{}_v", plan.inputs[a.index].field);
+      case EpilogueArg::Kind::draw:
+        return shared_draws(g, graph.node(plan.dropouts[a.index])) ? fmt::format("d{}[e]", a.index)
+                                                                    : fmt::format("d{}e", a.index);
+      case EpilogueArg::Kind::output: return fmt::format("{}_v", plan.outputs[a.index].field);
+    }
+    return {};
+  });
+  s += pad + call + ";\n";
+  for (const TensorPlan& t : plan.outputs)
+    s += fmt::format("{}p.{}[at] = ef_from_float<{}>({}_v);\n", pad, t.field, storage_type_name(t.dtype), t.field);
+  s.pop_back();
+  return s;
+}
+
+std::string describe(const KernelPlan& plan) {
+  const Mainloop& ml = plan.spec->mainloop;
+  std::string s = fmt::format("gemm {}:{} x {}:{}", to_string(ml.a), to_string(ml.a_layout), to_string(ml.b),
+                              to_string(ml.b_layout));
+  for (const Node& n : plan.spec->graph.nodes())
+    if (n.kind == NodeKind::op) s += fmt::format(" -> {}", op_info(n.op).name);
+  s += " | out";
+  for (const auto& t : plan.outputs) s += fmt::format(" {}", to_string(t.dtype));
+  return s;
+}
+
+}  // namespace
+
+KernelSource emit_gemm(const GemmPlan& g) {
+  const KernelPlan& plan = *g.plan;
+  KernelSource ks;
+  ks.name = plan.kernel_name;
+  ks.tile = g.tile;
+  ks.path = plan.path;
+  ParamLayout layout;
+  layout_params(g, layout);
+  // Bindings: the operands, then the graph's inputs in declaration order.
+  const int operand_alignment = g.ld8 ? 16 : 0;
+  ks.inputs = {"a", "b"};
+  ks.input_alignment = {operand_alignment, operand_alignment};
+  for (const auto& t : plan.inputs) {
+    ks.inputs.push_back(t.binding);
+    ks.input_alignment.push_back(0);  // element loads
+  }
+  for (const auto& t : plan.outputs) {
+    ks.outputs.push_back(t.binding);
+    ks.output_alignment.push_back(0);
+  }
+  for (Value v : plan.scales) ks.scalars.push_back(static_cast<float>(plan.spec->graph.node(v).alpha));
+  ks.requires_alignment = g.vector_only;
+  ks.shared_bytes = gemm_shared_bytes(g.tile);
+
+  const EpilogueContract contract = epilogue_contract(plan);
+  const char* vector_flag = !g.ld8 ? "constexpr bool vec = false;  // operands not 16-byte loadable: element loads"
+                            : g.vector_only ? "constexpr bool vec = true;  // the host checked A and B are 16-byte aligned"
+                                            : "const bool vec = p.vectorized != 0;";
+  TemplateVars vars{
+      {"kernel", plan.kernel_name},
+      {"description", describe(plan)},
+      {"param_fields", layout.fields_text()},
+      {"epilogue_signature", epilogue_signature(plan, contract)},
+      {"epilogue_body", epilogue_body(plan)},
+      {"operand_t", std::string(storage_type_name(plan.spec->mainloop.a))},
+      {"bm", std::to_string(g.tile.bm)},
+      {"bn", std::to_string(g.tile.bn)},
+      {"bk", std::to_string(g.tile.bk)},
+      {"stages", std::to_string(g.tile.stages)},
+      {"warps_m", std::to_string(g.tile.warps_m)},
+      {"warps_n", std::to_string(g.tile.warps_n)},
+      {"group_m", std::to_string(g.tile.group_m)},
+      {"a_kmajor", g.a_kmajor ? "true" : "false"},
+      {"b_kmajor", g.b_kmajor ? "true" : "false"},
+      {"vector_flag", vector_flag},
+      {"fragment_draws", emit_fragment_draws(g)},
+      {"element", emit_element(g, contract)},
+  };
+  layout.finish(ks);
+  ks.text = render_template(embedded_template("gemm_mma.cu.in"), vars, "gemm_mma.cu.in");
+  return ks;
+}
+
+}  // namespace epifuse

@@ -1,0 +1,30 @@
+#pragma once
+// The GEMM kernel family (Note [Kernel families]; docs/gemm.md): C = A * B on
+// tensor cores with mma.sync (sm_80+), the fused epilogue on the accumulator
+// fragments. Its passes: plan_gemm (layouts, load path, draw sharing), then
+// emit_gemm (templates/gemm_mma.cu.in).
+#include <string_view>
+
+#include "codegen/kernel_plan.hpp"
+
+namespace epifuse {
+
+struct GemmPlan {
+  const KernelPlan* plan = nullptr;
+  GemmTile tile;
+  bool a_kmajor = true;     // A row-major: K contiguous
+  bool b_kmajor = false;    // B col-major: K contiguous
+  bool ld8 = false;         // every operand's contiguous dimension is a multiple of 8: 16-byte loads
+  bool n4 = false;          // N % 4 == 0: a Philox call's four draws lie in one row
+  bool vector_only = false; // 16-byte loads only: the host checks the operands' alignment
+};
+
+/// "ld8" or "ld1" (16-byte operand loads possible), then "/n4" or "/n1".
+std::string_view gemm_shape_class(const Mainloop& mainloop, const Shape& shape);
+/// Dynamic shared memory of a tile: the ring of A and B stages.
+std::uint32_t gemm_shared_bytes(const GemmTile& tile);
+
+GemmPlan plan_gemm(const KernelPlan& plan);
+KernelSource emit_gemm(const GemmPlan& plan);
+
+}  // namespace epifuse

@@ -1,0 +1,101 @@
+// The GEMM family's face to the pipeline (Note [Kernel families]).
+#include <algorithm>
+
+#include "codegen/family.hpp"
+#include "codegen/gemm/gemm.hpp"
+#include "epifuse/errors.hpp"
+
+namespace epifuse {
+
+namespace {
+
+// Shared memory one block may use on the targets epifuse builds for, with
+// opt-in (sm_90: 227 KB; the driver refuses more at launch on smaller parts).
+constexpr std::uint32_t k_max_shared = 227 * 1024;
+
+void check_tile(const GemmTile& t) {
+  auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
+  EPIFUSE_CHECK(pow2(t.bm) && pow2(t.bn) && t.bm >= 16 && t.bn >= 16 && t.bm <= 256 && t.bn <= 256,
+                "gemm tile {}: BM and BN must be powers of two in [16, 256]", t.str());
+  EPIFUSE_CHECK(t.bk == 32 || t.bk == 64, "gemm tile {}: BK must be 32 or 64", t.str());
+  EPIFUSE_CHECK(pow2(t.warps_m) && pow2(t.warps_n) && t.warps_m * t.warps_n <= 8,
+                "gemm tile {}: warps_m x warps_n must be powers of two, at most 8 warps", t.str());
+  EPIFUSE_CHECK(t.bm / t.warps_m >= 16 && t.bn / t.warps_n >= 16,
+                "gemm tile {}: each warp's tile must be at least 16 x 16", t.str());
+  EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
+  EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
+  EPIFUSE_CHECK(gemm_shared_bytes(t) <= k_max_shared, "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have",
+                t.str(), gemm_shared_bytes(t), k_max_shared);
+}
+
+// A first choice without tuning: big tiles where they fill the GPU, small
+// ones for small problems (a 64x128 GEMM is launch-bound).
+GemmTile heuristic_tile(const Shape& s) {
+  if (s.m * s.n <= 512 * 512) return {64, 64, 32, 2, 2, 4, 8};
+  if (s.m * s.n <= 2048 * 2048) return {128, 128, 32, 2, 2, 4, 8};
+  return {128, 256, 32, 2, 4, 3, 8};
+}
+
+class GemmFamily final : public KernelFamily {
+ public:
+  MainloopKind kind() const override { return MainloopKind::gemm; }
+
+  TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape,
+                          const std::optional<TileConfig>& requested) const override {
+    const Mainloop& ml = spec.mainloop;
+    EPIFUSE_CHECK(ml.a == ml.b, "gemm: A and B must have one dtype, got a={} b={}", to_string(ml.a), to_string(ml.b));
+    EPIFUSE_CHECK(ml.a != DType::f32,
+                  "gemm: f32 operands are not generated yet (the exact FFMA and tf32 paths come next); use f16 or bf16");
+    GemmTile tile = heuristic_tile(shape);
+    if (requested) {
+      const auto* t = std::get_if<GemmTile>(&*requested);
+      EPIFUSE_CHECK(t, "tile {}: a gemm kernel takes a gemm tile (BM, BN, BK, warps, stages)", to_string(*requested));
+      tile = *t;
+    }
+    check_tile(tile);
+    return tile;
+  }
+
+  std::string_view shape_class(const KernelSpec& spec, const TileConfig&, const Shape& shape) const override {
+    return gemm_shape_class(spec.mainloop, shape);
+  }
+
+  // Without 16-byte loads (ld1) the kernel has one path, for any alignment.
+  KernelPath path_for(const KernelSpec& spec, const TileConfig&, const Shape& shape) const override {
+    return gemm_shape_class(spec.mainloop, shape).starts_with("ld1") ? KernelPath::general : KernelPath::fastest;
+  }
+
+  std::vector<TileConfig> tile_candidates(const KernelSpec&, const Shape&) const override {
+    return {GemmTile{128, 128, 32, 2, 2, 4, 8}, GemmTile{128, 256, 32, 2, 4, 3, 8}, GemmTile{256, 128, 32, 4, 2, 3, 8},
+            GemmTile{128, 128, 64, 2, 2, 3, 8}, GemmTile{64, 128, 32, 2, 2, 4, 8},  GemmTile{128, 64, 32, 2, 2, 4, 8},
+            GemmTile{64, 64, 32, 2, 2, 4, 8},   GemmTile{64, 64, 64, 2, 2, 3, 8},   GemmTile{32, 64, 32, 1, 2, 4, 8}};
+  }
+
+  KernelSource emit(KernelPlan& plan) const override {
+    plan.shape_class = shape_class(*plan.spec, plan.tile, plan.shape);
+    plan.path = std::max(plan.path, path_for(*plan.spec, plan.tile, plan.shape));
+    plan.kernel_name = kernel_name(plan);
+    return emit_gemm(plan_gemm(plan));
+  }
+
+  LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int) const override {
+    const auto& t = std::get<GemmTile>(source.tile);
+    const std::int64_t tiles = ((shape.m + t.bm - 1) / t.bm) * ((shape.n + t.bn - 1) / t.bn);
+    EPIFUSE_CHECK(tiles <= 0x7fffffff, "gemm: {}x{} needs {} tiles of {}x{}, more than one launch holds", shape.m,
+                  shape.n, tiles, t.bm, t.bn);
+    LaunchGeometry g;
+    g.grid[0] = static_cast<unsigned>(tiles);
+    g.block[0] = static_cast<unsigned>(t.warps_m * t.warps_n * 32);
+    g.shared_bytes = source.shared_bytes;
+    return g;
+  }
+};
+
+}  // namespace
+
+const KernelFamily& gemm_family() {
+  static const GemmFamily family;
+  return family;
+}
+
+}  // namespace epifuse

@@ -1,0 +1,168 @@
+// GPU tier for the GEMM family (mma.sync): every operand dtype and layout, odd
+// shapes, every tile candidate, misaligned operands, multiple outputs and
+// column-broadcast inputs against the reference evaluator on random non-zero
+// data; dropout masks compared position by position. Skips without a GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "epifuse/compare.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
+#include "epifuse/reference.hpp"
+
+using namespace epifuse;
+
+namespace {
+
+Jit* gemm_jit() {
+  static std::unique_ptr<Jit> jit;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    if (gpu_unavailable_reason().empty()) jit = std::make_unique<Jit>();
+  }
+  if (!jit) MESSAGE("GPU suite skipped: " << gpu_unavailable_reason());
+  return jit.get();
+}
+
+// y = relu(acc + bias) [+ dropout]; bias a row vector (or a column vector).
+KernelSpec gemm_spec(DType dt, Layout a, Layout b, double p = 0.0, RngMode rng = RngMode::philox4,
+                     Broadcast bias = Broadcast::row) {
+  KernelSpec s;
+  s.mainloop = {MainloopKind::gemm, dt, dt, a, b};
+  Graph& g = s.graph;
+  const Value z = g.add(g.accumulator(0), g.input("bias", dt, bias));
+  Value y = g.relu(z);
+  if (p > 0) y = g.dropout(y, p, rng);
+  g.output("y", y, dt);
+  return s;
+}
+
+// The accumulator's error bound for fp32 accumulation of exact products, as
+// docs/gemm.md writes it down: K * 2^-21 * max|a| * max|b| (inputs in [-2, 2]).
+Tolerance gemm_tolerance(DType out, const Shape& shape) {
+  Tolerance t = tolerance_for(out, Precision::accurate);
+  t.atol += static_cast<double>(shape.k) * std::ldexp(1.0, -21) * 4.0;
+  return t;
+}
+
+void check(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t seed,
+           std::optional<TileConfig> tile = std::nullopt, std::size_t misalign = 0, LaunchArgs args = {}) {
+  const TensorMap inputs = make_inputs(spec, shape, seed);
+  const TensorMap want = evaluate(spec, shape, inputs, args);
+  const TensorMap got = run_on_device(jit, spec, shape, inputs, args, tile, misalign);
+  for (const Output& o : spec.graph.outputs()) {
+    INFO("output " << o.name << " shape " << shape.m << "x" << shape.n << "x" << shape.k << " a "
+                   << to_string(spec.mainloop.a_layout) << " b " << to_string(spec.mainloop.b_layout) << " "
+                   << to_string(spec.mainloop.a) << " tile " << (tile ? to_string(*tile) : "default") << " misalign "
+                   << misalign);
+    const Comparison c = compare(got.at(o.name), want.at(o.name), gemm_tolerance(o.dtype, shape));
+    CHECK_MESSAGE(c.ok, c.message);
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("gemm: f16 and bf16, all four layouts, odd shapes") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    const Shape shapes[] = {{1, 1, 1},     {7, 63, 65},   {65, 1000, 7},  {1023, 65, 63},
+                            {63, 7, 1000}, {128, 128, 128}, {64, 256, 128}, {200, 136, 96}};
+    std::uint64_t seed = 1000;
+    for (DType dt : {DType::f16, DType::bf16})
+      for (Layout a : {Layout::row, Layout::col})
+        for (Layout b : {Layout::row, Layout::col})
+          for (const Shape& s : shapes) check(*jit, gemm_spec(dt, a, b), s, ++seed);
+  }
+
+  TEST_CASE("gemm: every tile candidate, on the 16-byte path and the element path") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row);
+    std::uint64_t seed = 2000;
+    for (const Shape& s : {Shape{300, 264, 96}, Shape{130, 70, 33}})
+      for (const TileConfig& tile : tile_candidates(spec, s)) check(*jit, spec, s, ++seed, tile);
+  }
+
+  TEST_CASE("gemm: misaligned operands take element loads and stay correct") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    std::uint64_t seed = 3000;
+    for (Layout a : {Layout::row, Layout::col})
+      for (std::size_t mis : {1u, 3u}) check(*jit, gemm_spec(DType::bf16, a, Layout::col), {96, 128, 64}, ++seed,
+                                               std::nullopt, mis);
+  }
+
+  TEST_CASE("gemm: several outputs, a column-broadcast input, scale and a cast") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    KernelSpec s;
+    s.mainloop = {MainloopKind::gemm, DType::f16, DType::f16, Layout::row, Layout::col};
+    Graph& g = s.graph;
+    const Value z = g.add(g.accumulator(0), g.input("rowbias", DType::f16, Broadcast::col));
+    const Value r = g.add(g.scale(g.gelu_tanh(z), 0.5), g.input("residual", DType::f32));
+    g.output("pre", z, DType::f32);
+    g.output("y", r, DType::f16);
+    g.output("y16", g.cast(r, DType::bf16), DType::bf16);
+    check(*jit, s, {77, 96, 40}, 4000);
+    check(*jit, s, {256, 256, 256}, 4001);
+  }
+
+  TEST_CASE("gemm: dropout masks equal the reference's, element by element") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    const LaunchArgs launches[] = {{0, 0}, {0x123456789abcdefULL, 42}};
+    for (RngMode rng : {RngMode::philox4, RngMode::triton})
+      for (const Shape& shape : {Shape{128, 256, 64}, Shape{65, 130, 33}, Shape{33, 131, 16}})  // n4 and n1
+        for (const LaunchArgs& args : launches) {
+          const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row, 0.3, rng);
+          const TensorMap inputs = make_inputs(spec, shape, 5000);
+          const HostTensor want = evaluate(spec, shape, inputs, args).at("y");
+          const HostTensor got = run_on_device(*jit, spec, shape, inputs, args).at("y");
+          // relu zeros are zeros in both; a dropped element is zero in both.
+          std::int64_t differ = 0, dropped = 0;
+          for (std::int64_t i = 0; i < want.numel(); ++i) {
+            differ += (want.get(i) == 0.0f) != (got.get(i) == 0.0f);
+            dropped += want.get(i) == 0.0f;
+          }
+          INFO("rng " << to_string(rng) << " shape " << shape.m << "x" << shape.n << "x" << shape.k);
+          CHECK_MESSAGE(differ == 0, differ << " of " << want.numel() << " zero positions differ");
+          CHECK(dropped > 0);
+          const Comparison c = compare(got, want, gemm_tolerance(DType::f16, shape));
+          CHECK_MESSAGE(c.ok, c.message);
+        }
+  }
+
+  TEST_CASE("gemm: the dropout mask is the elementwise kernel's for the same seed, offset and stream") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    const Shape shape{64, 128, 32};
+    // GEMM then dropout alone (no bias): the mask of y equals the mask of an
+    // elementwise dropout of a tensor of ones.
+    KernelSpec gs;
+    gs.mainloop = {MainloopKind::gemm, DType::f16, DType::f16, Layout::row, Layout::row};
+    gs.graph.output("y", gs.graph.dropout(gs.graph.accumulator(0), 0.5), DType::f32);
+    KernelSpec es;
+    es.graph.output("y", es.graph.dropout(es.graph.input("x", DType::f32), 0.5), DType::f32);
+    TensorMap ones{{"x", HostTensor::zeros(DType::f32, {shape.m, shape.n})}};
+    for (std::int64_t i = 0; i < shape.m * shape.n; ++i) ones.at("x").set(i, 1.0f);
+    const LaunchArgs args{99, 7};
+    const HostTensor gy = run_on_device(*jit, gs, shape, make_inputs(gs, shape, 6000), args).at("y");
+    const HostTensor ey = run_on_device(*jit, es, {shape.m, shape.n, 0}, ones, args).at("y");
+    std::int64_t differ = 0;
+    for (std::int64_t i = 0; i < gy.numel(); ++i) differ += (gy.get(i) == 0.0f) != (ey.get(i) == 0.0f);
+    CHECK(differ == 0);
+  }
+
+  TEST_CASE("gemm: bad tiles are user errors") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row);
+    CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, GemmTile{96, 128, 32, 2, 2, 4, 8}), UserError);
+    CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, GemmTile{256, 256, 64, 2, 4, 8, 8}), UserError);  // shared memory
+    CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, ElementwiseTile{}), UserError);
+  }
+}
