@@ -16,6 +16,11 @@ namespace epifuse {
 /// dual_gemm `a`, `b0`, `b1`. Elementwise kernels have none.
 std::vector<std::string> mainloop_operand_names(MainloopKind kind);
 
+/// The bytes a device buffer of operand `name` holds: host tensors are logical
+/// row-major arrays (a [M,K], b [K,N]); a column-major GEMM operand is stored
+/// transposed on the device. Every other tensor is returned as it is.
+HostTensor to_device_layout(const KernelSpec& spec, const std::string& name, const HostTensor& t);
+
 /// Every tensor a launch needs, name -> (dtype, logical shape): mainloop
 /// operands first, then graph inputs in declaration order.
 struct OperandDesc {

@@ -26,7 +26,7 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
     return buffers.back().ptr() + shift;
   };
   for (const std::string& name : ks.inputs) {
-    const HostTensor& t = inputs.at(name);
+    const HostTensor t = to_device_layout(spec, name, inputs.at(name));
     const std::uint64_t ptr = place(t.bytes.size(), size_of(t.dtype));
     drv.copy_to_device(ptr, t.bytes.data(), t.bytes.size());
     bindings.inputs.push_back(ptr);

@@ -59,17 +59,19 @@ __device__ __forceinline__ void ef_ldmatrix_x4_trans(unsigned (&r)[4], const voi
                : "r"(s));
 }
 
-/// D = A * B + D for one m16n8k16 tile; T selects f16 or bf16 operands.
+/// D = A * B + D for one m16n8k16 tile; T selects f16 or bf16 operands. Not
+/// volatile: a register-only op, so the compiler may schedule it between the
+/// (volatile, shared-memory-reading) ldmatrix loads.
 template <class T>
 __device__ __forceinline__ void ef_mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   if constexpr (ef_is_bf16<T>::value) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

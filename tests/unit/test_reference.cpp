@@ -331,3 +331,19 @@ TEST_CASE("reference evaluator is fast enough for the test tiers") {
   MESSAGE("gemm 256^3 + relu: " << gemm_s << " s");
   CHECK(gemm_s < 5.0);
 }
+
+TEST_CASE("column-major GEMM operands are stored transposed on the device; other tensors as they are") {
+  KernelSpec s;
+  s.mainloop = {MainloopKind::gemm, DType::f32, DType::f32, Layout::col, Layout::row};
+  s.graph.output("y", s.graph.accumulator(0), DType::f32);
+  HostTensor a = HostTensor::zeros(DType::f32, {2, 3});  // [[0 1 2] [3 4 5]]
+  for (int i = 0; i < 6; ++i) a.set(i, static_cast<float>(i));
+  const HostTensor at = to_device_layout(s, "a", a);
+  CHECK(at.shape == std::vector<std::int64_t>{3, 2});
+  const float want[] = {0, 3, 1, 4, 2, 5};  // column by column
+  for (int i = 0; i < 6; ++i) CHECK(at.get(i) == want[i]);
+  CHECK(to_device_layout(s, "b", a).bytes == a.bytes);  // b is row-major
+  s.mainloop.b_layout = Layout::col;
+  CHECK(to_device_layout(s, "b", a).shape == std::vector<std::int64_t>{3, 2});
+  CHECK(to_device_layout(s, "bias", a).bytes == a.bytes);
+}

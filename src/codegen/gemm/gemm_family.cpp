@@ -66,8 +66,11 @@ class GemmFamily final : public KernelFamily {
   }
 
   std::vector<TileConfig> tile_candidates(const KernelSpec&, const Shape&) const override {
-    return {GemmTile{128, 128, 32, 2, 2, 4, 8}, GemmTile{128, 256, 32, 2, 4, 3, 8}, GemmTile{256, 128, 32, 4, 2, 3, 8},
-            GemmTile{128, 128, 64, 2, 2, 3, 8}, GemmTile{64, 128, 32, 2, 2, 4, 8},  GemmTile{128, 64, 32, 2, 2, 4, 8},
+    // Large tiles (8 warps of 64x64) for throughput, BK 64 for fewer barriers,
+    // small tiles for problems that would not fill the GPU.
+    return {GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 256, 64, 2, 4, 3, 8}, GemmTile{256, 128, 32, 4, 2, 4, 8},
+            GemmTile{256, 128, 64, 4, 2, 3, 8}, GemmTile{128, 128, 32, 2, 2, 4, 8}, GemmTile{128, 128, 64, 2, 2, 4, 8},
+            GemmTile{128, 128, 32, 2, 4, 4, 8}, GemmTile{64, 128, 32, 2, 2, 4, 8},  GemmTile{128, 64, 32, 2, 2, 4, 8},
             GemmTile{64, 64, 32, 2, 2, 4, 8},   GemmTile{64, 64, 64, 2, 2, 3, 8},   GemmTile{32, 64, 32, 1, 2, 4, 8}};
   }
 
