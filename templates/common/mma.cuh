@@ -19,6 +19,10 @@ __device__ __forceinline__ void ef_cp_async16(void* smem, const void* gmem, bool
   const unsigned s = ef_smem_addr(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
 }
+/// The same with a shared-state-space address (no generic-to-shared conversion per copy).
+__device__ __forceinline__ void ef_cp_async16_s(unsigned smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void ef_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void ef_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -54,6 +58,18 @@ __device__ __forceinline__ void ef_ldmatrix_x4(unsigned (&r)[4], const void* sme
 }
 __device__ __forceinline__ void ef_ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
   const unsigned s = ef_smem_addr(smem);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+/// ldmatrix from shared-state-space addresses.
+__device__ __forceinline__ void ef_ldmatrix_x4_s(unsigned (&r)[4], unsigned s) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+__device__ __forceinline__ void ef_ldmatrix_x4_trans_s(unsigned (&r)[4], unsigned s) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(s));
