@@ -44,3 +44,23 @@ template <> __device__ __forceinline__ ef_bf16 ef_from_float<ef_bf16>(float v) {
 template <class T> __device__ __forceinline__ float ef_round_to(float v) {
   return ef_to_float(ef_from_float<T>(v));
 }
+
+// Read-only loads of one element (ld.global.nc): a kernel never writes the
+// tensors it reads, and saying so lets the compiler hoist the epilogue's loads
+// above earlier stores, which it must not do for plain loads (the output
+// pointers could alias them). Used where elements are read one by one.
+__device__ __forceinline__ float ef_ldg_float(const float* p) {
+  float v;
+  asm("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float ef_ldg_float(const ef_half* p) {
+  ef_half h;
+  asm("ld.global.nc.u16 %0, [%1];" : "=h"(h.bits) : "l"(p));
+  return ef_to_float(h);
+}
+__device__ __forceinline__ float ef_ldg_float(const ef_bf16* p) {
+  ef_bf16 h;
+  asm("ld.global.nc.u16 %0, [%1];" : "=h"(h.bits) : "l"(p));
+  return ef_to_float(h);
+}
