@@ -166,3 +166,16 @@ TEST_SUITE("gpu") {
     CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, ElementwiseTile{}), UserError);
   }
 }
+
+TEST_SUITE("gpu") {
+  TEST_CASE("gemm: K = 0 runs the epilogue on a zero accumulator, as PyTorch does") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row);
+    check(*jit, spec, {33, 70, 0}, 7000);
+    const TensorMap inputs = make_inputs(spec, {33, 70, 0}, 7001);
+    const HostTensor y = run_on_device(*jit, spec, {33, 70, 0}, inputs, {}).at("y");
+    for (std::int64_t i = 0; i < y.numel(); ++i)  // relu(0 + bias)
+      CHECK(y.get(i) == std::max(0.0f, inputs.at("bias").get(i % 70)));
+  }
+}

@@ -347,3 +347,15 @@ TEST_CASE("column-major GEMM operands are stored transposed on the device; other
   CHECK(to_device_layout(s, "b", a).shape == std::vector<std::int64_t>{3, 2});
   CHECK(to_device_layout(s, "bias", a).bytes == a.bytes);
 }
+
+TEST_CASE("a GEMM with K = 0 has a zero accumulator; operands past 2^48 elements are refused") {
+  KernelSpec s;
+  s.mainloop = {MainloopKind::gemm, DType::f16, DType::f16, Layout::row, Layout::row};
+  s.graph.output("y", s.graph.add(s.graph.accumulator(0), s.graph.input("bias", DType::f32, Broadcast::row)),
+                 DType::f32);
+  const TensorMap in = make_inputs(s, {3, 5, 0}, 1);
+  const HostTensor y = evaluate(s, {3, 5, 0}, in, {}).at("y");
+  for (std::int64_t i = 0; i < y.numel(); ++i) CHECK(y.get(i) == in.at("bias").get(i % 5));
+  CHECK_THROWS_WITH_AS(verify_shape(s, {1 << 20, 1 << 20, std::int64_t{1} << 30}), doctest::Contains("2^48"), UserError);
+  CHECK_THROWS_WITH_AS(verify_shape(s, {4, 4, -1}), doctest::Contains("K must not be negative"), UserError);
+}
