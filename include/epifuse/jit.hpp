@@ -79,6 +79,10 @@ class Jit {
   /// Picks the vector path when every pointer is aligned for it.
   void launch(const CompiledKernel& kernel, const DeviceBindings& bindings, const Shape& shape,
               const LaunchArgs& args, void* stream = nullptr) const;
+  /// Compiles every tile in parallel threads; a tile this GPU cannot run (a
+  /// UserError) gives a null entry. UserError when none can run.
+  std::vector<std::shared_ptr<const CompiledKernel>> compile_all(const KernelSpec& spec, const Shape& shape,
+                                                                 const std::vector<TileConfig>& tiles);
   /// Times each candidate tile on the given buffers and remembers the best for
   /// (signature, M, N, K); later compile(spec, shape) without a tile uses it.
   struct TuneResult {

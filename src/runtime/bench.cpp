@@ -160,6 +160,21 @@ void measure_host(BenchReport& r, Jit& jit, const KernelSpec& spec, const Shape&
 
 }  // namespace
 
+TuneReport tune_on_random_data(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t data_seed,
+                               const LaunchArgs& args) {
+  auto& drv = backend::cuda();
+  drv.ensure_context();
+  const auto t0 = std::chrono::steady_clock::now();
+  TuneReport report;
+  const std::vector<TileConfig> candidates = tile_candidates(spec, shape);
+  report.candidates = candidates.size();
+  auto first = jit.compile(spec, shape, candidates.front());
+  DeviceTensors t = upload(first->source(), make_inputs(spec, shape, data_seed), spec, shape);
+  report.result = jit.tune(spec, shape, t.bindings, args, candidates);
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return report;
+}
+
 BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const BenchOptions& opt) {
   auto& drv = backend::cuda();
   drv.ensure_context();

@@ -3,7 +3,9 @@
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <sstream>
 
 #include "backend/cuda_driver.hpp"
@@ -258,6 +260,37 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
                    kernel_args, g.shared_bytes, static_cast<backend::CUstream>(stream));
 }
 
+std::vector<std::shared_ptr<const CompiledKernel>> Jit::compile_all(const KernelSpec& spec, const Shape& shape,
+                                                                  const std::vector<TileConfig>& tiles) {
+  // NVRTC compiles in parallel threads (each owns its program; the cache
+  // compiles a key once). A tile the device refuses (a UserError, e.g. more
+  // shared memory than it has) leaves a null entry; anything else is rethrown.
+  std::vector<std::shared_ptr<const CompiledKernel>> out(tiles.size());
+  std::vector<std::exception_ptr> errors(tiles.size());
+  std::atomic<std::size_t> next{0};
+  const std::size_t workers =
+      std::max<std::size_t>(1, std::min<std::size_t>(std::thread::hardware_concurrency(), tiles.size()));
+  std::vector<std::thread> pool;
+  for (std::size_t w = 0; w < workers; ++w)
+    pool.emplace_back([&] {
+      for (std::size_t i; (i = next++) < tiles.size();) {
+        try {
+          out[i] = compile(spec, shape, tiles[i]);
+        } catch (const UserError&) {
+          out[i] = nullptr;
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      }
+    });
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  EPIFUSE_CHECK(std::any_of(out.begin(), out.end(), [](const auto& k) { return k != nullptr; }),
+                "no tile candidate of this kernel can run on this GPU");
+  return out;
+}
+
 Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const DeviceBindings& b,
                           const LaunchArgs& args, std::vector<TileConfig> candidates) {
   if (candidates.empty()) candidates = tile_candidates(spec, shape);
@@ -268,9 +301,10 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
   // Two rounds: every candidate briefly, then the best few again for longer,
   // so run-to-run noise (a few percent) rarely picks a worse tile.
   TuneResult result;
+  const std::vector<std::shared_ptr<const CompiledKernel>> kernels = compile_all(spec, shape, candidates);
   std::vector<std::pair<double, std::shared_ptr<const CompiledKernel>>> ranked;
-  for (const TileConfig& tile : candidates) {
-    auto kernel = compile(spec, shape, tile);
+  for (const auto& kernel : kernels) {
+    if (!kernel) continue;  // a tile this GPU cannot run (compile_all says why)
     const double ms = time_tile(*kernel, 9);
     result.all.push_back({kernel->source().tile, ms});
     ranked.push_back({ms, kernel});

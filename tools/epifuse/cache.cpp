@@ -26,13 +26,14 @@ void cache_command(const CacheOptions& opt) {
   for (int pass = 0; pass < 2; ++pass)
     for (const std::string& chain : opt.chains) {
       const KernelSpec spec = load_spec(chain);
-      if (spec.mainloop.kind != MainloopKind::elementwise) {
+      if (spec.mainloop.kind == MainloopKind::dual_gemm) {
         if (pass == 0 && !session().json)
           std::cerr << fmt::format("epifuse: {}: {} kernels are not generated yet; skipped\n", chain,
                                    to_string(spec.mainloop.kind));
         continue;
       }
-      (void)jit.compile(spec, spec.default_shape.value_or(Shape{1024, 1024, 0}));
+      const bool gemm = spec.mainloop.kind != MainloopKind::elementwise;
+      (void)jit.compile(spec, spec.default_shape.value_or(Shape{1024, 1024, gemm ? 1024 : 0}));
     }
   if (opt.action == "clear") jit.clear();
   const CacheStats s = jit.stats();

@@ -19,6 +19,7 @@ void add_run(CLI::App& app);
 void add_emit(CLI::App& app);
 void add_compile(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_tune(CLI::App& app);
 void add_cache(CLI::App& app);
 
 using AddCommand = void (*)(CLI::App&);
@@ -28,6 +29,7 @@ inline constexpr AddCommand k_commands[] = {
     add_compile,
     add_run,
     add_bench,
+    add_tune,
     add_cache,
 };
 
