@@ -66,13 +66,13 @@ void check(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t s
 }  // namespace
 
 TEST_SUITE("gpu") {
-  TEST_CASE("gemm: f16 and bf16, all four layouts, odd shapes") {
+  TEST_CASE("gemm: f16, bf16 and exact f32, all four layouts, odd shapes") {
     Jit* jit = gemm_jit();
     if (!jit) return;
     const Shape shapes[] = {{1, 1, 1},     {7, 63, 65},   {65, 1000, 7},  {1023, 65, 63},
                             {63, 7, 1000}, {128, 128, 128}, {64, 256, 128}, {200, 136, 96}};
     std::uint64_t seed = 1000;
-    for (DType dt : {DType::f16, DType::bf16})
+    for (DType dt : {DType::f16, DType::bf16, DType::f32})
       for (Layout a : {Layout::row, Layout::col})
         for (Layout b : {Layout::row, Layout::col})
           for (const Shape& s : shapes) check(*jit, gemm_spec(dt, a, b), s, ++seed);
@@ -81,10 +81,12 @@ TEST_SUITE("gpu") {
   TEST_CASE("gemm: every tile candidate, on the 16-byte path and the element path") {
     Jit* jit = gemm_jit();
     if (!jit) return;
-    const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row);
     std::uint64_t seed = 2000;
-    for (const Shape& s : {Shape{300, 264, 96}, Shape{130, 70, 33}})
-      for (const TileConfig& tile : tile_candidates(spec, s)) check(*jit, spec, s, ++seed, tile);
+    for (DType dt : {DType::f16, DType::f32}) {
+      const KernelSpec spec = gemm_spec(dt, Layout::row, Layout::row);
+      for (const Shape& s : {Shape{300, 264, 96}, Shape{130, 70, 33}})
+        for (const TileConfig& tile : tile_candidates(spec, s)) check(*jit, spec, s, ++seed, tile);
+    }
   }
 
   TEST_CASE("gemm: misaligned operands take element loads and stay correct") {
@@ -115,10 +117,11 @@ TEST_SUITE("gpu") {
     Jit* jit = gemm_jit();
     if (!jit) return;
     const LaunchArgs launches[] = {{0, 0}, {0x123456789abcdefULL, 42}};
+    for (DType dt : {DType::f16, DType::f32})
     for (RngMode rng : {RngMode::philox4, RngMode::triton})
       for (const Shape& shape : {Shape{128, 256, 64}, Shape{65, 130, 33}, Shape{33, 131, 16}})  // n4 and n1
         for (const LaunchArgs& args : launches) {
-          const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row, 0.3, rng);
+          const KernelSpec spec = gemm_spec(dt, Layout::row, Layout::row, 0.3, rng);
           const TensorMap inputs = make_inputs(spec, shape, 5000);
           const HostTensor want = evaluate(spec, shape, inputs, args).at("y");
           const HostTensor got = run_on_device(*jit, spec, shape, inputs, args).at("y");
@@ -131,7 +134,7 @@ TEST_SUITE("gpu") {
           INFO("rng " << to_string(rng) << " shape " << shape.m << "x" << shape.n << "x" << shape.k);
           CHECK_MESSAGE(differ == 0, differ << " of " << want.numel() << " zero positions differ");
           CHECK(dropped > 0);
-          const Comparison c = compare(got, want, gemm_tolerance(DType::f16, shape));
+          const Comparison c = compare(got, want, gemm_tolerance(dt, shape));
           CHECK_MESSAGE(c.ok, c.message);
         }
   }

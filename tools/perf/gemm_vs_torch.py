@@ -8,7 +8,7 @@ For each shape (M,N,K) it times, with triton.testing.do_bench medians on the sam
               gemm_bias_relu_dropout.json (the tuned tile; the median of its timed batches)
 and prints TFLOP/s and the ratios to cuBLAS alone.
 
-    python3 tools/perf/gemm_vs_torch.py build/epifuse 64,128,256 1024,1024,1024 4096,4096,4096
+    python3 tools/perf/gemm_vs_torch.py build/epifuse 64,128,256 1024,1024,1024 4096,4096,4096 [--dtype=f32 ...]
 """
 import json
 import subprocess
@@ -31,11 +31,14 @@ def epifuse_ms(binary, chain, shape, dtype):
 
 
 def main():
-    binary, shapes = sys.argv[1], sys.argv[2:]
+    binary = sys.argv[1]
+    dtypes = [a.split("=", 1)[1] for a in sys.argv[2:] if a.startswith("--dtype=")] or ["f16", "bf16"]
+    shapes = [a for a in sys.argv[2:] if not a.startswith("--")]
+    torch.backends.cuda.matmul.allow_tf32 = False  # f32: exact fp32, as epifuse's default f32 path
     print(f"{'dtype':5} {'M,N,K':>16} {'cuBLAS':>10} {'eager+epi':>10} {'ef gemm':>10} {'ef fused':>10}"
           f" {'ef/cuBLAS':>10} {'fused/cuBLAS':>12} {'fused/gemm':>10}  tile (fused)")
-    for dtype in ("f16", "bf16"):
-        tdt = torch.float16 if dtype == "f16" else torch.bfloat16
+    for dtype in dtypes:
+        tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
         for shape in shapes:
             m, n, k = (int(v) for v in shape.split(","))
             a = torch.randn(m, k, device="cuda", dtype=tdt)

@@ -11,6 +11,7 @@
 namespace epifuse {
 
 std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
+  if (ml.a == DType::f32) return s.n % 4 == 0 ? "simt/n4" : "simt/n1";  // element loads, any alignment
   // The contiguous dimension of each operand: A row-major K, col-major M;
   // B row-major N, col-major K. 16-byte loads need each a multiple of 8.
   const std::int64_t a_contig = ml.a_layout == Layout::row ? s.k : s.m;
@@ -32,6 +33,7 @@ GemmPlan plan_gemm(const KernelPlan& plan) {
   g.tile = std::get<GemmTile>(plan.tile);
   g.a_kmajor = plan.spec->mainloop.a_layout == Layout::row;
   g.b_kmajor = plan.spec->mainloop.b_layout == Layout::col;
+  g.simt = plan.spec->mainloop.a == DType::f32;
   g.ld8 = plan.shape_class.starts_with("ld8");
   g.n4 = plan.shape_class.ends_with("/n4");
   g.vector_only = g.ld8 && plan.path == KernelPath::fastest;
@@ -69,6 +71,15 @@ std::string emit_fragment_draws(const GemmPlan& g) {
   for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
     const Node& n = plan.spec->graph.node(plan.dropouts[k]);
     if (!shared_draws(g, n)) continue;
+    if (g.simt) {  // a thread's four consecutive columns are one Philox call
+      s += fmt::format(
+          "      unsigned d{0}[4];  // dropout stream {1}: one Philox call per four elements\n"
+          "      {{\n        const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {1}u, "
+          "(unsigned long long)(row * p.n + col0) >> 2);\n"
+          "        d{0}[0] = w.x;\n        d{0}[1] = w.y;\n        d{0}[2] = w.z;\n        d{0}[3] = w.w;\n      }}\n",
+          k, n.stream);
+      continue;
+    }
     s += fmt::format(
         "      unsigned d{0}[4];  // dropout stream {1}: one Philox call per four elements, shared by a lane pair\n"
         "      ef_mma_philox4_draws(d{0}, p.seed, p.offset, {1}u, (unsigned long long)(row_g * p.n + (col0 & ~3LL)),\n"
@@ -131,7 +142,7 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract) {
   s += ";\n";
   const std::string call = epilogue_call(plan, contract, [&](const EpilogueArg& a) -> std::string {
     switch (a.kind) {
-      case EpilogueArg::Kind::accumulator: return "acc[mi][ni][e]";
+      case EpilogueArg::Kind::accumulator: return g.simt ? "acc[i][jg * 4 + e]" : "acc[mi][ni][e]";
       case EpilogueArg::Kind::input: return fmt::format("{}_v", plan.inputs[a.index].field);
       case EpilogueArg::Kind::draw:
         return shared_draws(g, graph.node(plan.dropouts[a.index])) ? fmt::format("d{}[e]", a.index)
@@ -182,7 +193,7 @@ KernelSource emit_gemm(const GemmPlan& g) {
   }
   for (Value v : plan.scales) ks.scalars.push_back(static_cast<float>(plan.spec->graph.node(v).alpha));
   ks.requires_alignment = g.vector_only;
-  ks.shared_bytes = gemm_shared_bytes(g.tile);
+  ks.shared_bytes = g.simt ? 0 : gemm_shared_bytes(g.tile);  // the SIMT kernel's tiles are static
 
   const EpilogueContract contract = epilogue_contract(plan);
   const char* vector_flag = !g.ld8 ? "constexpr bool vec = false;  // operands not 16-byte loadable: element loads"
@@ -194,23 +205,26 @@ KernelSource emit_gemm(const GemmPlan& g) {
       {"param_fields", layout.fields_text()},
       {"epilogue_signature", epilogue_signature(plan, contract)},
       {"epilogue_body", epilogue_body(plan)},
-      {"operand_t", std::string(storage_type_name(plan.spec->mainloop.a))},
       {"bm", std::to_string(g.tile.bm)},
       {"bn", std::to_string(g.tile.bn)},
       {"bk", std::to_string(g.tile.bk)},
-      {"stages", std::to_string(g.tile.stages)},
-      {"warps_m", std::to_string(g.tile.warps_m)},
-      {"warps_n", std::to_string(g.tile.warps_n)},
       {"group_m", std::to_string(g.tile.group_m)},
       {"a_kmajor", g.a_kmajor ? "true" : "false"},
       {"b_kmajor", g.b_kmajor ? "true" : "false"},
-      {"vector_flag", vector_flag},
       {"fragment_draws", emit_fragment_draws(g)},
       {"element_loads", emit_element_loads(g)},
       {"element", emit_element(g, contract)},
   };
+  if (!g.simt) {
+    vars.emplace("operand_t", std::string(storage_type_name(plan.spec->mainloop.a)));
+    vars.emplace("stages", std::to_string(g.tile.stages));
+    vars.emplace("warps_m", std::to_string(g.tile.warps_m));
+    vars.emplace("warps_n", std::to_string(g.tile.warps_n));
+    vars.emplace("vector_flag", vector_flag);
+  }
   layout.finish(ks);
-  ks.text = render_template(embedded_template("gemm_mma.cu.in"), vars, "gemm_mma.cu.in");
+  const char* templ = g.simt ? "gemm_simt.cu.in" : "gemm_mma.cu.in";
+  ks.text = render_template(embedded_template(templ), vars, templ);
   return ks;
 }
 

@@ -12,6 +12,7 @@ namespace epifuse {
 struct GemmPlan {
   const KernelPlan* plan = nullptr;
   GemmTile tile;
+  bool simt = false;        // f32 operands: exact FFMA kernel (templates/gemm_simt.cu.in)
   bool a_kmajor = true;     // A row-major: K contiguous
   bool b_kmajor = false;    // B col-major: K contiguous
   bool ld8 = false;         // every operand's contiguous dimension is a multiple of 8: 16-byte loads
@@ -19,7 +20,8 @@ struct GemmPlan {
   bool vector_only = false; // 16-byte loads only: the host checks the operands' alignment
 };
 
-/// "ld8" or "ld1" (16-byte operand loads possible), then "/n4" or "/n1".
+/// "ld8" or "ld1" (16-byte operand loads possible; "simt" for f32 operands),
+/// then "/n4" or "/n1".
 std::string_view gemm_shape_class(const Mainloop& mainloop, const Shape& shape);
 /// Dynamic shared memory of a tile: the ring of A and B stages.
 std::uint32_t gemm_shared_bytes(const GemmTile& tile);

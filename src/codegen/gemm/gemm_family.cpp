@@ -36,6 +36,20 @@ GemmTile heuristic_tile(const Shape& s) {
   return {128, 256, 32, 2, 4, 3, 8};
 }
 
+// The exact fp32 kernel: 256 threads, each 4 or 8 rows by 4 or 8 columns.
+void check_simt_tile(const GemmTile& t) {
+  EPIFUSE_CHECK((t.bm == 64 || t.bm == 128) && (t.bn == 64 || t.bn == 128) && (t.bk == 8 || t.bk == 16) &&
+                    t.warps_m * t.warps_n == 8 && t.stages == 2,
+                "gemm tile {}: an f32 (FFMA) tile has BM, BN in {{64, 128}}, BK 8 or 16, 8 warps and 2 stages",
+                t.str());
+  EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
+}
+
+GemmTile simt_heuristic_tile(const Shape& s) {
+  if (s.m * s.n <= 512 * 512) return {64, 64, 8, 2, 4, 2, 8};
+  return {128, 128, 8, 2, 4, 2, 8};
+}
+
 class GemmFamily final : public KernelFamily {
  public:
   MainloopKind kind() const override { return MainloopKind::gemm; }
@@ -44,15 +58,17 @@ class GemmFamily final : public KernelFamily {
                           const std::optional<TileConfig>& requested) const override {
     const Mainloop& ml = spec.mainloop;
     EPIFUSE_CHECK(ml.a == ml.b, "gemm: A and B must have one dtype, got a={} b={}", to_string(ml.a), to_string(ml.b));
-    EPIFUSE_CHECK(ml.a != DType::f32,
-                  "gemm: f32 operands are not generated yet (the exact FFMA and tf32 paths come next); use f16 or bf16");
-    GemmTile tile = heuristic_tile(shape);
+    const bool simt = ml.a == DType::f32;
+    GemmTile tile = simt ? simt_heuristic_tile(shape) : heuristic_tile(shape);
     if (requested) {
       const auto* t = std::get_if<GemmTile>(&*requested);
       EPIFUSE_CHECK(t, "tile {}: a gemm kernel takes a gemm tile (BM, BN, BK, warps, stages)", to_string(*requested));
       tile = *t;
     }
-    check_tile(tile);
+    if (simt)
+      check_simt_tile(tile);
+    else
+      check_tile(tile);
     return tile;
   }
 
@@ -62,10 +78,13 @@ class GemmFamily final : public KernelFamily {
 
   // Without 16-byte loads (ld1) the kernel has one path, for any alignment.
   KernelPath path_for(const KernelSpec& spec, const TileConfig&, const Shape& shape) const override {
-    return gemm_shape_class(spec.mainloop, shape).starts_with("ld1") ? KernelPath::general : KernelPath::fastest;
+    return gemm_shape_class(spec.mainloop, shape).starts_with("ld8") ? KernelPath::fastest : KernelPath::general;
   }
 
-  std::vector<TileConfig> tile_candidates(const KernelSpec&, const Shape&) const override {
+  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape&) const override {
+    if (spec.mainloop.a == DType::f32)
+      return {GemmTile{128, 128, 8, 2, 4, 2, 8}, GemmTile{128, 128, 16, 2, 4, 2, 8}, GemmTile{128, 64, 8, 2, 4, 2, 8},
+              GemmTile{64, 128, 8, 2, 4, 2, 8},  GemmTile{64, 64, 8, 2, 4, 2, 8},    GemmTile{64, 64, 16, 2, 4, 2, 8}};
     // Large tiles (8 warps of 64x64) for throughput, BK 64 for fewer barriers,
     // small tiles for problems that would not fill the GPU.
     return {GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 256, 64, 2, 4, 3, 8}, GemmTile{256, 128, 32, 4, 2, 4, 8},
