@@ -3,6 +3,7 @@
 // Family-neutral: what every kernel family needs to know about the spec. A
 // family keeps its own decisions (vector width, fragment layout) in its own
 // plan type under src/codegen/<family>/.
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,16 @@ KernelPlan plan_operands(const KernelSpec& spec, const Shape& shape, KernelPath 
 void plan_precision(KernelPlan& plan);
 // ef_<hash of signature, tile, shape class, path>: the source names no user text.
 std::string kernel_name(const KernelPlan& plan);
+
+// What every family's KernelSource starts with: name, tile, path, the graph's
+// inputs and outputs as bindings (appended after any operands the family
+// listed first), each with the alignment `alignment` says its fast path
+// needs, and the values of the runtime scalars.
+void bind_graph_tensors(const KernelPlan& plan, KernelSource& ks,
+                        const std::function<int(const TensorPlan&)>& alignment);
+// "op -> op -> ... | out dtype...": what a kernel computes, for its header comment
+// (op-table names and dtypes only, no user text).
+std::string describe_chain(const KernelPlan& plan);
 
 // Kernel spelling of a storage dtype: float, ef_half, ef_bf16 (common/numeric.cuh).
 std::string_view storage_type_name(DType t);

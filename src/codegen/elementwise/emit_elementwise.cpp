@@ -162,16 +162,6 @@ std::string emit_stores(const ElementwisePlan& plan) {
          scalar + "      }\n    }";
 }
 
-// What the kernel computes, from op-table names and dtypes only (no user text).
-std::string describe(const KernelPlan& plan) {
-  std::string s;
-  for (const Node& n : plan.spec->graph.nodes())
-    if (n.kind == NodeKind::op) s += fmt::format("{}{}", s.empty() ? "" : " -> ", op_info(n.op).name);
-  s += " | out";
-  for (const auto& t : plan.outputs) s += fmt::format(" {}", to_string(t.dtype));
-  return s;
-}
-
 int alignment_needed(const ElementwisePlan& plan, const TensorPlan& t) {
   const bool vector_loaded = t.broadcast == Broadcast::full ||
                              (t.broadcast == Broadcast::row && plan.row_vectors_aligned);
@@ -184,26 +174,16 @@ int alignment_needed(const ElementwisePlan& plan, const TensorPlan& t) {
 KernelSource emit_elementwise(const ElementwisePlan& e) {
   const KernelPlan& plan = *e.plan;
   KernelSource ks;
-  ks.name = plan.kernel_name;
-  ks.tile = e.tile;
-  ks.path = plan.path;
+  bind_graph_tensors(plan, ks, [&](const TensorPlan& t) { return alignment_needed(e, t); });
+  ks.tile = e.tile;  // vec resolved
   ParamLayout layout;
   layout_params(e, layout);
-  for (const auto& t : plan.inputs) {
-    ks.inputs.push_back(t.binding);
-    ks.input_alignment.push_back(alignment_needed(e, t));
-  }
-  for (const auto& t : plan.outputs) {
-    ks.outputs.push_back(t.binding);
-    ks.output_alignment.push_back(alignment_needed(e, t));
-  }
-  for (Value v : plan.scales) ks.scalars.push_back(static_cast<float>(plan.spec->graph.node(v).alpha));
   ks.requires_alignment = e.vector_only;
 
   const EpilogueContract contract = epilogue_contract(plan);
   TemplateVars vars{
       {"kernel", plan.kernel_name},
-      {"description", describe(plan)},
+      {"description", describe_chain(plan)},
       {"param_fields", layout.fields_text()},
       {"epilogue_signature", epilogue_signature(plan, contract)},
       {"epilogue_body", epilogue_body(plan)},

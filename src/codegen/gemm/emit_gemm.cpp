@@ -160,13 +160,9 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract) {
 
 std::string describe(const KernelPlan& plan) {
   const Mainloop& ml = plan.spec->mainloop;
-  std::string s = fmt::format("gemm {}:{} x {}:{}", to_string(ml.a), to_string(ml.a_layout), to_string(ml.b),
-                              to_string(ml.b_layout));
-  for (const Node& n : plan.spec->graph.nodes())
-    if (n.kind == NodeKind::op) s += fmt::format(" -> {}", op_info(n.op).name);
-  s += " | out";
-  for (const auto& t : plan.outputs) s += fmt::format(" {}", to_string(t.dtype));
-  return s;
+  const std::string chain = describe_chain(plan);  // " | out ..." when the chain has no op
+  return fmt::format("gemm {}:{} x {}:{}{}{}", to_string(ml.a), to_string(ml.a_layout), to_string(ml.b),
+                     to_string(ml.b_layout), chain.starts_with(" |") ? "" : " -> ", chain);
 }
 
 }  // namespace
@@ -174,24 +170,14 @@ std::string describe(const KernelPlan& plan) {
 KernelSource emit_gemm(const GemmPlan& g) {
   const KernelPlan& plan = *g.plan;
   KernelSource ks;
-  ks.name = plan.kernel_name;
-  ks.tile = g.tile;
-  ks.path = plan.path;
-  ParamLayout layout;
-  layout_params(g, layout);
-  // Bindings: the operands, then the graph's inputs in declaration order.
+  // Bindings: the operands (16-byte loads need them aligned), then the graph's
+  // tensors, read and written element by element.
   const int operand_alignment = g.ld8 ? 16 : 0;
   ks.inputs = {"a", "b"};
   ks.input_alignment = {operand_alignment, operand_alignment};
-  for (const auto& t : plan.inputs) {
-    ks.inputs.push_back(t.binding);
-    ks.input_alignment.push_back(0);  // element loads
-  }
-  for (const auto& t : plan.outputs) {
-    ks.outputs.push_back(t.binding);
-    ks.output_alignment.push_back(0);
-  }
-  for (Value v : plan.scales) ks.scalars.push_back(static_cast<float>(plan.spec->graph.node(v).alpha));
+  bind_graph_tensors(plan, ks, [](const TensorPlan&) { return 0; });
+  ParamLayout layout;
+  layout_params(g, layout);
   ks.requires_alignment = g.vector_only;
   ks.shared_bytes = g.simt ? 0 : gemm_shared_bytes(g.tile);  // the SIMT kernel's tiles are static
 
