@@ -23,6 +23,20 @@ void ParamLayout::add_pointer(ParamRole role, std::uint32_t index, const std::st
   add(role, index, field, fmt::format("{}{}* {}", in ? "const " : "", type, field), 8, 8);
 }
 
+void ParamLayout::add_graph_tensors(const KernelPlan& plan, std::uint32_t first_input) {
+  for (std::size_t k = 0; k < plan.inputs.size(); ++k)
+    add_pointer(ParamRole::input, first_input + k, plan.inputs[k].field, storage_type_name(plan.inputs[k].dtype));
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
+    add_pointer(ParamRole::output, k, plan.outputs[k].field, storage_type_name(plan.outputs[k].dtype));
+}
+
+void ParamLayout::add_rng_and_scalars(const KernelPlan& plan) {
+  add(ParamRole::seed, 0, "seed", "unsigned long long seed", 8, 8);
+  add(ParamRole::offset, 0, "offset", "unsigned long long offset", 8, 8);
+  for (std::size_t k = 0; k < plan.scales.size(); ++k)
+    add(ParamRole::scalar, k, fmt::format("alpha{}", k), fmt::format("float alpha{}", k), 4, 4);
+}
+
 void ParamLayout::finish(KernelSource& ks) {
   ks.params_size = (size_ + align_ - 1) / align_ * align_;
   // The graph limits keep every kernel far inside the 4 KB parameter space of

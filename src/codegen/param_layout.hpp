@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/kernel_plan.hpp"
 #include "epifuse/codegen.hpp"
 
 namespace epifuse {
@@ -17,6 +18,11 @@ class ParamLayout {
            std::uint32_t align);
   /// Pointer fields for every input and output of a plan's tensors, roles input/output.
   void add_pointer(ParamRole role, std::uint32_t index, const std::string& field, std::string_view type);
+  /// Pointers to the graph's inputs (DeviceBindings::inputs from `first_input`
+  /// on, after any mainloop operands) and outputs, in binding order.
+  void add_graph_tensors(const KernelPlan& plan, std::uint32_t first_input);
+  /// The dropout seed and offset, then one float per scale node (alpha<k>).
+  void add_rng_and_scalars(const KernelPlan& plan);
   /// The struct's fields, one per line, indented two spaces (no trailing newline).
   const std::string& fields_text() const { return text_; }
   /// Moves the fields and the struct's size (rounded up to its alignment) into `ks`.

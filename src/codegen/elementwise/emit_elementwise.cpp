@@ -14,18 +14,11 @@ namespace epifuse {
 namespace {
 
 void layout_params(const ElementwisePlan& e, ParamLayout& layout) {
-  const KernelPlan& plan = *e.plan;
-  for (std::size_t k = 0; k < plan.inputs.size(); ++k)
-    layout.add_pointer(ParamRole::input, k, plan.inputs[k].field, storage_type_name(plan.inputs[k].dtype));
-  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
-    layout.add_pointer(ParamRole::output, k, plan.outputs[k].field, storage_type_name(plan.outputs[k].dtype));
+  layout.add_graph_tensors(*e.plan, 0);
   layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
   layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
   layout.add(ParamRole::inv_n, 0, "n_inv", "double n_inv", 8, 8);
-  layout.add(ParamRole::seed, 0, "seed", "unsigned long long seed", 8, 8);
-  layout.add(ParamRole::offset, 0, "offset", "unsigned long long offset", 8, 8);
-  for (std::size_t k = 0; k < plan.scales.size(); ++k)
-    layout.add(ParamRole::scalar, k, fmt::format("alpha{}", k), fmt::format("float alpha{}", k), 4, 4);
+  layout.add_rng_and_scalars(*e.plan);
   if (!e.vector_only) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
 }
 

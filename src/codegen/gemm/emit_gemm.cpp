@@ -47,17 +47,11 @@ void layout_params(const GemmPlan& g, ParamLayout& layout) {
   const auto operand = storage_type_name(plan.spec->mainloop.a);
   layout.add_pointer(ParamRole::input, 0, "a", operand);
   layout.add_pointer(ParamRole::input, 1, "b", operand);
-  for (std::size_t k = 0; k < plan.inputs.size(); ++k)
-    layout.add_pointer(ParamRole::input, k + 2, plan.inputs[k].field, storage_type_name(plan.inputs[k].dtype));
-  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
-    layout.add_pointer(ParamRole::output, k, plan.outputs[k].field, storage_type_name(plan.outputs[k].dtype));
+  layout.add_graph_tensors(plan, 2);  // after a and b
   layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
   layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
   layout.add(ParamRole::dim_k, 0, "k", "long long k", 8, 8);
-  layout.add(ParamRole::seed, 0, "seed", "unsigned long long seed", 8, 8);
-  layout.add(ParamRole::offset, 0, "offset", "unsigned long long offset", 8, 8);
-  for (std::size_t k = 0; k < plan.scales.size(); ++k)
-    layout.add(ParamRole::scalar, k, fmt::format("alpha{}", k), fmt::format("float alpha{}", k), 4, 4);
+  layout.add_rng_and_scalars(plan);
   if (g.ld8 && !g.vector_only) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
 }
 
