@@ -5,12 +5,24 @@ On a GPU machine with PyTorch (and matplotlib for the chart):
 
     python3 tools/compare_torch.py examples/chains/bias_gelu_dropout_add.json \
         --shape 16384,4096 --shape 32768,8192 --dtype f32 --dtype bf16 --png out.png
+    python3 tools/compare_torch.py examples/chains/gemm_bias_relu_dropout.json \
+        --shape 4096,4096,4096 --dtype f16 --dtype bf16
 
-For every (dtype, shape) it times the chain in PyTorch eager, torch.compile
-(default mode) and `epifuse bench --json` (which measures its own copy
-ceiling in the same process), on tensors of the same sizes, and prints GB/s
-and ratios. Bytes counted are the fewest any fused kernel must move: each
-input read once, each output written once. Elementwise chains only.
+Elementwise chains (--shape M,N): for every (dtype, shape) it times the chain
+in PyTorch eager, torch.compile (default mode) and `epifuse bench --json`
+(which measures its own copy ceiling in the same process), on tensors of the
+same sizes, and prints GB/s and ratios. Bytes counted are the fewest any fused
+kernel must move: each input read once, each output written once.
+
+GEMM chains (--shape M,N,K): torch.matmul alone (cuBLAS), eager PyTorch
+(torch.matmul, then the ops), torch.compile (default mode) of the same
+function, torch._addmm_activation(bias, a, b, use_gelu=...) where the chain is
+bias + relu or bias + gelu_tanh (then only dropouts, which it leaves out), and
+every row of `epifuse bench --json` (its own cuBLASLt, the fused kernel, the
+baselines of docs/bench.md), as times, TFLOP/s and ratios to torch.matmul.
+Operands are laid out as the chain's mainloop says (a column-major operand is
+a transposed view); f32 is exact fp32 on both sides (tf32 off). dual_gemm
+chains are not compared here.
 """
 import argparse
 import json
@@ -26,12 +38,24 @@ from triton.testing import do_bench
 TORCH_DTYPE = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
+def mainloop_of(doc):
+    """The chain's mainloop as a full object (docs/json-schema.md defaults)."""
+    ml = doc.get("mainloop", "elementwise")
+    if isinstance(ml, str):
+        ml = {"kind": ml}
+    if ml["kind"] == "elementwise":
+        return {"kind": "elementwise"}
+    return {"kind": ml["kind"], "a": ml.get("a", "f16"), "b": ml.get("b", "f16"),
+            "a_layout": ml.get("a_layout", "row"), "b_layout": ml.get("b_layout", "row")}
+
+
 def load_chain(path, dtype):
     """The chain as a dict, with every dtype replaced by `dtype` when given."""
     with open(path) as f:
         doc = json.load(f)
-    if doc.get("mainloop", "elementwise") not in ("elementwise", {"kind": "elementwise"}):
-        sys.exit(f"{path}: only elementwise chains can be compared with PyTorch here")
+    kind = mainloop_of(doc)["kind"]
+    if kind not in ("elementwise", "gemm"):
+        sys.exit(f"{path}: only elementwise and gemm chains can be compared with PyTorch here, not {kind}")
     if dtype:
         for spec in doc.get("inputs", {}).values():
             spec["dtype"] = dtype
@@ -39,6 +63,8 @@ def load_chain(path, dtype):
             spec["dtype"] = dtype
         if "chain" in doc:
             doc["out"] = dtype
+        if kind == "gemm":
+            doc["mainloop"] = dict(mainloop_of(doc), a=dtype, b=dtype)
         doc.pop("shape", None)
     return doc
 
@@ -49,7 +75,8 @@ def chain_ops(doc):
         ops = [(o["name"], o["op"], o.get("args", []), o) for o in doc["ops"]]
         outs = {name: spec.get("value", name) for name, spec in doc["outputs"].items()}
         return ops, outs
-    ops, cur, inputs = [], "x", doc["inputs"]
+    leaf = "acc" if mainloop_of(doc)["kind"] == "gemm" else "x"
+    ops, cur, inputs = [], leaf, doc.get("inputs", {})
     for i, step in enumerate(doc["chain"]):
         name = f"c{i}"
         if isinstance(step, str) and step in inputs:
@@ -67,11 +94,22 @@ def chain_ops(doc):
     return ops, {"y": cur}
 
 
+def output_dtypes(doc):
+    """Each output's dtype, in chain_ops' order."""
+    if "chain" in doc:
+        return [doc.get("out", "f32")]
+    return [spec.get("dtype", "f32") for spec in doc["outputs"].values()]
+
+
 def torch_fn(doc, p_override=None):
     ops, outs = chain_ops(doc)
+    gemm = mainloop_of(doc)["kind"] == "gemm"
+    out_dtypes = [TORCH_DTYPE[d] for d in output_dtypes(doc)]
 
     def run(tensors):
         v = dict(tensors)
+        if gemm:  # the GEMM as eager PyTorch runs it: cuBLAS, D in the operands' dtype
+            v["acc"] = torch.matmul(tensors["a"], tensors["b"])
         for name, op, args, attrs in ops:
             a = [v[x] for x in args]
             if op == "add": r = a[0] + a[1]
@@ -90,6 +128,8 @@ def torch_fn(doc, p_override=None):
             elif op == "cast": r = a[0].to(TORCH_DTYPE[attrs["to"]]).to(a[0].dtype)
             else: raise SystemExit(f"op {op} has no PyTorch spelling here")
             v[name] = r
+        if gemm:  # outputs stored in their own dtype, as the fused kernel does
+            return [v[x] if v[x].dtype == dt else v[x].to(dt) for x, dt in zip(outs.values(), out_dtypes)]
         return [v[x] for x in outs.values()]
 
     return run
@@ -97,7 +137,7 @@ def torch_fn(doc, p_override=None):
 
 def make_tensors(doc, m, n):
     out, nbytes = {}, 0
-    for name, spec in doc["inputs"].items():
+    for name, spec in doc.get("inputs", {}).items():
         shape = {"full": (m, n), "row": (n,), "col": (m,), "scalar": ()}[spec.get("broadcast", "full")]
         t = torch.randn(shape, device="cuda", dtype=TORCH_DTYPE[spec["dtype"]])
         out[name] = t
@@ -111,29 +151,156 @@ def out_bytes(doc, m, n):
     return sum(m * n * TORCH_DTYPE[s["dtype"]].itemsize for s in doc["outputs"].values())
 
 
-def epifuse_bench(binary, doc, m, n):
+def epifuse_bench(binary, doc, *dims):
+    """`epifuse bench --json` of `doc` at shape `dims` (M, N or M, N, K): its one result.
+    Exit code 1 (a GEMM baseline that disagrees with the fused kernel) still has numbers."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(doc, f)
         path = f.name
     try:
-        res = subprocess.run([binary, "bench", path, "--shape", f"{m},{n}", "--json", "--no-sweep"],
-                             capture_output=True, text=True, check=True)
-    except subprocess.CalledProcessError as e:
-        sys.exit(f"epifuse bench failed ({e.returncode}):\n{e.stdout}\n{e.stderr}")
+        res = subprocess.run([binary, "bench", path, "--shape", ",".join(map(str, dims)), "--json", "--no-sweep"],
+                             capture_output=True, text=True)
     finally:
         os.unlink(path)
+    if res.returncode not in (0, 1):
+        sys.exit(f"epifuse bench failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
     return json.loads(res.stdout)["results"][0]
+
+
+def addmm_activation(doc):
+    """(bias input, use_gelu, dropouts left out) when the chain is act(acc + bias) with a row
+    bias [N] and relu or gelu_tanh, then only dropouts to its one output; else None."""
+    ops, outs = chain_ops(doc)
+    inputs = doc.get("inputs", {})
+    if len(ops) < 2 or len(outs) != 1:
+        return None
+    (add_name, add_op, add_args, _), (act_name, act_op, act_args, _) = ops[0], ops[1]
+    if add_op != "add" or "acc" not in add_args or len(set(add_args)) != 2:
+        return None
+    bias = next(x for x in add_args if x != "acc")
+    if inputs.get(bias, {}).get("broadcast") != "row":
+        return None
+    if act_op not in ("relu", "gelu_tanh") or act_args != [add_name]:
+        return None
+    cur = act_name
+    for name, op, args, _ in ops[2:]:
+        if op != "dropout" or args != [cur]:
+            return None
+        cur = name
+    if list(outs.values()) != [cur]:
+        return None
+    return bias, act_op == "gelu_tanh", len(ops) - 2
+
+
+def make_gemm_tensors(doc, m, n, k):
+    """a [M,K] and b [K,N] laid out as the mainloop says (column-major: a transposed view),
+    then the chain's inputs."""
+    ml = mainloop_of(doc)
+    a_dt, b_dt = TORCH_DTYPE[ml["a"]], TORCH_DTYPE[ml["b"]]
+    a = torch.randn(m, k, device="cuda", dtype=a_dt) if ml["a_layout"] == "row" else \
+        torch.randn(k, m, device="cuda", dtype=a_dt).t()
+    b = torch.randn(k, n, device="cuda", dtype=b_dt) if ml["b_layout"] == "row" else \
+        torch.randn(n, k, device="cuda", dtype=b_dt).t()
+    tensors, _ = make_tensors(doc, m, n)
+    tensors.update(a=a, b=b)
+    return tensors
+
+
+def main_gemm(args):
+    """GEMM chains: PyTorch's ways of computing the chain and epifuse bench's rows, against
+    torch.matmul alone."""
+    torch.backends.cuda.matmul.allow_tf32 = False  # f32: exact fp32 on both sides
+    results = []
+    for dtype in args.dtype or [None]:
+        doc = load_chain(args.chain, dtype)
+        fn = torch_fn(doc)
+        compiled = torch.compile(fn)
+        addmm = addmm_activation(doc)
+        for shape in args.shape:
+            dims = [int(v) for v in shape.split(",")]
+            if len(dims) != 3:
+                sys.exit(f"--shape {shape}: a gemm chain takes M,N,K")
+            m, n, k = dims
+            flops = 2.0 * m * n * k
+            t = make_gemm_tensors(doc, m, n, k)
+            rows = []  # (key, label, ms)
+            rows.append(("torch_matmul", "torch.matmul (cuBLAS)",
+                         do_bench(lambda: torch.matmul(t["a"], t["b"]), return_mode="median")))
+            rows.append(("torch_eager", "torch eager (matmul, then the ops)",
+                         do_bench(lambda: fn(t), return_mode="median")))
+            compiled(t)  # compile outside the timing
+            rows.append(("torch_compile", "torch.compile", do_bench(lambda: compiled(t), return_mode="median")))
+            if addmm:
+                bias_name, use_gelu, dropouts = addmm
+                bias = t[bias_name].to(t["a"].dtype)
+                label = "torch._addmm_activation" + (" (no dropout)" if dropouts else "")
+                rows.append(("torch_addmm_activation", label, do_bench(
+                    lambda: torch._addmm_activation(bias, t["a"], t["b"], use_gelu=use_gelu), return_mode="median")))
+            del t
+            torch.cuda.empty_cache()
+            ef = epifuse_bench(args.epifuse, doc, m, n, k)
+            g = ef["gemm"]
+            for key, row in g["rows"].items():
+                rows.append(("epifuse_" + key, "epifuse " + row["label"], row["ms"], row.get("of_cublas")))
+            results.append({"dtype": dtype or "as-is", "shape": [m, n, k], "flops": flops,
+                            "rows": [{"key": r[0], "label": r[1], "ms": r[2], "tflops": flops / r[2] / 1e9,
+                                      "of_torch_matmul": r[2] / rows[0][2],
+                                      **({"of_epifuse_cublas": r[3]} if len(r) > 3 and r[3] else {})}
+                                     for r in rows],
+                            "epifuse_tile": ef["fused"]["tile"], "epifuse_cublaslt": g["cublaslt"],
+                            "epifuse_skipped": g["skipped"], "epifuse_checks": g["checks"]})
+
+    print(f"GEMM chain {os.path.basename(args.chain)} on {torch.cuda.get_device_name()}: "
+          "time / torch.matmul (cuBLAS alone); epifuse rows also / epifuse's own cuBLASLt")
+    for res in results:
+        m, n, k = res["shape"]
+        print(f"== {res['dtype']} {m},{n},{k} (epifuse fused tile {res['epifuse_tile']})")
+        print(f"  {'':<44} {'ms':>9} {'TFLOP/s':>8} {'/matmul':>8} {'/ef cuBLAS':>10}")
+        for r in res["rows"]:
+            own = f"{r['of_epifuse_cublas']:.2f}x" if "of_epifuse_cublas" in r else ""
+            print(f"  {r['label']:<44} {r['ms']:9.4f} {r['tflops']:8.1f} {r['of_torch_matmul']:7.2f}x {own:>10}")
+        for line in res["epifuse_skipped"]:
+            print(f"  epifuse: {line}")
+        for c in res["epifuse_checks"]:
+            if not c["ok"]:
+                print(f"  epifuse check MISMATCH: {c['what']}: max |diff| {c['max_abs_diff']} (max |value| {c['max_abs']})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "chain": args.chain,
+                       "gemm": results}, f, indent=1)
+    if args.png:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        keys = []
+        for res in results:
+            keys += [r["key"] for r in res["rows"] if r["key"] not in keys]
+        labels = [f"{r['dtype']}\n{'x'.join(map(str, r['shape']))}" for r in results]
+        width = 0.8 / len(keys)
+        fig, ax = plt.subplots(figsize=(max(6, 2.5 * len(results)), 4))
+        for j, key in enumerate(keys):
+            tf = [next((r["tflops"] for r in res["rows"] if r["key"] == key), 0) for res in results]
+            ax.bar([i + (j - (len(keys) - 1) / 2) * width for i in range(len(results))], tf, width, label=key)
+        ax.set_xticks(range(len(results)), labels)
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(f"{os.path.basename(args.chain)} on {torch.cuda.get_device_name()}")
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        fig.savefig(args.png, dpi=120)
+        print(f"chart: {args.png}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("chain")
-    ap.add_argument("--shape", action="append", required=True, help="M,N (repeatable)")
+    ap.add_argument("--shape", action="append", required=True, help="M,N (gemm chains: M,N,K; repeatable)")
     ap.add_argument("--dtype", action="append", help="override every dtype: f32, f16, bf16 (repeatable)")
     ap.add_argument("--epifuse", default=os.path.join(os.path.dirname(__file__), "..", "build", "epifuse"))
-    ap.add_argument("--png", help="save a bar chart of GB/s here")
+    ap.add_argument("--png", help="save a bar chart of GB/s (gemm chains: TFLOP/s) here")
     ap.add_argument("--json", help="save all numbers here")
     args = ap.parse_args()
+    if mainloop_of(load_chain(args.chain, None))["kind"] == "gemm":
+        return main_gemm(args)
 
     rows = []
     for dtype in args.dtype or [None]:

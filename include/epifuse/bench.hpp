@@ -1,7 +1,8 @@
 #pragma once
 /// Benchmarks (DESIGN §8: not tests). Every figure is a ratio to a baseline
 /// measured in the same run: the copy ceiling for exactly the bytes the fused
-/// kernel must move, and the same chain unfused.
+/// kernel must move, and the same chain unfused; for GEMM chains, cuBLAS(Lt)
+/// alone and the baselines built around it (docs/bench.md).
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ struct BenchOptions {
   bool tune = true;            ///< autotune the fused kernel's tile first
   bool unfused = true;         ///< time the one-kernel-per-op baseline
   bool sweep = true;           ///< block-size sweep table
+  bool cublas = true;          ///< GEMM chains: the cuBLASLt baselines (when libcublasLt loads)
   std::uint64_t data_seed = 1;
   LaunchArgs args{};
 };
@@ -26,6 +28,36 @@ struct SweepRow {
   double ms = 0, gbps = 0, of_copy = 0;
 };
 
+/// One row of a GEMM chain's table: a way of computing the chain (or the GEMM
+/// alone), timed like the fused kernel.
+struct GemmRow {
+  std::string key;    ///< JSON key: cublas, fused, fused_no_dropout, cublaslt_epilogue, cublas_then_epilogue, unfused
+  std::string label;  ///< what the text table shows
+  std::string detail; ///< the tile chosen, the cuBLASLt epilogue used, ...
+  int kernels = 1;    ///< launches per run
+  double ms = 0;
+  double tflops = 0;  ///< 2*M*N*K / time
+  std::optional<double> of_cublas;  ///< ms / cuBLAS alone's ms; absent without cuBLAS
+};
+
+/// Two rows' first outputs compared on the same inputs (a check that the
+/// baselines compute the chain: layouts, bias orientation, dropout masks).
+struct GemmCheck {
+  std::string what;        ///< "fused vs cublas_then_epilogue"
+  double max_abs_diff = 0;
+  double max_abs = 0;      ///< the largest |value| of the first row's output
+  bool ok = true;          ///< max_abs_diff <= max_abs / 32 (rounding, never a layout error)
+};
+
+/// The GEMM part of a bench report (mainloop gemm only).
+struct GemmBenchReport {
+  double flops = 0;                  ///< 2*M*N*K
+  std::string cublaslt;              ///< "cuBLASLt 13.0.2 (path)"; empty when it was not used
+  std::vector<GemmRow> rows;         ///< cuBLAS alone first when it ran, then the fused kernel
+  std::vector<std::string> skipped;  ///< one line per baseline not measured, saying why
+  std::vector<GemmCheck> checks;
+};
+
 struct BenchReport {
   std::string device;
   Shape shape;
@@ -34,6 +66,7 @@ struct BenchReport {
   TileConfig tile;               ///< the fused kernel's (tuned) tile
   double fused_ms = 0, fused_gbps = 0, fused_of_copy = 0;
   std::optional<double> unfused_ms;  ///< one generated kernel per op, intermediates in memory
+                                     ///< (GEMM chains: cuBLAS, then one kernel per op)
   int unfused_kernels = 0;
   double speedup_vs_unfused = 0;
   std::vector<SweepRow> sweep;
@@ -41,6 +74,7 @@ struct BenchReport {
   double hit_us = 0;             ///< key built from the spec + cache lookup
   double launch_us = 0;          ///< host time of one launch of a cached kernel
   int registers = 0;
+  std::optional<GemmBenchReport> gemm;  ///< GEMM chains only
 };
 
 /// Tunes the tile of (spec, shape) on random inputs (Jit::tune: candidates

@@ -1,5 +1,6 @@
 // epifuse bench: fused vs unfused vs the same-run copy ceiling (METHOD: count
-// the bytes, measure the ceiling in the same run, report ratios).
+// the bytes, measure the ceiling in the same run, report ratios); GEMM chains
+// add cuBLAS(Lt) and the baselines around it (bench_gemm.cpp, docs/bench.md).
 #include "epifuse/bench.hpp"
 
 #include <algorithm>
@@ -8,35 +9,16 @@
 #include "backend/cuda_driver.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/reference.hpp"
-#include "ir/op_table.hpp"
+#include "runtime/bench_device.hpp"
+#include "runtime/bench_specs.hpp"
 
 namespace epifuse {
 
 namespace {
 
 using backend::DeviceBuffer;
-
-struct DeviceTensors {
-  std::vector<DeviceBuffer> buffers;
-  DeviceBindings bindings;
-};
-
-DeviceTensors upload(const KernelSource& ks, const TensorMap& inputs, const KernelSpec& spec,
-                     const Shape& shape) {
-  DeviceTensors t;
-  for (const std::string& name : ks.inputs) {
-    const HostTensor& h = inputs.at(name);
-    t.buffers.emplace_back(h.bytes.size());
-    t.buffers.back().upload(h.bytes.data(), h.bytes.size());
-    t.bindings.inputs.push_back(t.buffers.back().ptr());
-  }
-  for (const Output& o : spec.graph.outputs()) {
-    t.buffers.emplace_back(static_cast<std::size_t>(shape.m * shape.n) * size_of(o.dtype));
-    t.buffers.back().fill_bytes(0xFF);
-    t.bindings.outputs.push_back(t.buffers.back().ptr());
-  }
-  return t;
-}
+using bench_detail::DeviceTensors;
+using bench_detail::upload;
 
 // The fewest bytes a fused kernel must move: each input read once, each output written once.
 double required_bytes(const KernelSpec& spec, const Shape& shape) {
@@ -49,42 +31,6 @@ double required_bytes(const KernelSpec& spec, const Shape& shape) {
   for (const Output& o : spec.graph.outputs())
     bytes += static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(size_of(o.dtype));
   return bytes;
-}
-
-// One single-op spec per op node, reading the op's operands from memory: what
-// an eager framework runs. Intermediates are stored in the first output's dtype.
-std::optional<std::vector<KernelSpec>> unfused_specs(const KernelSpec& spec) {
-  const Graph& g = spec.graph;
-  const DType inter = g.outputs().front().dtype;
-  std::vector<KernelSpec> out;
-  for (const Node& n : g.nodes()) {
-    if (n.kind != NodeKind::op) continue;
-    if (n.broadcast != Broadcast::full) return std::nullopt;  // an op on vectors only: no [M,N] kernel
-    KernelSpec s;
-    s.precision = spec.precision;
-    std::vector<Value> args;
-    for (std::size_t a = 0; a < n.args.size(); ++a) {
-      const Node& arg = g.node(n.args[a]);
-      const DType dt = arg.kind == NodeKind::input ? arg.dtype : inter;
-      const Broadcast b = arg.kind == NodeKind::input ? arg.broadcast : Broadcast::full;
-      args.push_back(s.graph.input(fmt::format("a{}", a), dt, b));
-    }
-    Value v;
-    switch (n.op) {
-      case OpKind::scale: v = s.graph.scale(args[0], n.alpha); break;
-      case OpKind::dropout: v = s.graph.dropout(args[0], n.p, n.rng); break;
-      case OpKind::cast: v = s.graph.cast(args[0], n.dtype); break;
-      default:
-        v = op_info(n.op).arity == 2 ? s.graph.binary(n.op, args[0], args[1]) : s.graph.unary(n.op, args[0]);
-    }
-    // An op whose operands are all vectors cannot run as an [M,N] elementwise kernel alone.
-    bool has_full = false;
-    for (Value a : args) has_full |= s.graph.node(a).broadcast == Broadcast::full;
-    if (!has_full) return std::nullopt;
-    s.graph.output("y", v, inter);
-    out.push_back(std::move(s));
-  }
-  return out;
 }
 
 // Copy ceiling: exactly the bytes the fused kernel moves (read + write).
@@ -121,7 +67,7 @@ void sweep(BenchReport& r, Jit& jit, const KernelSpec& spec, const Shape& shape,
 
 // One generated kernel per op, intermediates in memory.
 void measure_unfused(BenchReport& r, Jit& jit, const KernelSpec& spec, const Shape& shape, const BenchOptions& opt) {
-  auto specs = unfused_specs(spec);
+  auto specs = one_kernel_per_op(spec, spec.graph.outputs().front().dtype);
   if (!specs) return;
   // Each op's kernel reads its operands from buffers of the right size; the
   // values are whatever the previous kernel left, as in an eager framework.
@@ -197,8 +143,14 @@ BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const Be
   r.fused_gbps = r.bytes / (r.fused_ms * 1e6);
   r.fused_of_copy = r.fused_gbps / r.copy_gbps;
 
-  if (opt.sweep) sweep(r, jit, spec, shape, t, opt);
-  if (opt.unfused) measure_unfused(r, jit, spec, shape, opt);
+  if (opt.sweep) sweep(r, jit, spec, shape, t, opt);  // elementwise tiles only
+  if (spec.mainloop.kind == MainloopKind::elementwise) {
+    if (opt.unfused) measure_unfused(r, jit, spec, shape, opt);
+  } else {
+    // One kernel per epilogue op without the GEMM would compare nothing: the
+    // GEMM rows time cuBLAS followed by one kernel per op instead.
+    r.gemm = bench_detail::bench_gemm(r, jit, spec, shape, *fused, t, opt);
+  }
   measure_host(r, jit, spec, shape, *fused, t, opt);
   return r;
 }

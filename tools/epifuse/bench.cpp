@@ -1,6 +1,7 @@
 // `epifuse bench CHAIN.json --shape M,N [--shape ...]`: the fused kernel, the
 // same chain unfused, and the copy ceiling for exactly the fused kernel's
-// bytes, all measured in one run; ratios, a block-size sweep, --json.
+// bytes, all measured in one run; ratios, a block-size sweep, --json. GEMM
+// chains (--shape M,N,K) get a table against cuBLAS instead (docs/bench.md).
 #include <iostream>
 #include <memory>
 
@@ -18,10 +19,30 @@ struct BenchCliOptions {
   std::string chain;
   std::vector<std::string> shapes;
   int repeats = 30;
-  bool no_tune = false, no_unfused = false, no_sweep = false;
+  bool no_tune = false, no_unfused = false, no_sweep = false, no_cublas = false;
   double min_of_copy = 0;
   std::string seed = "0", offset = "0";
 };
+
+nlohmann::ordered_json to_json(const GemmBenchReport& g, const Shape& shape) {
+  nlohmann::ordered_json j;
+  j["shape"] = {shape.m, shape.n, shape.k};
+  j["flops"] = g.flops;
+  j["cublaslt"] = g.cublaslt.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(g.cublaslt);
+  j["rows"] = nlohmann::ordered_json::object();
+  for (const GemmRow& row : g.rows) {
+    nlohmann::ordered_json o = {{"label", row.label}, {"detail", row.detail}, {"kernels", row.kernels},
+                                {"ms", row.ms},       {"tflops", row.tflops}};
+    if (row.of_cublas) o["of_cublas"] = *row.of_cublas;
+    j["rows"][row.key] = o;
+  }
+  j["skipped"] = g.skipped;
+  j["checks"] = nlohmann::ordered_json::array();
+  for (const GemmCheck& c : g.checks)
+    j["checks"].push_back(
+        {{"what", c.what}, {"max_abs_diff", c.max_abs_diff}, {"max_abs", c.max_abs}, {"ok", c.ok}});
+  return j;
+}
 
 nlohmann::ordered_json to_json(const BenchReport& r) {
   nlohmann::ordered_json j;
@@ -42,7 +63,29 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
                           {"gbps", s.gbps},
                           {"of_copy", s.of_copy}});
   j["host"] = {{"compile_ms", r.compile_ms}, {"hit_us", r.hit_us}, {"launch_us", r.launch_us}};
+  if (r.gemm) j["gemm"] = to_json(*r.gemm, r.shape);
   return j;
+}
+
+// A GEMM chain: TFLOP/s and time against cuBLAS alone; no copy ceiling or sweep.
+void print_gemm_report(const BenchReport& r, const KernelSpec& spec) {
+  const GemmBenchReport& g = *r.gemm;
+  const Mainloop& ml = spec.mainloop;
+  std::cout << fmt::format("== {} x {} x {} {} (A {}, B {}) on {}\n", r.shape.m, r.shape.n, r.shape.k,
+                           to_string(ml.a), to_string(ml.a_layout), to_string(ml.b_layout), r.device);
+  if (!g.cublaslt.empty()) std::cout << "  " << g.cublaslt << "\n";
+  std::cout << fmt::format("  {:<32} {:>10} {:>9} {:>12}\n", "", "ms", "TFLOP/s", "time/cuBLAS");
+  for (const GemmRow& row : g.rows)
+    std::cout << fmt::format("  {:<32} {:>10.4f} {:>9.1f} {:>12}   {}\n", row.label, row.ms, row.tflops,
+                             row.of_cublas ? fmt::format("{:.2f}x", *row.of_cublas) : "-", row.detail);
+  if (r.unfused_ms)
+    std::cout << fmt::format("  fused is {:.2f}x faster than cuBLAS + one kernel per op\n", r.speedup_vs_unfused);
+  for (const std::string& line : g.skipped) std::cout << "  " << line << "\n";
+  for (const GemmCheck& c : g.checks)
+    std::cout << fmt::format("  check {}: max |diff| {:.4g} (max |value| {:.4g}): {}\n", c.what, c.max_abs_diff,
+                             c.max_abs, c.ok ? "ok" : "MISMATCH");
+  std::cout << fmt::format("  host: cold compile {:.1f} ms, cache hit (key + lookup) {:.2f} us, launch {:.2f} us\n",
+                           r.compile_ms, r.hit_us, r.launch_us);
 }
 
 void print_report(const BenchReport& r) {
@@ -69,6 +112,11 @@ void print_report(const BenchReport& r) {
                            r.compile_ms, r.hit_us, r.launch_us);
 }
 
+std::string shape_text(const KernelSpec& spec, const Shape& s) {
+  return spec.mainloop.kind == MainloopKind::elementwise ? fmt::format("{} x {}", s.m, s.n)
+                                                         : fmt::format("{} x {} x {}", s.m, s.n, s.k);
+}
+
 void bench_command(const BenchCliOptions& opt) {
   const KernelSpec spec = load_spec(opt.chain);
   std::vector<Shape> shapes;
@@ -80,17 +128,26 @@ void bench_command(const BenchCliOptions& opt) {
   bo.tune = !opt.no_tune;
   bo.unfused = !opt.no_unfused;
   bo.sweep = !opt.no_sweep;
+  bo.cublas = !opt.no_cublas;
   bo.args = {parse_u64(opt.seed, "--seed"), parse_u64(opt.offset, "--offset")};
   nlohmann::ordered_json doc;
   doc["chain"] = opt.chain;
   doc["results"] = nlohmann::ordered_json::array();
   for (const Shape& shape : shapes) {
-    if (!session().json) std::cerr << fmt::format("epifuse: benchmarking {} x {} ...\n", shape.m, shape.n);
+    if (!session().json) std::cerr << fmt::format("epifuse: benchmarking {} ...\n", shape_text(spec, shape));
     const BenchReport r = bench(jit, spec, shape, bo);
+    if (session().json && r.gemm)  // stdout holds the JSON; say what was left out on stderr too
+      for (const std::string& line : r.gemm->skipped) std::cerr << "epifuse: " << line << "\n";
     if (session().json)
       doc["results"].push_back(to_json(r));
+    else if (r.gemm)
+      print_gemm_report(r, spec);
     else
       print_report(r);
+    // A baseline that disagrees with the fused kernel is a failed verification.
+    if (r.gemm)
+      for (const GemmCheck& c : r.gemm->checks)
+        if (!c.ok) session().exit_code = k_exit_target_failed;
     if (opt.min_of_copy > 0 && r.fused_of_copy < opt.min_of_copy) {
       session().exit_code = k_exit_target_failed;
       if (!session().json)
@@ -106,14 +163,17 @@ void bench_command(const BenchCliOptions& opt) {
 void add_bench(CLI::App& app) {
   auto opt = std::make_shared<BenchCliOptions>();
   CLI::App* sub = app.add_subcommand(
-      "bench", "Time the fused kernel against the unfused chain and the same-run copy ceiling (needs a GPU)");
+      "bench",
+      "Time the fused kernel against the unfused chain and the same-run copy ceiling; GEMM chains against "
+      "cuBLASLt (needs a GPU)");
   sub->add_option("chain", opt->chain, "JSON op chain")->required();
-  sub->add_option("--shape", opt->shapes, "M,N (repeatable); default the chain's shape");
+  sub->add_option("--shape", opt->shapes, "M,N (GEMM chains: M,N,K; repeatable); default the chain's shape");
   sub->add_option("--repeats", opt->repeats, "Timed batches per measurement (median reported)")
       ->check(CLI::Range(3, 10000));
   sub->add_flag("--no-tune", opt->no_tune, "Use the default tile instead of autotuning");
   sub->add_flag("--no-unfused", opt->no_unfused, "Skip the one-kernel-per-op baseline");
   sub->add_flag("--no-sweep", opt->no_sweep, "Skip the block-size sweep");
+  sub->add_flag("--no-cublas", opt->no_cublas, "GEMM chains: skip the cuBLASLt baselines");
   sub->add_option("--min-of-copy", opt->min_of_copy,
                   "Exit 1 when the fused kernel reaches less than this fraction of copy bandwidth")
       ->check(CLI::Range(0.0, 2.0));

@@ -1,0 +1,35 @@
+// Device tensors of a benchmark (bench_device.hpp).
+#include "runtime/bench_device.hpp"
+
+#include "epifuse/errors.hpp"
+
+namespace epifuse::bench_detail {
+
+DeviceTensors upload(const KernelSource& ks, const TensorMap& inputs, const KernelSpec& spec, const Shape& shape) {
+  DeviceTensors t;
+  for (const std::string& name : ks.inputs) {
+    const HostTensor& h = inputs.at(name);
+    t.buffers.emplace_back(h.bytes.size());
+    t.buffers.back().upload(h.bytes.data(), h.bytes.size());
+    t.bindings.inputs.push_back(t.buffers.back().ptr());
+  }
+  add_outputs(t, spec, shape);
+  return t;
+}
+
+void add_outputs(DeviceTensors& t, const KernelSpec& spec, const Shape& shape) {
+  for (const Output& o : spec.graph.outputs()) {
+    t.buffers.emplace_back(static_cast<std::size_t>(shape.m * shape.n) * size_of(o.dtype));
+    t.buffers.back().fill_bytes(0xFF);
+    t.bindings.outputs.push_back(t.buffers.back().ptr());
+  }
+}
+
+std::uint64_t input_pointer(const KernelSource& ks, const DeviceBindings& bindings, std::string_view name) {
+  for (std::size_t i = 0; i < ks.inputs.size(); ++i)
+    if (ks.inputs[i] == name) return bindings.inputs.at(i);
+  EPIFUSE_ASSERT(false, "kernel {} has no input '{}'", ks.name, name);
+  return 0;
+}
+
+}  // namespace epifuse::bench_detail

@@ -1,0 +1,274 @@
+// epifuse bench on a GEMM chain (docs/bench.md): the fused kernel against
+// cuBLASLt alone, cuBLASLt's own bias epilogue, cuBLASLt followed by the chain
+// as one elementwise kernel and as one kernel per op, and the fused kernel
+// without its dropout. Every row is timed as the fused kernel is (median_ms,
+// same repeats and batch) and reported in TFLOP/s and against cuBLAS alone.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "epifuse/errors.hpp"
+#include "epifuse/reference.hpp"
+#include "runtime/bench_device.hpp"
+#include "runtime/bench_specs.hpp"
+#include "runtime/cublaslt_baseline.hpp"
+
+namespace epifuse::bench_detail {
+
+namespace {
+
+using backend::CUdeviceptr;
+using backend::DeviceBuffer;
+
+std::string join(const std::vector<std::string>& items) { return backend::join(items); }
+
+// A poisoned [M,N] buffer of `dtype`: what cuBLASLt writes D into.
+DeviceBuffer matrix_buffer(const Shape& s, DType dtype) {
+  DeviceBuffer d(static_cast<std::size_t>(s.m * s.n) * size_of(dtype));
+  d.fill_bytes(0xFF);
+  return d;
+}
+
+HostTensor download(CUdeviceptr ptr, DType dtype, const Shape& s) {
+  HostTensor t = HostTensor::zeros(dtype, {s.m, s.n});
+  backend::cuda().copy_to_host(t.bytes.data(), ptr, t.bytes.size());
+  return t;
+}
+
+// Two [M,N] results of the same chain on the same inputs. Rounding (fp32
+// accumulation order, an intermediate stored in the GEMM's dtype) stays far
+// below max|x|/32; a wrong layout, a transposed bias or different dropout
+// masks do not.
+GemmCheck compare_results(std::string what, CUdeviceptr x, DType x_dtype, CUdeviceptr y, DType y_dtype,
+                          const Shape& s) {
+  backend::cuda().synchronize();
+  const HostTensor a = download(x, x_dtype, s), b = download(y, y_dtype, s);
+  GemmCheck c;
+  c.what = std::move(what);
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    const double u = a.get(i), v = b.get(i);
+    if (std::isnan(u) != std::isnan(v)) c.max_abs_diff = std::numeric_limits<double>::infinity();
+    if (std::isnan(u) || std::isnan(v)) continue;
+    if (std::isfinite(u)) c.max_abs = std::max(c.max_abs, std::abs(u));
+    c.max_abs_diff = std::max(c.max_abs_diff, u == v ? 0.0 : std::abs(u - v));
+  }
+  c.ok = c.max_abs_diff <= c.max_abs / 32;
+  return c;
+}
+
+std::string_view lt_epilogue_name(LtEpilogueKind k) {
+  return k == LtEpilogueKind::relu_bias ? "CUBLASLT_EPILOGUE_RELU_BIAS" : "CUBLASLT_EPILOGUE_GELU_BIAS";
+}
+
+// The state one bench_gemm call shares between its rows.
+class GemmBench {
+ public:
+  GemmBench(BenchReport& r, Jit& jit, const KernelSpec& spec, const Shape& shape, const CompiledKernel& fused,
+            const DeviceTensors& fused_t, const BenchOptions& opt)
+      : r_(r), jit_(jit), spec_(spec), shape_(shape), fused_(fused), fused_t_(fused_t), opt_(opt),
+        gemm_dtype_(spec.mainloop.a) {}
+
+  GemmBenchReport run() {
+    g_.flops = 2.0 * static_cast<double>(shape_.m) * static_cast<double>(shape_.n) * static_cast<double>(shape_.k);
+    add_row("fused", "fused", to_string(r_.tile), 1, r_.fused_ms);
+    attempt("fused, dropout removed", [&] { fused_without_dropout(); });
+    if (const std::string why = why_no_cublas(); !why.empty())
+      g_.skipped.push_back(why);
+    else
+      attempt("cuBLAS GEMM alone", [&] { cublas_rows(); });
+    finish();
+    return std::move(g_);
+  }
+
+ private:
+  double time(const std::function<void()>& fn) const { return backend::median_ms(fn, opt_.repeats, opt_.batch); }
+
+  CUdeviceptr input(std::string_view name) const {
+    return input_pointer(fused_.source(), fused_t_.bindings, name);
+  }
+
+  void add_row(std::string key, std::string label, std::string detail, int kernels, double ms) {
+    GemmRow row;
+    row.key = std::move(key);
+    row.label = std::move(label);
+    row.detail = std::move(detail);
+    row.kernels = kernels;
+    row.ms = ms;
+    row.tflops = ms > 0 ? g_.flops / (ms * 1e9) : 0;
+    g_.rows.push_back(std::move(row));
+  }
+
+  // A baseline that fails (no algorithm, a kernel that cannot be compiled)
+  // leaves a line saying so and lets the others run.
+  template <class F>
+  void attempt(std::string_view row, F&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      g_.skipped.push_back(fmt::format("{}: {}", row, e.what()));
+    }
+  }
+
+  // The fused kernel's tile, the chain's dropouts replaced by their operands.
+  void fused_without_dropout() {
+    if (spec_.graph.dropout_count() == 0) return;
+    const std::optional<KernelSpec> nodrop = without_dropout(spec_);
+    if (!nodrop) {
+      g_.skipped.push_back("fused, dropout removed: a dropout makes a vector full [M,N]; without it an output is not");
+      return;
+    }
+    nodrop_spec_ = *nodrop;
+    nodrop_kernel_ = jit_.compile(*nodrop_spec_, shape_, r_.tile);
+    nodrop_t_ = bind_inputs(nodrop_kernel_->source(), *nodrop_spec_, shape_,
+                            [&](const std::string& name) { return input(name); });
+    const double ms = time([&] { jit_.launch(*nodrop_kernel_, nodrop_t_.bindings, shape_, opt_.args); });
+    add_row("fused_no_dropout", "fused, dropout removed", to_string(nodrop_kernel_->source().tile), 1, ms);
+  }
+
+  std::string why_no_cublas() const {
+    if (!opt_.cublas) return "cuBLAS baselines skipped (--no-cublas)";
+    if (spec_.mainloop.kind != MainloopKind::gemm)
+      return fmt::format("cuBLAS baselines skipped: only for gemm mainloops, not {}", to_string(spec_.mainloop.kind));
+    if (spec_.mainloop.a != spec_.mainloop.b)
+      return fmt::format("cuBLAS baselines skipped: A is {} and B {}", to_string(spec_.mainloop.a),
+                         to_string(spec_.mainloop.b));
+    if (shape_.k == 0) return "cuBLAS baselines skipped: K = 0, there is no GEMM to time";
+    if (!baseline::cublaslt_or_null()) return baseline::cublaslt_unavailable_reason() + ": cuBLAS baselines skipped";
+    return "";
+  }
+
+  void cublas_rows() {
+    baseline::CublasLt& lt = *baseline::cublaslt_or_null();
+    g_.cublaslt = fmt::format("{} ({})", lt.version_string(), lt.library_path());
+    const CUdeviceptr a = input("a"), b = input("b");
+    DeviceBuffer d = matrix_buffer(shape_, gemm_dtype_);
+    const baseline::LtMatmul gemm(lt, {spec_.mainloop, shape_, gemm_dtype_});
+    const auto run_gemm = [&] { gemm.run(a, b, d.ptr()); };
+    const double ms = time(run_gemm);
+    add_row("cublas", "cuBLAS GEMM alone",
+            fmt::format("cublasLtMatmul, CUBLAS_COMPUTE_32F, D {}, heuristic algorithm, workspace {} of {} MiB",
+                        to_string(gemm_dtype_), gemm.workspace_used(), baseline::LtMatmul::k_workspace_bytes >> 20),
+            1, ms);
+
+    attempt("cuBLASLt epilogue", [&] { lt_epilogue(lt, a, b); });
+    if (chain_is_plain_gemm(spec_, gemm_dtype_)) {
+      g_.skipped.push_back("cuBLAS + epifuse epilogue: the chain is the GEMM alone");
+      g_.checks.push_back(compare_results("fused vs cublas", fused_t_.bindings.outputs.at(0),
+                                          spec_.graph.outputs().front().dtype, d.ptr(), gemm_dtype_, shape_));
+      return;
+    }
+    attempt("cuBLAS + epifuse epilogue", [&] { then_epilogue(run_gemm, d.ptr()); });
+    if (opt_.unfused) attempt("unfused", [&] { then_one_kernel_per_op(run_gemm); });
+  }
+
+  // cuBLASLt's own bias + activation epilogue, where the chain starts with one.
+  void lt_epilogue(baseline::CublasLt& lt, CUdeviceptr a, CUdeviceptr b) {
+    const std::optional<LtEpilogueMatch> match = match_lt_epilogue(spec_);
+    if (!match) {
+      g_.skipped.push_back(
+          "cuBLASLt epilogue: the chain does not start with relu or gelu_tanh of acc + a row bias [N]");
+      return;
+    }
+    baseline::LtMatmulConfig config{spec_.mainloop, shape_, gemm_dtype_};
+    config.epilogue = match->kind;
+    config.bias = input(match->bias);
+    config.bias_dtype = match->bias_dtype;
+    const baseline::LtMatmul gemm(lt, config);
+    DeviceBuffer d = matrix_buffer(shape_, gemm_dtype_);
+    const double ms = time([&] { gemm.run(a, b, d.ptr()); });
+    const std::string label =
+        match->not_covered.empty() ? "cuBLASLt epilogue" : fmt::format("cuBLASLt epilogue (no {})", join(match->not_covered));
+    add_row("cublaslt_epilogue", label, std::string(lt_epilogue_name(match->kind)), 1, ms);
+    // The same values as the fused kernel without its dropouts.
+    const bool nodrop = nodrop_kernel_ != nullptr;
+    if (!match->output_is_activation || (spec_.graph.dropout_count() > 0 && !nodrop)) return;
+    g_.checks.push_back(compare_results(nodrop ? "fused_no_dropout vs cublaslt_epilogue" : "fused vs cublaslt_epilogue",
+                                        (nodrop ? nodrop_t_ : fused_t_).bindings.outputs.at(0),
+                                        spec_.graph.outputs().front().dtype, d.ptr(), gemm_dtype_, shape_));
+  }
+
+  // cuBLASLt, then the chain as one epifuse elementwise kernel reading D.
+  void then_epilogue(const std::function<void()>& run_gemm, CUdeviceptr d) {
+    const EpilogueAfterGemm ep = epilogue_after_gemm(spec_, gemm_dtype_);
+    const Shape es{shape_.m, shape_.n, 0};
+    auto kernel = jit_.compile(ep.spec, es);
+    const DeviceTensors t = bind_inputs(kernel->source(), ep.spec, es, [&](const std::string& name) {
+      return name == ep.gemm_output ? d : input(name);
+    });
+    run_gemm();  // D holds the product while the epilogue is tuned
+    if (opt_.tune) {
+      jit_.tune(ep.spec, es, t.bindings, opt_.args);
+      kernel = jit_.compile(ep.spec, es);
+    }
+    const double ms = time([&] {
+      run_gemm();
+      jit_.launch(*kernel, t.bindings, es, opt_.args);
+    });
+    add_row("cublas_then_epilogue", "cuBLAS + epifuse epilogue", to_string(kernel->source().tile), 2, ms);
+    g_.checks.push_back(compare_results("fused vs cublas_then_epilogue", fused_t_.bindings.outputs.at(0),
+                                        spec_.graph.outputs().front().dtype, t.bindings.outputs.at(0),
+                                        spec_.graph.outputs().front().dtype, shape_));
+  }
+
+  // cuBLASLt, then one generated kernel per op, intermediates in memory: what
+  // an eager framework runs. Each kernel reads buffers of the right size
+  // holding whatever the previous one left, as the elementwise unfused row does.
+  void then_one_kernel_per_op(const std::function<void()>& run_gemm) {
+    const auto specs = one_kernel_per_op(spec_, gemm_dtype_);
+    if (!specs || specs->empty()) {
+      g_.skipped.push_back(specs ? "unfused: the chain has no ops after the GEMM"
+                                 : "unfused: an op works on vectors only and has no [M,N] kernel of its own");
+      return;
+    }
+    const Shape es{shape_.m, shape_.n, 0};
+    std::vector<std::shared_ptr<const CompiledKernel>> kernels;
+    std::vector<DeviceTensors> bound;
+    for (const KernelSpec& s : *specs) {
+      kernels.push_back(jit_.compile(s, es));
+      bound.push_back(upload(kernels.back()->source(), make_inputs(s, es, opt_.data_seed), s, es));
+    }
+    const double ms = time([&] {
+      run_gemm();
+      for (std::size_t k = 0; k < kernels.size(); ++k) jit_.launch(*kernels[k], bound[k].bindings, es, opt_.args);
+    });
+    const int n = static_cast<int>(kernels.size()) + 1;
+    add_row("unfused", "cuBLAS + one kernel per op", fmt::format("{} kernels", n), n, ms);
+    r_.unfused_ms = ms;
+    r_.unfused_kernels = n;
+    r_.speedup_vs_unfused = ms / r_.fused_ms;
+  }
+
+  // Every row against cuBLAS alone; cuBLAS's row first.
+  void finish() {
+    const auto cublas = std::find_if(g_.rows.begin(), g_.rows.end(), [](const GemmRow& r) { return r.key == "cublas"; });
+    if (cublas == g_.rows.end()) return;
+    std::rotate(g_.rows.begin(), cublas, cublas + 1);
+    const double base = g_.rows.front().ms;
+    for (GemmRow& row : g_.rows) row.of_cublas = row.ms / base;
+  }
+
+  BenchReport& r_;
+  Jit& jit_;
+  const KernelSpec& spec_;
+  const Shape& shape_;
+  const CompiledKernel& fused_;
+  const DeviceTensors& fused_t_;
+  const BenchOptions& opt_;
+  const DType gemm_dtype_;  // what the separate GEMM writes: the operands' dtype, as torch.matmul
+  GemmBenchReport g_;
+  std::optional<KernelSpec> nodrop_spec_;
+  std::shared_ptr<const CompiledKernel> nodrop_kernel_;
+  DeviceTensors nodrop_t_;
+};
+
+}  // namespace
+
+GemmBenchReport bench_gemm(BenchReport& report, Jit& jit, const KernelSpec& spec, const Shape& shape,
+                           const CompiledKernel& fused, const DeviceTensors& fused_tensors, const BenchOptions& options) {
+  return GemmBench(report, jit, spec, shape, fused, fused_tensors, options).run();
+}
+
+}  // namespace epifuse::bench_detail
