@@ -33,6 +33,8 @@ enum class ParamRole : std::uint8_t {
   scalar,       ///< float KernelSource::scalars[index] (a scale's alpha)
   vector_flag,  ///< int: 1 when every pointer is aligned as KernelSource says
   opaque,       ///< `size` bytes the family fills at launch (a CUtensorMap, 64-byte aligned)
+  workspace,    ///< device pointer to launch scratch (KernelFamily::workspace): index 0 the
+                ///< zeroed part (zero at launch, and the kernel leaves it zero), 1 the rest
 };
 
 /// One field of a generated kernel's parameter struct (passed by value).

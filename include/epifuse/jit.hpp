@@ -85,10 +85,15 @@ class Jit {
                                                                  const std::vector<TileConfig>& tiles);
   /// Times each candidate tile on the given buffers and remembers the best for
   /// (signature, M, N, K); later compile(spec, shape) without a tile uses it.
+  struct TunedCandidate {
+    TileConfig tile;
+    double ms = 0;          ///< median time of one launch
+    double compile_ms = 0;  ///< its NVRTC compile, whenever that was
+  };
   struct TuneResult {
     TileConfig tile;
     double ms = 0;
-    std::vector<std::pair<TileConfig, double>> all;  ///< every candidate's median ms
+    std::vector<TunedCandidate> all;  ///< every candidate that ran
   };
   TuneResult tune(const KernelSpec& spec, const Shape& shape, const DeviceBindings& bindings,
                   const LaunchArgs& args, std::vector<TileConfig> candidates = {});

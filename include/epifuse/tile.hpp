@@ -26,12 +26,17 @@ struct GemmTile {
   int warps_m = 2, warps_n = 2;
   int stages = 4;
   int group_m = 8;  ///< raster: this many row tiles share each column tile (L2 reuse)
+  int split_k = 1;  ///< K cut into this many slices, one block each, summed in order (docs/gemm.md)
   friend bool operator==(const GemmTile&, const GemmTile&) = default;
-  std::string str() const;  ///< "128x128x32w2x2s4g8"
+  std::string str() const;  ///< "128x128x32w2x2s4g8", "...g8k4" with split-K
 };
 
 /// One alternative per kernel family (a new family adds its tile type here).
 using TileConfig = std::variant<ElementwiseTile, GemmTile>;
+
+/// "128x128x32w2x2s4g8" or "...g8k2" (GemmTile::str's form) as a GemmTile; UserError naming
+/// the expected form otherwise. Fields are checked by the family, not here.
+GemmTile parse_gemm_tile(const std::string& text);
 
 /// "t256v8g4": the tile's own str().
 std::string to_string(const TileConfig& tile);

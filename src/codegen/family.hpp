@@ -24,6 +24,14 @@ struct LaunchGeometry {
   unsigned shared_bytes = 0;  // dynamic shared memory
 };
 
+/// Device scratch a launch needs (ParamRole::workspace): `zeroed` bytes that are
+/// zero when the kernel starts and that it leaves zero (split-K's tile flags),
+/// and `scratch` bytes of anything (split-K's partial sums). The Jit keeps both
+/// per stream, so kernels launched on one stream share them in turn.
+struct WorkspaceNeeds {
+  std::size_t zeroed = 0, scratch = 0;
+};
+
 /// What the launch knows when it fills an opaque parameter.
 struct OpaqueContext {
   const KernelSource& source;
@@ -51,6 +59,8 @@ class KernelFamily {
   /// plan.kernel_name, returns the rendered source.
   virtual KernelSource emit(KernelPlan& plan) const = 0;
   virtual LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int multiprocessors) const = 0;
+  /// The scratch a launch of `source` at `shape` needs (none by default).
+  virtual WorkspaceNeeds workspace(const KernelSource&, const Shape&) const { return {}; }
   /// Fills a ParamRole::opaque field (a tensor map). Families that declare none keep this.
   virtual void fill_opaque(const ParamField& field, const OpaqueContext& context,
                            std::span<unsigned char> bytes) const;

@@ -5,12 +5,32 @@
 
 #include "epifuse/tile.hpp"
 
+#include <cstdio>
+
+#include "epifuse/errors.hpp"
+
 namespace epifuse {
 
 std::string ElementwiseTile::str() const { return fmt::format("t{}v{}g{}", threads, vec, blocks_per_sm); }
 
 std::string GemmTile::str() const {
-  return fmt::format("{}x{}x{}w{}x{}s{}g{}", bm, bn, bk, warps_m, warps_n, stages, group_m);
+  std::string s = fmt::format("{}x{}x{}w{}x{}s{}g{}", bm, bn, bk, warps_m, warps_n, stages, group_m);
+  if (split_k != 1) s += fmt::format("k{}", split_k);
+  return s;
+}
+
+GemmTile parse_gemm_tile(const std::string& text) {
+  GemmTile t;
+  int used = 0, more = 0;
+  const int n = std::sscanf(text.c_str(), "%dx%dx%dw%dx%ds%dg%d%n", &t.bm, &t.bn, &t.bk, &t.warps_m, &t.warps_n,
+                            &t.stages, &t.group_m, &used);
+  const bool split = n == 7 && used < static_cast<int>(text.size()) &&
+                     std::sscanf(text.c_str() + used, "k%d%n", &t.split_k, &more) == 1;
+  EPIFUSE_CHECK(n == 7 && used + more == static_cast<int>(text.size()) && (split || more == 0),
+                "gemm tile '{}': expected BMxBNxBKwWMxWNsSTAGESgGROUP[kSPLIT], e.g. 128x128x32w2x2s4g8 or "
+                "64x64x64w2x2s3g8k4",
+                text);
+  return t;
 }
 
 std::string to_string(const TileConfig& tile) {

@@ -71,6 +71,28 @@ struct Jit::Impl {
   KernelCache cache;
   mutable std::mutex tuned_mutex;
   std::unordered_map<std::string, TileConfig> tuned;
+  // Launch scratch per stream (WorkspaceNeeds): kernels on one stream run in
+  // turn and may share it; kernels on two streams may run at once and must not.
+  struct Workspace {
+    backend::DeviceBuffer zeroed, scratch;
+  };
+  mutable std::mutex workspace_mutex;
+  mutable std::unordered_map<void*, Workspace> workspaces;
+
+  // The stream's workspace, grown to `needs`. Growing waits for the GPU: an
+  // older, smaller buffer may still be in use by a launch in flight.
+  std::pair<std::uint64_t, std::uint64_t> workspace(void* stream, const WorkspaceNeeds& needs) const {
+    std::lock_guard lock(workspace_mutex);
+    Workspace& w = workspaces[stream];
+    if (w.zeroed.size() < needs.zeroed || w.scratch.size() < needs.scratch) driver->synchronize();
+    if (w.zeroed.size() < needs.zeroed) {
+      w.zeroed = backend::DeviceBuffer(needs.zeroed);
+      w.zeroed.fill_bytes(0);
+      driver->synchronize();
+    }
+    if (w.scratch.size() < needs.scratch) w.scratch = backend::DeviceBuffer(needs.scratch);
+    return {w.zeroed.ptr(), w.scratch.ptr()};
+  }
 
   CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape,
                     const std::optional<TileConfig>& tile) const {
@@ -100,7 +122,7 @@ struct Jit::Impl {
   // The parameter struct, packed by role; false in `aligned` when a pointer
   // misses its fast-path alignment.
   void pack_params(const LoadedKernel& kernel, const DeviceBindings& b, const Shape& shape, const LaunchArgs& args,
-                   unsigned char* params, bool& aligned) const;
+                   void* stream, unsigned char* params, bool& aligned) const;
 };
 
 std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, const KernelSpec& spec,
@@ -183,7 +205,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const
 }
 
 void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b, const Shape& shape,
-                            const LaunchArgs& args, unsigned char* params, bool& aligned) const {
+                            const LaunchArgs& args, void* stream, unsigned char* params, bool& aligned) const {
   const KernelSource& ks = kernel.src;
   auto put = [&](const ParamField& f, const auto& v) {
     static_assert(std::is_trivially_copyable_v<std::decay_t<decltype(v)>>);
@@ -211,6 +233,11 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
       case ParamRole::offset: put(f, std::uint64_t{args.offset}); break;
       case ParamRole::scalar: put(f, ks.scalars[f.index]); break;
       case ParamRole::vector_flag: flag = params + f.offset; break;
+      case ParamRole::workspace: {
+        const auto [zeroed, scratch] = workspace(stream, kernel.family->workspace(ks, shape));
+        put(f, f.index == 0 ? zeroed : scratch);
+        break;
+      }
       case ParamRole::opaque:
         kernel.family->fill_opaque(f, {ks, b.inputs, b.outputs, shape}, {params + f.offset, f.size});
         break;
@@ -244,7 +271,7 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
   alignas(64) unsigned char params[limits::k_kernel_param_bytes];
   std::memset(params, 0, ks.params_size);
   bool aligned = true;
-  d.pack_params(kernel, b, shape, args, params, aligned);
+  d.pack_params(kernel, b, shape, args, stream, params, aligned);
   if (ks.requires_alignment && !aligned) {
     // The first misaligned launch compiles the general kernel (scalar path
     // included); later ones find it in the cache.
@@ -295,8 +322,13 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
                           const LaunchArgs& args, std::vector<TileConfig> candidates) {
   if (candidates.empty()) candidates = tile_candidates(spec, shape);
   CudaDriver& drv = backend::cuda();
+  // Launches back to back in batches of ~0.2 ms or more, so a few-microsecond
+  // kernel is timed as it runs in a stream, not with each launch's host cost
+  // between the events (which once ranked 64x64 tiles first at 1024^3).
   auto time_tile = [&](const CompiledKernel& kernel, int reps) {
-    return backend::median_ms([&] { launch(kernel, b, shape, args); }, reps);
+    const double once = backend::median_ms([&] { launch(kernel, b, shape, args); }, 3);
+    const int batch = std::clamp(static_cast<int>(0.2 / std::max(once, 1e-3)), 1, 16);
+    return backend::median_ms([&] { launch(kernel, b, shape, args); }, reps, batch);
   };
   // Two rounds: every candidate briefly, then the best few again for longer,
   // so run-to-run noise (a few percent) rarely picks a worse tile.
@@ -306,7 +338,7 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
   for (const auto& kernel : kernels) {
     if (!kernel) continue;  // a tile this GPU cannot run (compile_all says why)
     const double ms = time_tile(*kernel, 9);
-    result.all.push_back({kernel->source().tile, ms});
+    result.all.push_back({kernel->source().tile, ms, kernel->compile_ms()});
     ranked.push_back({ms, kernel});
   }
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });

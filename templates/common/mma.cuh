@@ -95,6 +95,21 @@ __device__ __forceinline__ void ef_mma_16816(float (&d)[4], const unsigned (&a)[
   }
 }
 
+// ---- split-K ----
+
+/// Spins until *flag == value (acquire: the writes released with it are visible).
+__device__ __forceinline__ void ef_wait_flag(const unsigned* flag, unsigned value) {
+  unsigned v;
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+  } while (v != value);
+}
+/// *flag = value, after this thread's earlier writes (and, through the barrier
+/// before it, its block's) are visible.
+__device__ __forceinline__ void ef_release_flag(unsigned* flag, unsigned value) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+}
+
 // ---- epilogue helpers ----
 
 /// The philox4 draws of one m16n8 accumulator fragment (DESIGN §4), one Philox

@@ -84,9 +84,40 @@ TEST_SUITE("gpu") {
     std::uint64_t seed = 2000;
     for (DType dt : {DType::f16, DType::f32}) {
       const KernelSpec spec = gemm_spec(dt, Layout::row, Layout::row);
-      for (const Shape& s : {Shape{300, 264, 96}, Shape{130, 70, 33}})
+      for (const Shape& s : {Shape{300, 264, 96}, Shape{130, 70, 33}, Shape{256, 256, 1024}})  // the last: split-K too
         for (const TileConfig& tile : tile_candidates(spec, s)) check(*jit, spec, s, ++seed, tile);
     }
+  }
+
+  TEST_CASE("gemm: split-K sums its slices in order, runs the epilogue once and resets its flags") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    std::uint64_t seed = 2500;
+    // K = 40 with BK 32 and 4 splits leaves two splits with no K at all.
+    for (Layout a : {Layout::row, Layout::col})
+      for (Layout b : {Layout::row, Layout::col})
+        for (int split : {2, 3, 4})
+          for (const Shape& s : {Shape{130, 264, 1000}, Shape{64, 64, 40}, Shape{1, 8, 517}, Shape{65, 63, 129}}) {
+            GemmTile t{64, 64, 32, 2, 2, 4, 8};
+            t.split_k = split;
+            check(*jit, gemm_spec(DType::bf16, a, b), s, ++seed, t);
+          }
+    // Dropout after a split-K sum: the mask is the reference's, and a second
+    // launch (the flags reset by the first) gives the same bytes.
+    const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row, 0.3);
+    const Shape shape{192, 256, 768};
+    const GemmTile t{128, 128, 32, 2, 2, 4, 8, 4};
+    const LaunchArgs args{5, 9};
+    const TensorMap inputs = make_inputs(spec, shape, 2600);
+    const HostTensor want = evaluate(spec, shape, inputs, args).at("y");
+    const HostTensor first = run_on_device(*jit, spec, shape, inputs, args, t).at("y");
+    const HostTensor again = run_on_device(*jit, spec, shape, inputs, args, t).at("y");
+    std::int64_t differ = 0;
+    for (std::int64_t i = 0; i < want.numel(); ++i) differ += (want.get(i) == 0.0f) != (first.get(i) == 0.0f);
+    CHECK(differ == 0);
+    CHECK(first.bytes == again.bytes);
+    const Comparison c = compare(first, want, gemm_tolerance(DType::f16, shape));
+    CHECK_MESSAGE(c.ok, c.message);
   }
 
   TEST_CASE("gemm: misaligned operands take element loads and stay correct") {
@@ -167,6 +198,7 @@ TEST_SUITE("gpu") {
     CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, GemmTile{96, 128, 32, 2, 2, 4, 8}), UserError);
     CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, GemmTile{256, 256, 64, 2, 4, 8, 8}), UserError);  // shared memory
     CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, ElementwiseTile{}), UserError);
+    CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, GemmTile{64, 64, 32, 2, 2, 4, 8, 17}), UserError);  // split-K
   }
 }
 

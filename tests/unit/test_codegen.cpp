@@ -280,3 +280,26 @@ TEST_CASE("kernel families: one per mainloop kind, tiles of another family are r
   CHECK(tile_hash(resolved) != tile_hash(ElementwiseTile{256, 8, 0}));
   CHECK(to_string(resolved) == "t256v4g0");
 }
+
+TEST_CASE("gemm tiles: the text form reads back, split-K included; malformed text is a user error") {
+  for (const GemmTile t : {GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{64, 64, 64, 2, 2, 3, 8, 4}}) {
+    CHECK(parse_gemm_tile(t.str()) == t);
+  }
+  CHECK(GemmTile{64, 64, 64, 2, 2, 3, 8, 4}.str() == "64x64x64w2x2s3g8k4");
+  CHECK(tile_hash(GemmTile{64, 64, 64, 2, 2, 3, 8, 4}) != tile_hash(GemmTile{64, 64, 64, 2, 2, 3, 8, 2}));
+  for (const char* bad : {"", "128x128", "128x128x32w2x2s4g8k", "128x128x32w2x2s4g8x", "128x128x32w2x2s4g8k2z"})
+    CHECK_THROWS_WITH_AS(parse_gemm_tile(bad), doctest::Contains("expected BMxBNxBKwWMxWNsSTAGESgGROUP"), UserError);
+  // Split-K tiles carry the flag and partial-sum workspace; others do not.
+  KernelSpec spec;
+  spec.mainloop = {MainloopKind::gemm, DType::f16, DType::f16, Layout::row, Layout::row};
+  spec.graph.output("y", spec.graph.accumulator(0), DType::f16);
+  const KernelSource split = emit_kernel(spec, {256, 256, 1024}, GemmTile{64, 64, 32, 2, 2, 4, 8, 4});
+  const WorkspaceNeeds need = family_for(MainloopKind::gemm).workspace(split, {256, 256, 1024});
+  CHECK(need.zeroed == 16 * 4);
+  CHECK(need.scratch == 16 * 64 * 64 * 4);
+  CHECK(std::count_if(split.params.begin(), split.params.end(),
+                      [](const ParamField& f) { return f.role == ParamRole::workspace; }) == 2);
+  const KernelSource whole = emit_kernel(spec, {256, 256, 1024}, GemmTile{64, 64, 32, 2, 2, 4, 8});
+  CHECK(family_for(MainloopKind::gemm).workspace(whole, {256, 256, 1024}).scratch == 0);
+  CHECK_THROWS_AS(emit_kernel(spec, {256, 256, 1024}, GemmTile{128, 128, 8, 2, 4, 2, 8, 2}), UserError);
+}

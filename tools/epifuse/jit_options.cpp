@@ -3,11 +3,17 @@
 #include <string>
 #include <vector>
 
+#include "epifuse/errors.hpp"
 #include "ir/limits.hpp"
 
 namespace epifuse::cli {
 
 std::optional<TileConfig> TileOptions::tile() const {
+  if (!gemm.empty()) {
+    EPIFUSE_CHECK(!threads && !vec && blocks_per_sm < 0,
+                  "--tile is a GEMM tile; --threads, --vec and --blocks-per-sm are elementwise options");
+    return parse_gemm_tile(gemm);
+  }
   if (!threads && !vec && blocks_per_sm < 0) return std::nullopt;
   ElementwiseTile t;
   if (threads) t.threads = threads;
@@ -42,6 +48,7 @@ void add_tile_options(CLI::App& sub, TileOptions& opt) {
   sub.add_option("--blocks-per-sm", opt.blocks_per_sm,
                  "Grid: 0 covers every vector once; k > 0 is a grid-stride grid of k blocks per SM")
       ->check(CLI::Range(0, limits::k_max_blocks_per_sm));
+  sub.add_option("--tile", opt.gemm, "GEMM tile BMxBNxBKwWMxWNsSTAGESgGROUP, e.g. 128x128x32w2x2s4g8 (default: tuned)");
 }
 
 }  // namespace epifuse::cli

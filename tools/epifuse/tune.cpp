@@ -43,17 +43,17 @@ void tune_command(const TuneOptions& opt) {
     nlohmann::ordered_json res = {{"shape", {shape.m, shape.n, shape.k}}, {"tile", to_string(r.result.tile)},
                                   {"ms", r.result.ms}, {"seconds", r.seconds},
                                   {"candidates", nlohmann::ordered_json::array()}};
-    for (const auto& [tile, ms] : r.result.all)
-      res["candidates"].push_back({{"tile", to_string(tile)}, {"ms", ms}});
+    for (const auto& c : r.result.all)
+      res["candidates"].push_back({{"tile", to_string(c.tile)}, {"ms", c.ms}, {"compile_ms", c.compile_ms}});
     if (session().json) {
       doc["results"].push_back(std::move(res));
       continue;
     }
     std::cout << fmt::format("== {} at {} ({} of {} candidates ran, {:.2f} s with compiles)\n", opt.chain, shape_text,
                              r.result.all.size(), r.candidates, r.seconds);
-    for (const auto& [tile, ms] : r.result.all)
-      std::cout << fmt::format("  {:<24} {:10.4f} ms {}{}\n", to_string(tile), ms, rate(spec, shape, ms),
-                               tile == r.result.tile ? "   <- chosen" : "");
+    for (const auto& c : r.result.all)
+      std::cout << fmt::format("  {:<24} {:10.4f} ms {}  (compile {:.0f} ms){}\n", to_string(c.tile), c.ms,
+                               rate(spec, shape, c.ms), c.compile_ms, c.tile == r.result.tile ? "   <- chosen" : "");
     std::cout << fmt::format("  chosen: {} ({:.4f} ms in the longer second round)\n", to_string(r.result.tile),
                              r.result.ms);
   }

@@ -47,12 +47,12 @@ def main():
             t_cublas = triton.testing.do_bench(lambda: a @ b, return_mode="median")
             t_eager = triton.testing.do_bench(
                 lambda: torch.nn.functional.dropout(torch.relu(a @ b + bias), 0.1), return_mode="median")
-            t_gemm, _ = epifuse_ms(binary, "examples/chains/gemm.json", shape, dtype)
+            t_gemm, gtile = epifuse_ms(binary, "examples/chains/gemm.json", shape, dtype)
             t_fused, tile = epifuse_ms(binary, "examples/chains/gemm_bias_relu_dropout.json", shape, dtype)
             flops = 2.0 * m * n * k
             print(f"{dtype:5} {shape:>16} {t_cublas * 1e3:9.1f}u {t_eager * 1e3:9.1f}u {t_gemm * 1e3:9.1f}u"
                   f" {t_fused * 1e3:9.1f}u {t_cublas / t_gemm:10.2f} {t_cublas / t_fused:12.2f}"
-                  f" {t_gemm / t_fused:10.2f}  {tile}  ({flops / t_cublas / 1e9:.0f} / {flops / t_fused / 1e9:.0f} TFLOP/s)")
+                  f" {t_gemm / t_fused:10.2f}  {tile} (gemm {gtile})  ({flops / t_cublas / 1e9:.0f} / {flops / t_fused / 1e9:.0f} TFLOP/s)")
 
 
 if __name__ == "__main__":

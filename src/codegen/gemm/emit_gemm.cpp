@@ -53,15 +53,62 @@ void layout_params(const GemmPlan& g, ParamLayout& layout) {
   layout.add(ParamRole::dim_k, 0, "k", "long long k", 8, 8);
   layout.add_rng_and_scalars(plan);
   if (g.ld8 && !g.vector_only) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
+  if (g.tile.split_k > 1) {
+    layout.add(ParamRole::workspace, 0, "tile_flags", "unsigned* tile_flags", 8, 8);
+    layout.add(ParamRole::workspace, 1, "partials", "float* partials", 8, 8);
+  }
 }
 
 // Draws shared by a lane pair (one Philox call per four elements) where the
 // four lie in one row (philox4, N % 4 == 0); else per element in `element`.
 bool shared_draws(const GemmPlan& g, const Node& n) { return n.rng == RngMode::philox4 && g.n4; }
 
+// Note [Early draws]: a dropout draw depends only on the element's position,
+// so where a thread's shared draws fit in 32 registers (small warp tiles, the
+// launch-bound shapes) they are computed right after the first tiles' loads
+// are issued, under the load latency, instead of after the mainloop where
+// they were the epilogue's critical path (+1.5 us at 64x128x256, docs/PERF.md).
+// Split-K kernels skip it: only their last split runs the epilogue.
+bool early_draws(const GemmPlan& g) {
+  if (g.simt || g.tile.split_k > 1) return false;
+  const KernelPlan& plan = *g.plan;
+  int shared = 0;
+  for (const auto id : plan.dropouts) shared += shared_draws(g, plan.spec->graph.node(id)) ? 1 : 0;
+  const int mi = g.tile.bm / g.tile.warps_m / 16, ni = g.tile.bn / g.tile.warps_n / 8;
+  return shared > 0 && shared * mi * ni * 4 <= 32;
+}
+
+std::string emit_early_draws(const GemmPlan& g) {
+  if (!early_draws(g)) return "  // dropout draws (if any) are computed in the epilogue";
+  const KernelPlan& plan = *g.plan;
+  std::string s = "  // Every fragment's dropout draws, while the first tiles load (Note [Early draws]).\n";
+  for (std::size_t k = 0; k < plan.dropouts.size(); ++k)
+    if (shared_draws(g, plan.spec->graph.node(plan.dropouts[k]))) s += fmt::format("  unsigned dd{}[MI][NI][4];\n", k);
+  s += "#pragma unroll\n  for (int mi = 0; mi < MI; ++mi)\n#pragma unroll\n    for (int ni = 0; ni < NI; ++ni) {\n"
+       "      const long long row_g = m0 + wm + mi * 16 + (lane >> 2);\n"
+       "      const long long col0 = n0 + wn + ni * 8 + (lane & 3) * 2;\n";
+  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
+    const Node& n = plan.spec->graph.node(plan.dropouts[k]);
+    if (!shared_draws(g, n)) continue;
+    s += fmt::format(
+        "      ef_mma_philox4_draws(dd{0}[mi][ni], p.seed, p.offset, {1}u, (unsigned long long)(row_g * p.n + (col0 & ~3LL)),\n"
+        "                           (unsigned long long)((row_g + 8) * p.n + (col0 & ~3LL)));\n",
+        k, n.stream);
+  }
+  s += "    }";
+  return s;
+}
+
 std::string emit_fragment_draws(const GemmPlan& g) {
   const KernelPlan& plan = *g.plan;
   std::string s;
+  if (early_draws(g)) {
+    for (std::size_t k = 0; k < plan.dropouts.size(); ++k)
+      if (shared_draws(g, plan.spec->graph.node(plan.dropouts[k])))
+        s += fmt::format("      const unsigned (&d{0})[4] = dd{0}[mi][ni];  // computed early\n", k);
+    s.pop_back();
+    return s;
+  }
   for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
     const Node& n = plan.spec->graph.node(plan.dropouts[k]);
     if (!shared_draws(g, n)) continue;
@@ -201,6 +248,8 @@ KernelSource emit_gemm(const GemmPlan& g) {
     vars.emplace("warps_m", std::to_string(g.tile.warps_m));
     vars.emplace("warps_n", std::to_string(g.tile.warps_n));
     vars.emplace("vector_flag", vector_flag);
+    vars.emplace("split_k", std::to_string(g.tile.split_k));
+    vars.emplace("early_draws", emit_early_draws(g));
   }
   layout.finish(ks);
   const char* templ = g.simt ? "gemm_simt.cu.in" : "gemm_mma.cu.in";

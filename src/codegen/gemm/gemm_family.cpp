@@ -12,6 +12,8 @@ namespace {
 // Shared memory one block may use on the targets epifuse builds for, with
 // opt-in (sm_90: 227 KB; the driver refuses more at launch on smaller parts).
 constexpr std::uint32_t k_max_shared = 227 * 1024;
+// Split-K candidates stop at about two waves of blocks on a large GPU.
+constexpr std::int64_t k_split_blocks = 2 * 132;
 
 void check_tile(const GemmTile& t) {
   auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
@@ -24,6 +26,7 @@ void check_tile(const GemmTile& t) {
                 "gemm tile {}: each warp's tile must be at least 16 x 16", t.str());
   EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
   EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
+  EPIFUSE_CHECK(t.split_k >= 1 && t.split_k <= 16, "gemm tile {}: split-K must be in [1, 16]", t.str());
   EPIFUSE_CHECK(gemm_shared_bytes(t) <= k_max_shared, "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have",
                 t.str(), gemm_shared_bytes(t), k_max_shared);
 }
@@ -39,8 +42,9 @@ GemmTile heuristic_tile(const Shape& s) {
 // The exact fp32 kernel: 256 threads, each 4 or 8 rows by 4 or 8 columns.
 void check_simt_tile(const GemmTile& t) {
   EPIFUSE_CHECK((t.bm == 64 || t.bm == 128) && (t.bn == 64 || t.bn == 128) && (t.bk == 8 || t.bk == 16) &&
-                    t.warps_m * t.warps_n == 8 && t.stages == 2,
-                "gemm tile {}: an f32 (FFMA) tile has BM, BN in {{64, 128}}, BK 8 or 16, 8 warps and 2 stages",
+                    t.warps_m * t.warps_n == 8 && t.stages == 2 && t.split_k == 1,
+                "gemm tile {}: an f32 (FFMA) tile has BM, BN in {{64, 128}}, BK 8 or 16, 8 warps, 2 stages and no "
+                "split-K",
                 t.str());
   EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
 }
@@ -81,16 +85,39 @@ class GemmFamily final : public KernelFamily {
     return gemm_shape_class(spec.mainloop, shape).starts_with("ld8") ? KernelPath::fastest : KernelPath::general;
   }
 
-  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape&) const override {
+  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape) const override {
     if (spec.mainloop.a == DType::f32)
       return {GemmTile{128, 128, 8, 2, 4, 2, 8}, GemmTile{128, 128, 16, 2, 4, 2, 8}, GemmTile{128, 64, 8, 2, 4, 2, 8},
               GemmTile{64, 128, 8, 2, 4, 2, 8},  GemmTile{64, 64, 8, 2, 4, 2, 8},    GemmTile{64, 64, 16, 2, 4, 2, 8}};
     // Large tiles (8 warps of 64x64) for throughput, BK 64 for fewer barriers,
-    // small tiles for problems that would not fill the GPU.
-    return {GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 256, 64, 2, 4, 3, 8}, GemmTile{256, 128, 32, 4, 2, 4, 8},
-            GemmTile{256, 128, 64, 4, 2, 3, 8}, GemmTile{128, 128, 32, 2, 2, 4, 8}, GemmTile{128, 128, 64, 2, 2, 4, 8},
-            GemmTile{128, 128, 32, 2, 4, 4, 8}, GemmTile{64, 128, 32, 2, 2, 4, 8},  GemmTile{128, 64, 32, 2, 2, 4, 8},
-            GemmTile{64, 64, 32, 2, 2, 4, 8},   GemmTile{64, 64, 64, 2, 2, 3, 8},   GemmTile{32, 64, 32, 1, 2, 4, 8}};
+    // small tiles for problems that would not fill the GPU, and split-K where
+    // even those leave most SMs idle and K is long enough to cut.
+    // Deep rings (5-8 stages): one block per SM must keep enough bytes in
+    // flight to cover the load latency (docs/PERF.md v6).
+    std::vector<TileConfig> out = {
+        GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 256, 32, 2, 4, 6, 8}, GemmTile{128, 256, 64, 2, 4, 4, 8},
+        GemmTile{256, 128, 32, 4, 2, 6, 8}, GemmTile{256, 128, 64, 4, 2, 3, 8}, GemmTile{128, 128, 32, 2, 2, 6, 8},
+        GemmTile{128, 128, 64, 2, 2, 4, 8}, GemmTile{128, 128, 32, 2, 4, 6, 8}, GemmTile{64, 128, 32, 2, 2, 6, 8},
+        GemmTile{128, 64, 32, 2, 2, 6, 8},  GemmTile{64, 64, 32, 2, 2, 4, 8},   GemmTile{64, 64, 64, 2, 2, 3, 8},
+        GemmTile{64, 64, 64, 2, 2, 6, 8},   GemmTile{64, 64, 32, 2, 4, 4, 8},   GemmTile{32, 64, 32, 1, 2, 4, 8}};
+    for (const GemmTile base : {GemmTile{128, 128, 32, 2, 4, 6, 8}, GemmTile{64, 128, 32, 2, 2, 6, 8},
+                                GemmTile{64, 64, 64, 2, 2, 6, 8}})
+      for (int split : {2, 4}) {
+        const std::int64_t tiles = ((shape.m + base.bm - 1) / base.bm) * ((shape.n + base.bn - 1) / base.bn);
+        if (tiles * split > k_split_blocks || shape.k < 4LL * base.bk * split) continue;
+        GemmTile t = base;
+        t.split_k = split;
+        out.push_back(t);
+      }
+    return out;
+  }
+
+  // Split-K: one flag per output tile (zeroed), one BM x BN fp32 partial per tile.
+  WorkspaceNeeds workspace(const KernelSource& source, const Shape& shape) const override {
+    const auto& t = std::get<GemmTile>(source.tile);
+    if (t.split_k == 1) return {};
+    const std::int64_t tiles = ((shape.m + t.bm - 1) / t.bm) * ((shape.n + t.bn - 1) / t.bn);
+    return {static_cast<std::size_t>(tiles) * 4, static_cast<std::size_t>(tiles) * t.bm * t.bn * 4};
   }
 
   KernelSource emit(KernelPlan& plan) const override {
@@ -107,6 +134,7 @@ class GemmFamily final : public KernelFamily {
                   shape.n, tiles, t.bm, t.bn);
     LaunchGeometry g;
     g.grid[0] = static_cast<unsigned>(tiles);
+    g.grid[1] = static_cast<unsigned>(t.split_k);
     g.block[0] = static_cast<unsigned>(t.warps_m * t.warps_n * 32);
     g.shared_bytes = source.shared_bytes;
     return g;
