@@ -12,12 +12,18 @@ enum class MainloopKind : std::uint8_t { elementwise, gemm, dual_gemm };
 std::string_view to_string(MainloopKind);
 
 /// Which template produces the accumulator and how its operands are stored.
+enum class GemmMath : std::uint8_t { exact, tf32 };
+std::string_view to_string(GemmMath);
+
 struct Mainloop {
   MainloopKind kind = MainloopKind::elementwise;
   DType a = DType::f16;            ///< gemm kinds: A operand dtype
   DType b = DType::f16;            ///< gemm kinds: B (B0, B1) operand dtype
   Layout a_layout = Layout::row;
   Layout b_layout = Layout::row;
+  /// f32 operands: `exact` fp32 products (FFMA, PyTorch's default) or `tf32`
+  /// (operands rounded to tf32 on the tensor cores, torch's allow_tf32).
+  GemmMath math = GemmMath::exact;
   friend bool operator==(const Mainloop&, const Mainloop&) = default;
 };
 

@@ -18,9 +18,17 @@ std::string_view to_string(MainloopKind k) {
   return "?";
 }
 
+std::string_view to_string(GemmMath m) { return m == GemmMath::tf32 ? "tf32" : "exact"; }
+
 void verify(const KernelSpec& spec) {
   const Graph& g = spec.graph;
   verify(g);
+  const Mainloop& ml = spec.mainloop;
+  EPIFUSE_CHECK(ml.math == GemmMath::exact || (ml.kind != MainloopKind::elementwise && ml.a == DType::f32 &&
+                                               ml.b == DType::f32),
+                "mainloop math 'tf32' needs f32 operands (a={}, b={}); f16 and bf16 always use their own "
+                "tensor-core math",
+                to_string(ml.a), to_string(ml.b));
   bool has_full_input = false;
   const bool gemm = spec.mainloop.kind != MainloopKind::elementwise;
   for (const auto& n : g.nodes()) {
@@ -88,8 +96,8 @@ std::string render(const KernelSpec& spec, bool canonical) {
   const auto& ml = spec.mainloop;
   if (ml.kind == MainloopKind::elementwise) put("mainloop elementwise\n");
   else
-    put("mainloop {} a={}:{} b={}:{}\n", to_string(ml.kind), to_string(ml.a), to_string(ml.a_layout),
-        to_string(ml.b), to_string(ml.b_layout));
+    put("mainloop {} a={}:{} b={}:{}{}\n", to_string(ml.kind), to_string(ml.a), to_string(ml.a_layout),
+        to_string(ml.b), to_string(ml.b_layout), ml.math == GemmMath::tf32 ? " math=tf32" : "");
   if (spec.precision == Precision::fast) put("precision fast\n");
   int inputs = 0, ops = 0;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
@@ -143,6 +151,7 @@ std::string signature_bytes(const KernelSpec& spec) {
     put(static_cast<std::uint8_t>(ml.b));
     put(static_cast<std::uint8_t>(ml.a_layout));
     put(static_cast<std::uint8_t>(ml.b_layout));
+    put(static_cast<std::uint8_t>(ml.math));
   }
   put(static_cast<std::uint8_t>(spec.precision));
   // Canonical operand references, as in render(): leaves by kind and index,

@@ -46,12 +46,19 @@ Mainloop read_mainloop(const Json& v, const JsonPath& at) {
     schema::check_keys(v, at, {"kind"}, "an elementwise mainloop");
     return m;
   }
-  schema::check_keys(v, at, {"kind", "a", "b", "a_layout", "b_layout"},
+  schema::check_keys(v, at, {"kind", "a", "b", "a_layout", "b_layout", "math"},
                      fmt::format("a {} mainloop", to_string(m.kind)));
   if (const Json* a = find(v, "a")) m.a = schema::read_dtype(*a, at.key("a"));
   if (const Json* b = find(v, "b")) m.b = schema::read_dtype(*b, at.key("b"));
   if (const Json* l = find(v, "a_layout")) m.a_layout = schema::read_layout(*l, at.key("a_layout"));
   if (const Json* l = find(v, "b_layout")) m.b_layout = schema::read_layout(*l, at.key("b_layout"));
+  if (const Json* x = find(v, "math")) {
+    if (!x->is_string() || (*x != "exact" && *x != "tf32"))
+      fail(at.key("math"), "expected \"exact\" or \"tf32\", got {}", schema::describe(*x));
+    m.math = *x == "tf32" ? GemmMath::tf32 : GemmMath::exact;
+    if (m.math == GemmMath::tf32 && (m.a != DType::f32 || m.b != DType::f32))
+      fail(at.key("math"), "\"tf32\" needs f32 operands, got a={} b={}", to_string(m.a), to_string(m.b));
+  }
   return m;
 }
 

@@ -56,6 +56,7 @@ Json mainloop_json(const Mainloop& m) {
   j["b"] = to_string(m.b);
   j["a_layout"] = to_string(m.a_layout);
   j["b_layout"] = to_string(m.b_layout);
+  if (m.math != GemmMath::exact) j["math"] = to_string(m.math);
   return j;
 }
 

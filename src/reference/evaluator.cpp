@@ -3,6 +3,7 @@
 // (one Instr per node, operands as register numbers, inputs as pre-converted
 // float arrays), then run per output element; no lookups or allocations
 // happen inside the element loop.
+#include <cstring>
 #include <algorithm>
 #include <cmath>
 
@@ -87,6 +88,24 @@ std::vector<float> to_floats(const HostTensor& t) {
   std::vector<float> out(static_cast<std::size_t>(t.numel()));
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = t.get(static_cast<std::int64_t>(i));
   return out;
+}
+
+// f32 rounded to tf32 as the tensor cores' operands are (cvt.rna.tf32.f32: 10
+// mantissa bits, to nearest, ties away from zero). Inf and NaN stay as they are.
+float round_to_tf32(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// A GEMM operand as the mainloop reads it.
+std::vector<float> operand(const HostTensor& t, const Mainloop& ml) {
+  std::vector<float> v = to_floats(t);
+  if (ml.math == GemmMath::tf32)
+    for (float& x : v) x = round_to_tf32(x);
+  return v;
 }
 
 // acc[r,c] = sum_k a[r,k] * b[k,c]: every product is exact in double and the
@@ -188,11 +207,11 @@ TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& 
   // Mainloop: the accumulators, in double then fp32.
   std::vector<float> acc[2];
   if (spec.mainloop.kind == MainloopKind::gemm) {
-    acc[0] = gemm(to_floats(inputs.at("a")), to_floats(inputs.at("b")), shape);
+    acc[0] = gemm(operand(inputs.at("a"), spec.mainloop), operand(inputs.at("b"), spec.mainloop), shape);
   } else if (spec.mainloop.kind == MainloopKind::dual_gemm) {
-    const auto a = to_floats(inputs.at("a"));
-    acc[0] = gemm(a, to_floats(inputs.at("b0")), shape);
-    acc[1] = gemm(a, to_floats(inputs.at("b1")), shape);
+    const auto a = operand(inputs.at("a"), spec.mainloop);
+    acc[0] = gemm(a, operand(inputs.at("b0"), spec.mainloop), shape);
+    acc[1] = gemm(a, operand(inputs.at("b1"), spec.mainloop), shape);
   }
 
   // Resolve the graph into a program.

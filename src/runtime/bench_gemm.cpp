@@ -149,7 +149,8 @@ class GemmBench {
     const auto run_gemm = [&] { gemm.run(a, b, d.ptr()); };
     const double ms = time(run_gemm);
     add_row("cublas", "cuBLAS GEMM alone",
-            fmt::format("cublasLtMatmul, CUBLAS_COMPUTE_32F, D {}, heuristic algorithm, workspace {} of {} MiB",
+            fmt::format("cublasLtMatmul, {}, D {}, heuristic algorithm, workspace {} of {} MiB",
+                        spec_.mainloop.math == GemmMath::tf32 ? "CUBLAS_COMPUTE_32F_FAST_TF32" : "CUBLAS_COMPUTE_32F",
                         to_string(gemm_dtype_), gemm.workspace_used(), baseline::LtMatmul::k_workspace_bytes >> 20),
             1, ms);
 

@@ -17,6 +17,7 @@ namespace {
 using Status = int;  // cublasStatus_t
 constexpr Status CUBLAS_STATUS_SUCCESS = 0;
 constexpr int CUBLAS_COMPUTE_32F = 68;  // cublasComputeType_t: fp32 accumulate, no tf32
+constexpr int CUBLAS_COMPUTE_32F_FAST_TF32 = 77;  // f32 operands through tf32 (cublas_api.h)
 constexpr int CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14;  // cudaDataType
 constexpr std::int32_t CUBLAS_OP_N = 0, CUBLAS_OP_T = 1;
 // cublasLtMatmulDescAttributes_t
@@ -216,7 +217,8 @@ LtMatmul::Descriptors::Descriptors(const CublasLt::Api& api, const LtMatmulConfi
   EPIFUSE_ASSERT(c.shape.k > 0, "cuBLASLt baseline with K = {}", c.shape.k);
   const LtProblem p = column_major_problem(c.mainloop, c.shape);
   try {
-    api.check(api.MatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    const int compute = c.mainloop.math == GemmMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    api.check(api.MatmulDescCreate(&op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
     auto set = [&](int attribute, const auto& value, const char* what) {
       api.check(api.MatmulDescSetAttribute(op, attribute, &value, sizeof value), what);
     };

@@ -41,11 +41,10 @@ __device__ __forceinline__ int ef_swizzle(int row, int chunk) {
   else return chunk;
 }
 
-/// Byte offset of 16-bit element (row, col) in a swizzled tile of COLS elements per row.
-template <int COLS>
-__device__ __forceinline__ int ef_tile_offset(int row, int col) {
-  constexpr int kChunks = COLS / 8;
-  return row * COLS * 2 + ef_swizzle<kChunks>(row, col >> 3) * 16 + (col & 7) * 2;
+/// Byte offset of byte `col` of row `row` in a swizzled tile of ROW_BYTES bytes per row.
+template <int ROW_BYTES>
+__device__ __forceinline__ int ef_swizzled_offset(int row, int col) {
+  return row * ROW_BYTES + ef_swizzle<ROW_BYTES / 16>(row, col >> 4) * 16 + (col & 15);
 }
 
 // ---- fragments ----
@@ -108,6 +107,29 @@ __device__ __forceinline__ void ef_wait_flag(const unsigned* flag, unsigned valu
 /// before it, its block's) are visible.
 __device__ __forceinline__ void ef_release_flag(unsigned* flag, unsigned value) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+}
+
+/// One 32-bit word from a shared-state-space address.
+__device__ __forceinline__ unsigned ef_lds32_s(unsigned s) {
+  unsigned v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(s));
+  return v;
+}
+
+/// An f32's bits rounded to tf32 (10 mantissa bits; nearest, ties away from zero).
+__device__ __forceinline__ unsigned ef_to_tf32(unsigned f32_bits) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(f32_bits)));
+  return r;
+}
+
+/// D = A * B + D for one m16n8k8 tile of tf32 operands (fragments as m16n8k16's,
+/// each register one tf32 instead of two 16-bit values).
+__device__ __forceinline__ void ef_mma_1688_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // ---- epilogue helpers ----

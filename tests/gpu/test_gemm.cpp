@@ -29,9 +29,9 @@ Jit* gemm_jit() {
 
 // y = relu(acc + bias) [+ dropout]; bias a row vector (or a column vector).
 KernelSpec gemm_spec(DType dt, Layout a, Layout b, double p = 0.0, RngMode rng = RngMode::philox4,
-                     Broadcast bias = Broadcast::row) {
+                     Broadcast bias = Broadcast::row, GemmMath math = GemmMath::exact) {
   KernelSpec s;
-  s.mainloop = {MainloopKind::gemm, dt, dt, a, b};
+  s.mainloop = {MainloopKind::gemm, dt, dt, a, b, math};
   Graph& g = s.graph;
   const Value z = g.add(g.accumulator(0), g.input("bias", dt, bias));
   Value y = g.relu(z);
@@ -66,7 +66,7 @@ void check(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t s
 }  // namespace
 
 TEST_SUITE("gpu") {
-  TEST_CASE("gemm: f16, bf16 and exact f32, all four layouts, odd shapes") {
+  TEST_CASE("gemm: f16, bf16, exact f32 and tf32, all four layouts, odd shapes") {
     Jit* jit = gemm_jit();
     if (!jit) return;
     const Shape shapes[] = {{1, 1, 1},     {7, 63, 65},   {65, 1000, 7},  {1023, 65, 63},
@@ -76,14 +76,43 @@ TEST_SUITE("gpu") {
       for (Layout a : {Layout::row, Layout::col})
         for (Layout b : {Layout::row, Layout::col})
           for (const Shape& s : shapes) check(*jit, gemm_spec(dt, a, b), s, ++seed);
+    // tf32: the reference rounds the operands as the tensor cores' cvt.rna does,
+    // so the bound is the same fp32-accumulation bound as f16's.
+    for (Layout a : {Layout::row, Layout::col})
+      for (Layout b : {Layout::row, Layout::col})
+        for (const Shape& s : shapes)
+          check(*jit, gemm_spec(DType::f32, a, b, 0.0, RngMode::philox4, Broadcast::row, GemmMath::tf32), s, ++seed);
+  }
+
+  TEST_CASE("gemm: tf32 differs from exact f32 as tf32 rounding predicts") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    // With the reference's tf32 rounding switched off (exact math), a tf32
+    // kernel's result must miss the tight bound: the test above could not pass
+    // with an exact f32 kernel by accident.
+    const KernelSpec tf = gemm_spec(DType::f32, Layout::row, Layout::row, 0.0, RngMode::philox4, Broadcast::row,
+                                    GemmMath::tf32);
+    KernelSpec exact = tf;
+    exact.mainloop.math = GemmMath::exact;
+    const Shape shape{64, 64, 256};
+    const TensorMap inputs = make_inputs(tf, shape, 1500);
+    const HostTensor got = run_on_device(*jit, tf, shape, inputs, {}).at("y");
+    const HostTensor want_exact = evaluate(exact, shape, inputs, {}).at("y");
+    Tolerance tight = tolerance_for(DType::f32, Precision::accurate);
+    tight.atol = 1e-5;
+    tight.rtol = 1e-6;
+    CHECK_FALSE(compare(got, want_exact, tight).ok);
+    CHECK(compare(got, evaluate(tf, shape, inputs, {}).at("y"), gemm_tolerance(DType::f32, shape)).ok);
   }
 
   TEST_CASE("gemm: every tile candidate, on the 16-byte path and the element path") {
     Jit* jit = gemm_jit();
     if (!jit) return;
     std::uint64_t seed = 2000;
+    for (const GemmMath math : {GemmMath::exact, GemmMath::tf32})
     for (DType dt : {DType::f16, DType::f32}) {
-      const KernelSpec spec = gemm_spec(dt, Layout::row, Layout::row);
+      if (math == GemmMath::tf32 && dt != DType::f32) continue;
+      const KernelSpec spec = gemm_spec(dt, Layout::row, Layout::row, 0.0, RngMode::philox4, Broadcast::row, math);
       for (const Shape& s : {Shape{300, 264, 96}, Shape{130, 70, 33}, Shape{256, 256, 1024}})  // the last: split-K too
         for (const TileConfig& tile : tile_candidates(spec, s)) check(*jit, spec, s, ++seed, tile);
     }
@@ -141,6 +170,7 @@ TEST_SUITE("gpu") {
     g.output("y", r, DType::f16);
     g.output("y16", g.cast(r, DType::bf16), DType::bf16);
     check(*jit, s, {77, 96, 40}, 4000);
+    check(*jit, s, {77, 96, 40}, 4002, GemmTile{64, 64, 32, 2, 4, 4, 8});  // inputs loaded early (Note [Early loads])
     check(*jit, s, {256, 256, 256}, 4001);
   }
 

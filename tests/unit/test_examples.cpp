@@ -101,7 +101,7 @@ const std::vector<float> R44 = {1, 0, -1, 2, 3, -2, 0, 1, 0, 1, 1, -3, 2, 2, -1,
 constexpr std::uint64_t k_seed = 5;
 
 const std::set<std::string> k_covered = {
-    "gemm", "gemm_bias_relu", "gemm_bias_relu_dropout", "add_mul", "bias_gelu_dropout_add",
+    "gemm", "gemm_bias_relu", "gemm_bias_relu_dropout", "gemm_tf32_bias_gelu", "add_mul", "bias_gelu_dropout_add",
     "bias_gelu_dropout_add_chain", "gating", "swiglu"};
 
 }  // namespace
@@ -142,6 +142,18 @@ TEST_CASE("examples: gemm_bias_relu_dropout") {
                {6.66796875, 0.0, 2.22265625, 3.333984375, 0.0, 8.890625, 1.111328125, 10.0, 5.5546875,
                 3.333984375, 5.5546875, 3.333984375, 0.0, 0.0, 0.0, 2.22265625},
                Match::exact);
+}
+
+TEST_CASE("examples: gemm_tf32_bias_gelu") {
+  // tf32 rounds each operand to 10 mantissa bits, to nearest, ties away:
+  // 1 + 2^-12 -> 1 and 1 + 3*2^-11 -> 1 + 2^-9 (a tie), so by hand
+  // acc = [1 * (1 + 2^-9) + 3 * -1, 1 * 2 + 3 * 0.5] = [-2 + 2^-9, 3.5].
+  const float a0 = 1.0f + std::ldexp(1.0f, -12), b00 = 1.0f + 3 * std::ldexp(1.0f, -11);
+  auto e = run("gemm_tf32_bias_gelu.json", {1, 2, 2}, {{"a", {a0, 3}}, {"b", {b00, 2, -1, 0.5f}}, {"bias", {0.5f, -1}}});
+  const double z0 = -1.5 + std::ldexp(1.0, -9), z1 = 2.5;
+  check_output(e.outputs.at("z"), DType::f32, {1, 2}, {z0, z1}, Match::exact);
+  auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); };
+  check_output(e.outputs.at("y"), DType::f32, {1, 2}, {gelu(z0), gelu(z1)}, Match::close);
 }
 
 TEST_CASE("examples: add_mul") {

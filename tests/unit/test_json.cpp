@@ -155,6 +155,18 @@ TEST_CASE("spec_to_json writes the full form") {
   CHECK(j["ops"][2]["name"] == "y");
   CHECK(j["ops"][0]["name"] == "v2");
 
+  // math is written only when it is not the default, and reads back.
+  CHECK(!j["mainloop"].contains("math"));
+  KernelSpec t = gemm_bias_relu_dropout();
+  t.mainloop.a = t.mainloop.b = DType::f32;
+  t.mainloop.math = GemmMath::tf32;
+  const Json tj = spec_to_json(t);
+  CHECK(tj["mainloop"]["math"] == "tf32");
+  CHECK(signature_bytes(spec_from_json(tj)) == signature_bytes(t));
+  KernelSpec exact = t;
+  exact.mainloop.math = GemmMath::exact;
+  CHECK(signature_bytes(exact) != signature_bytes(t));  // a different kernel, a different key
+
   const Json m = spec_to_json(many_features());
   CHECK(m["precision"] == "fast");
   CHECK(m["shape"] == Json{4096, 768});

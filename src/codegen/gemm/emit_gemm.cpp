@@ -10,21 +10,25 @@
 
 namespace epifuse {
 
+bool gemm_is_simt(const Mainloop& ml) { return ml.a == DType::f32 && ml.math == GemmMath::exact; }
+
 std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
-  if (ml.a == DType::f32) return s.n % 4 == 0 ? "simt/n4" : "simt/n1";  // element loads, any alignment
+  if (gemm_is_simt(ml)) return s.n % 4 == 0 ? "simt/n4" : "simt/n1";  // element loads, any alignment
   // The contiguous dimension of each operand: A row-major K, col-major M;
-  // B row-major N, col-major K. 16-byte loads need each a multiple of 8.
+  // B row-major N, col-major K. 16-byte loads need each a multiple of 16
+  // bytes (8 16-bit elements, 4 f32). ("ld8": 16-byte loads, whatever the type.)
   const std::int64_t a_contig = ml.a_layout == Layout::row ? s.k : s.m;
   const std::int64_t b_contig = ml.b_layout == Layout::col ? s.k : s.n;
-  const bool ld8 = a_contig % 8 == 0 && b_contig % 8 == 0;
+  const std::int64_t per_chunk = 16 / static_cast<std::int64_t>(size_of(ml.a));
+  const bool ld8 = a_contig % per_chunk == 0 && b_contig % per_chunk == 0;
   const bool n4 = s.n % 4 == 0;
   if (ld8) return n4 ? "ld8/n4" : "ld8/n1";
   return n4 ? "ld1/n4" : "ld1/n1";
 }
 
-std::uint32_t gemm_shared_bytes(const GemmTile& t) {
+std::uint32_t gemm_shared_bytes(const GemmTile& t, int operand_bytes) {
   return static_cast<std::uint32_t>(t.stages) * static_cast<std::uint32_t>(t.bm + t.bn) *
-         static_cast<std::uint32_t>(t.bk) * 2u;
+         static_cast<std::uint32_t>(t.bk) * static_cast<std::uint32_t>(operand_bytes);
 }
 
 GemmPlan plan_gemm(const KernelPlan& plan) {
@@ -33,7 +37,8 @@ GemmPlan plan_gemm(const KernelPlan& plan) {
   g.tile = std::get<GemmTile>(plan.tile);
   g.a_kmajor = plan.spec->mainloop.a_layout == Layout::row;
   g.b_kmajor = plan.spec->mainloop.b_layout == Layout::col;
-  g.simt = plan.spec->mainloop.a == DType::f32;
+  g.simt = gemm_is_simt(plan.spec->mainloop);
+  g.operand_bytes = static_cast<int>(size_of(plan.spec->mainloop.a));
   g.ld8 = plan.shape_class.starts_with("ld8");
   g.n4 = plan.shape_class.ends_with("/n4");
   g.vector_only = g.ld8 && plan.path == KernelPath::fastest;
@@ -142,6 +147,77 @@ std::string load_expression(const TensorPlan& t) {
   return {};
 }
 
+// Note [Early loads]: in a launch-bound GEMM (a few microseconds) the
+// epilogue's first global load (a bias nobody has read yet) costs a whole
+// memory latency after the mainloop. Where a thread's values of the epilogue
+// inputs fit in 32 registers (small warp tiles; the same bound as early
+// draws), they are loaded before the mainloop, under its loads.
+int early_registers(const GemmPlan& g, const TensorPlan& t) {
+  const int mi = g.tile.bm / g.tile.warps_m / 16, ni = g.tile.bn / g.tile.warps_n / 8;
+  switch (t.broadcast) {
+    case Broadcast::full: return mi * ni * 4;
+    case Broadcast::row: return ni * 2;
+    case Broadcast::col: return mi * 2;
+    case Broadcast::scalar: return 1;
+  }
+  return 0;
+}
+
+bool early_loads(const GemmPlan& g) {
+  if (g.simt || g.tile.split_k > 1 || g.plan->inputs.empty()) return false;
+  const int mi = g.tile.bm / g.tile.warps_m / 16, ni = g.tile.bn / g.tile.warps_n / 8;
+  int regs = 0;
+  for (const TensorPlan& t : g.plan->inputs) regs += early_registers(g, t);
+  return mi * ni <= 8 && regs <= 32;
+}
+
+std::string emit_early_loads(const GemmPlan& g) {
+  if (!early_loads(g)) return "  // epilogue inputs (if any) are loaded in the epilogue";
+  std::string s = "  // The epilogue's inputs, loaded under the mainloop's first loads (Note [Early loads]).\n";
+  const char* row = "m0 + wm + mi * 16 + (lane >> 2) + j * 8";
+  const char* col = "n0 + wn + ni * 8 + (lane & 3) * 2 + j";
+  for (const TensorPlan& t : g.plan->inputs) {
+    switch (t.broadcast) {
+      case Broadcast::full:
+        s += fmt::format(
+            "  float {0}_e[MI][NI][4];\n#pragma unroll\n  for (int mi = 0; mi < MI; ++mi)\n#pragma unroll\n"
+            "    for (int ni = 0; ni < NI; ++ni)\n#pragma unroll\n      for (int e = 0; e < 4; ++e) {{\n"
+            "        const long long r = m0 + wm + mi * 16 + (lane >> 2) + (e >> 1) * 8, c = n0 + wn + ni * 8 + (lane & 3) * 2 + (e & 1);\n"
+            "        {0}_e[mi][ni][e] = ef_ldg_float(p.{0} + (r < p.m ? r : p.m - 1) * p.n + (c < p.n ? c : p.n - 1));\n"
+            "      }}\n",
+            t.field);
+        break;
+      case Broadcast::row:
+        s += fmt::format(
+            "  float {0}_e[NI][2];\n#pragma unroll\n  for (int ni = 0; ni < NI; ++ni)\n#pragma unroll\n"
+            "    for (int j = 0; j < 2; ++j) {{\n      const long long c = {1};\n"
+            "      {0}_e[ni][j] = ef_ldg_float(p.{0} + (c < p.n ? c : p.n - 1));\n    }}\n",
+            t.field, col);
+        break;
+      case Broadcast::col:
+        s += fmt::format(
+            "  float {0}_e[MI][2];\n#pragma unroll\n  for (int mi = 0; mi < MI; ++mi)\n#pragma unroll\n"
+            "    for (int j = 0; j < 2; ++j) {{\n      const long long r = {1};\n"
+            "      {0}_e[mi][j] = ef_ldg_float(p.{0} + (r < p.m ? r : p.m - 1));\n    }}\n",
+            t.field, row);
+        break;
+      case Broadcast::scalar: s += fmt::format("  const float {0}_e = ef_ldg_float(p.{0});\n", t.field); break;
+    }
+  }
+  s.pop_back();
+  return s;
+}
+
+std::string early_value(const TensorPlan& t) {
+  switch (t.broadcast) {
+    case Broadcast::full: return t.field + "_e[mi][ni][e]";
+    case Broadcast::row: return t.field + "_e[ni][e & 1]";
+    case Broadcast::col: return t.field + "_e[mi][e >> 1]";
+    case Broadcast::scalar: return t.field + "_e";
+  }
+  return {};
+}
+
 // The element's inputs, loaded before its bounds check at a clamped (always
 // valid) position: unconditional read-only loads let the compiler issue every
 // fragment's loads at once instead of one fragment's latency after another's
@@ -149,6 +225,12 @@ std::string load_expression(const TensorPlan& t) {
 std::string emit_element_loads(const GemmPlan& g) {
   const KernelPlan& plan = *g.plan;
   if (plan.inputs.empty()) return "        // no inputs to load";
+  if (early_loads(g)) {
+    std::string s;
+    for (const TensorPlan& t : plan.inputs) s += fmt::format("        const float {}_v = {};\n", t.field, early_value(t));
+    s.pop_back();
+    return s;
+  }
   const std::string pad = "        ";
   bool rows = false, cols = false;
   for (const TensorPlan& t : plan.inputs) {
@@ -202,8 +284,9 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract) {
 std::string describe(const KernelPlan& plan) {
   const Mainloop& ml = plan.spec->mainloop;
   const std::string chain = describe_chain(plan);  // " | out ..." when the chain has no op
-  return fmt::format("gemm {}:{} x {}:{}{}{}", to_string(ml.a), to_string(ml.a_layout), to_string(ml.b),
-                     to_string(ml.b_layout), chain.starts_with(" |") ? "" : " -> ", chain);
+  return fmt::format("gemm {}:{} x {}:{}{}{}{}", to_string(ml.a), to_string(ml.a_layout), to_string(ml.b),
+                     to_string(ml.b_layout), ml.math == GemmMath::tf32 ? " (tf32)" : "",
+                     chain.starts_with(" |") ? "" : " -> ", chain);
 }
 
 }  // namespace
@@ -220,7 +303,7 @@ KernelSource emit_gemm(const GemmPlan& g) {
   ParamLayout layout;
   layout_params(g, layout);
   ks.requires_alignment = g.vector_only;
-  ks.shared_bytes = g.simt ? 0 : gemm_shared_bytes(g.tile);  // the SIMT kernel's tiles are static
+  ks.shared_bytes = g.simt ? 0 : gemm_shared_bytes(g.tile, g.operand_bytes);  // the SIMT kernel's tiles are static
 
   const EpilogueContract contract = epilogue_contract(plan);
   const char* vector_flag = !g.ld8 ? "constexpr bool vec = false;  // operands not 16-byte loadable: element loads"
@@ -244,12 +327,14 @@ KernelSource emit_gemm(const GemmPlan& g) {
   };
   if (!g.simt) {
     vars.emplace("operand_t", std::string(storage_type_name(plan.spec->mainloop.a)));
+    vars.emplace("operand_bits", g.operand_bytes == 4 ? "unsigned" : "unsigned short");
     vars.emplace("stages", std::to_string(g.tile.stages));
     vars.emplace("warps_m", std::to_string(g.tile.warps_m));
     vars.emplace("warps_n", std::to_string(g.tile.warps_n));
     vars.emplace("vector_flag", vector_flag);
     vars.emplace("split_k", std::to_string(g.tile.split_k));
     vars.emplace("early_draws", emit_early_draws(g));
+    vars.emplace("early_loads", emit_early_loads(g));
   }
   layout.finish(ks);
   const char* templ = g.simt ? "gemm_simt.cu.in" : "gemm_mma.cu.in";

@@ -12,7 +12,8 @@ namespace epifuse {
 struct GemmPlan {
   const KernelPlan* plan = nullptr;
   GemmTile tile;
-  bool simt = false;        // f32 operands: exact FFMA kernel (templates/gemm_simt.cu.in)
+  bool simt = false;        // f32 operands, exact math: FFMA kernel (templates/gemm_simt.cu.in)
+  int operand_bytes = 2;    // 2 (f16, bf16) or 4 (f32 as tf32 on the tensor cores)
   bool a_kmajor = true;     // A row-major: K contiguous
   bool b_kmajor = false;    // B col-major: K contiguous
   bool ld8 = false;         // every operand's contiguous dimension is a multiple of 8: 16-byte loads
@@ -23,8 +24,11 @@ struct GemmPlan {
 /// "ld8" or "ld1" (16-byte operand loads possible; "simt" for f32 operands),
 /// then "/n4" or "/n1".
 std::string_view gemm_shape_class(const Mainloop& mainloop, const Shape& shape);
-/// Dynamic shared memory of a tile: the ring of A and B stages.
-std::uint32_t gemm_shared_bytes(const GemmTile& tile);
+/// Dynamic shared memory of a tile: the ring of A and B stages of
+/// `operand_bytes`-byte elements.
+std::uint32_t gemm_shared_bytes(const GemmTile& tile, int operand_bytes);
+/// The mainloop's kernel: exact f32 runs on FFMA, the rest on tensor cores.
+bool gemm_is_simt(const Mainloop& mainloop);
 
 GemmPlan plan_gemm(const KernelPlan& plan);
 KernelSource emit_gemm(const GemmPlan& plan);

@@ -15,7 +15,7 @@ constexpr std::uint32_t k_max_shared = 227 * 1024;
 // Split-K candidates stop at about two waves of blocks on a large GPU.
 constexpr std::int64_t k_split_blocks = 2 * 132;
 
-void check_tile(const GemmTile& t) {
+void check_tile(const GemmTile& t, int operand_bytes) {
   auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
   EPIFUSE_CHECK(pow2(t.bm) && pow2(t.bn) && t.bm >= 16 && t.bn >= 16 && t.bm <= 256 && t.bn <= 256,
                 "gemm tile {}: BM and BN must be powers of two in [16, 256]", t.str());
@@ -27,8 +27,9 @@ void check_tile(const GemmTile& t) {
   EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
   EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
   EPIFUSE_CHECK(t.split_k >= 1 && t.split_k <= 16, "gemm tile {}: split-K must be in [1, 16]", t.str());
-  EPIFUSE_CHECK(gemm_shared_bytes(t) <= k_max_shared, "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have",
-                t.str(), gemm_shared_bytes(t), k_max_shared);
+  EPIFUSE_CHECK(gemm_shared_bytes(t, operand_bytes) <= k_max_shared,
+                "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
+                gemm_shared_bytes(t, operand_bytes), k_max_shared);
 }
 
 // A first choice without tuning: big tiles where they fill the GPU, small
@@ -62,8 +63,11 @@ class GemmFamily final : public KernelFamily {
                           const std::optional<TileConfig>& requested) const override {
     const Mainloop& ml = spec.mainloop;
     EPIFUSE_CHECK(ml.a == ml.b, "gemm: A and B must have one dtype, got a={} b={}", to_string(ml.a), to_string(ml.b));
-    const bool simt = ml.a == DType::f32;
+    const bool simt = gemm_is_simt(ml);
     GemmTile tile = simt ? simt_heuristic_tile(shape) : heuristic_tile(shape);
+    // tf32 fragments of MN-major tiles are read word by word: 64x32 warp tiles
+    // keep those kernels clear of spills.
+    if (ml.math == GemmMath::tf32 && tile.bm * tile.bn >= 128 * 128) tile = {128, 128, 32, 2, 4, 4, 8};
     if (requested) {
       const auto* t = std::get_if<GemmTile>(&*requested);
       EPIFUSE_CHECK(t, "tile {}: a gemm kernel takes a gemm tile (BM, BN, BK, warps, stages)", to_string(*requested));
@@ -72,7 +76,7 @@ class GemmFamily final : public KernelFamily {
     if (simt)
       check_simt_tile(tile);
     else
-      check_tile(tile);
+      check_tile(tile, static_cast<int>(size_of(ml.a)));
     return tile;
   }
 
@@ -86,7 +90,7 @@ class GemmFamily final : public KernelFamily {
   }
 
   std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape) const override {
-    if (spec.mainloop.a == DType::f32)
+    if (gemm_is_simt(spec.mainloop))
       return {GemmTile{128, 128, 8, 2, 4, 2, 8}, GemmTile{128, 128, 16, 2, 4, 2, 8}, GemmTile{128, 64, 8, 2, 4, 2, 8},
               GemmTile{64, 128, 8, 2, 4, 2, 8},  GemmTile{64, 64, 8, 2, 4, 2, 8},    GemmTile{64, 64, 16, 2, 4, 2, 8}};
     // Large tiles (8 warps of 64x64) for throughput, BK 64 for fewer barriers,
@@ -109,6 +113,11 @@ class GemmFamily final : public KernelFamily {
         t.split_k = split;
         out.push_back(t);
       }
+    // tf32 tiles hold twice the bytes: keep those that fit.
+    const int bytes = static_cast<int>(size_of(spec.mainloop.a));
+    std::erase_if(out, [&](const TileConfig& c) {
+      return gemm_shared_bytes(std::get<GemmTile>(c), bytes) > k_max_shared;
+    });
     return out;
   }
 
