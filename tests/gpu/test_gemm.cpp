@@ -233,6 +233,36 @@ TEST_SUITE("gpu") {
 }
 
 TEST_SUITE("gpu") {
+  TEST_CASE("gemm: 4096^3 checked on sampled rows against the reference") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    // A row of C = relu(A B + bias) needs only its row of A: the reference
+    // evaluates [1, N, K] problems for a few rows (the whole product would
+    // take the CPU minutes). No dropout here: its draws depend on the global
+    // position, and masks are compared exactly in the tests above.
+    const Shape shape{4096, 4096, 4096};
+    const std::pair<DType, std::pair<Layout, Layout>> cases[] = {{DType::f16, {Layout::row, Layout::col}},
+                                                                 {DType::bf16, {Layout::col, Layout::row}}};
+    for (const auto& [dt, layouts] : cases) {
+      const KernelSpec spec = gemm_spec(dt, layouts.first, layouts.second);
+      const TensorMap inputs = make_inputs(spec, shape, 8000 + static_cast<int>(dt));
+      const HostTensor y = run_on_device(*jit, spec, shape, inputs, {}).at("y");
+      for (const std::int64_t r : {0LL, 1LL, 127LL, 128LL, 1237LL, 2048LL, 3333LL, 4095LL}) {
+        TensorMap row = inputs;
+        HostTensor a = HostTensor::zeros(dt, {1, shape.k});
+        for (std::int64_t k = 0; k < shape.k; ++k) a.set(k, inputs.at("a").get(r * shape.k + k));
+        row.insert_or_assign("a", std::move(a));
+        const Shape one{1, shape.n, shape.k};
+        const HostTensor want = evaluate(spec, one, row, {}).at("y");
+        HostTensor got = HostTensor::zeros(dt, {1, shape.n});
+        for (std::int64_t c = 0; c < shape.n; ++c) got.set(c, y.get(r * shape.n + c));
+        INFO(to_string(dt) << " row " << r);
+        const Comparison cmp = compare(got, want, gemm_tolerance(dt, one));
+        CHECK_MESSAGE(cmp.ok, cmp.message);
+      }
+    }
+  }
+
   TEST_CASE("gemm: K = 0 runs the epilogue on a zero accumulator, as PyTorch does") {
     Jit* jit = gemm_jit();
     if (!jit) return;
