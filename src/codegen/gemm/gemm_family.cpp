@@ -12,8 +12,10 @@ namespace {
 // Shared memory one block may use on the targets epifuse builds for, with
 // opt-in (sm_90: 227 KB; the driver refuses more at launch on smaller parts).
 constexpr std::uint32_t k_max_shared = 227 * 1024;
-// Split-K candidates stop at about two waves of blocks on a large GPU.
-constexpr std::int64_t k_split_blocks = 2 * 132;
+// Split-K candidates only where a tile grid fills less than half of a large
+// GPU's 132 SMs: at 1024^3 on an H100 (256 tiles of 64x64) every split tile
+// lost to the plain ones (docs/PERF.md v7), so they would only cost tuning time.
+constexpr std::int64_t k_split_max_tiles = 66;
 
 void check_tile(const GemmTile& t, int operand_bytes) {
   auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
@@ -33,11 +35,13 @@ void check_tile(const GemmTile& t, int operand_bytes) {
 }
 
 // A first choice without tuning: big tiles where they fill the GPU, small
-// ones for small problems (a 64x128 GEMM is launch-bound).
+// ones for small problems (a 64x128 GEMM is launch-bound). The tuner's picks
+// on an H100 (docs/PERF.md v7): 64x64 tiles of 8 warps up to 512^2 outputs,
+// 64x64 of 4 warps up to 2048^2, 128x256 with a 4-deep ring above.
 GemmTile heuristic_tile(const Shape& s) {
-  if (s.m * s.n <= 512 * 512) return {64, 64, 32, 2, 2, 4, 8};
-  if (s.m * s.n <= 2048 * 2048) return {128, 128, 32, 2, 2, 4, 8};
-  return {128, 256, 32, 2, 4, 3, 8};
+  if (s.m * s.n <= 512 * 512) return {64, 64, 32, 2, 4, 4, 8};
+  if (s.m * s.n <= 2048 * 2048) return {64, 64, 64, 2, 2, 3, 8};
+  return {128, 256, 32, 2, 4, 4, 8};
 }
 
 // The exact fp32 kernel: 256 threads, each 4 or 8 rows by 4 or 8 columns.
@@ -105,10 +109,10 @@ class GemmFamily final : public KernelFamily {
         GemmTile{128, 64, 32, 2, 2, 6, 8},  GemmTile{64, 64, 32, 2, 2, 4, 8},   GemmTile{64, 64, 64, 2, 2, 3, 8},
         GemmTile{64, 64, 64, 2, 2, 6, 8},   GemmTile{64, 64, 32, 2, 4, 4, 8},   GemmTile{32, 64, 32, 1, 2, 4, 8}};
     for (const GemmTile base : {GemmTile{128, 128, 32, 2, 4, 6, 8}, GemmTile{64, 128, 32, 2, 2, 6, 8},
-                                GemmTile{64, 64, 64, 2, 2, 6, 8}})
+                                GemmTile{64, 64, 64, 2, 2, 3, 8}, GemmTile{64, 64, 32, 2, 2, 4, 8}})
       for (int split : {2, 4}) {
         const std::int64_t tiles = ((shape.m + base.bm - 1) / base.bm) * ((shape.n + base.bn - 1) / base.bn);
-        if (tiles * split > k_split_blocks || shape.k < 4LL * base.bk * split) continue;
+        if (tiles > k_split_max_tiles || shape.k < 8LL * base.bk * split) continue;
         GemmTile t = base;
         t.split_k = split;
         out.push_back(t);
