@@ -1,6 +1,8 @@
 // GEMM passes: plan_gemm decides layouts, the load path and how dropout draws
 // are shared; emit_gemm fills templates/gemm_mma.cu.in. Generated identifiers
 // only: a, b, in<k>, out<k>, v<node>, d<k>.
+#include <algorithm>
+
 #include "codegen/epilogue.hpp"
 #include "codegen/gemm/gemm.hpp"
 #include "codegen/param_layout.hpp"
@@ -24,6 +26,19 @@ std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
   const bool n4 = s.n % 4 == 0;
   if (ld8) return n4 ? "ld8/n4" : "ld8/n1";
   return n4 ? "ld1/n4" : "ld1/n1";
+}
+
+bool gemm_staged_epilogue(const GemmTile& t) {
+  const int mi = t.bm / t.warps_m / 16, ni = t.bn / t.warps_n / 8;
+  return mi * ni >= 16;
+}
+
+std::uint32_t gemm_block_shared_bytes(const GemmTile& t, int operand_bytes) {
+  const std::uint32_t ring = gemm_shared_bytes(t, operand_bytes);
+  if (!gemm_staged_epilogue(t)) return ring;
+  const auto warps = static_cast<std::uint32_t>(t.warps_m * t.warps_n);
+  const auto wtm = static_cast<std::uint32_t>(t.bm / t.warps_m), wtn = static_cast<std::uint32_t>(t.bn / t.warps_n);
+  return std::max(ring, warps * wtm * (wtn + 4) * 4u);
 }
 
 std::uint32_t gemm_shared_bytes(const GemmTile& t, int operand_bytes) {
@@ -68,6 +83,30 @@ void layout_params(const GemmPlan& g, ParamLayout& layout) {
 // four lie in one row (philox4, N % 4 == 0); else per element in `element`.
 bool shared_draws(const GemmPlan& g, const Node& n) { return n.rng == RngMode::philox4 && g.n4; }
 
+// Note [Staged epilogue] (templates/gemm_mma.cu.in): warp tiles of 16 or more
+// fragments (64x32 and up) stage their accumulators through shared memory and
+// run the chain in a rolled loop, four consecutive columns per lane.
+bool staged_epilogue(const GemmPlan& g) { return !g.simt && gemm_staged_epilogue(g.tile); }
+
+// The staged epilogue's shared draws: a lane's four columns are one Philox call.
+std::string emit_staged_draws(const GemmPlan& g) {
+  const KernelPlan& plan = *g.plan;
+  std::string s;
+  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
+    const Node& n = plan.spec->graph.node(plan.dropouts[k]);
+    if (!shared_draws(g, n)) continue;
+    s += fmt::format(
+        "    unsigned d{0}[4];  // dropout stream {1}: one Philox call per four elements\n"
+        "    {{\n      const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {1}u, "
+        "(unsigned long long)(row * p.n + col0) >> 2);\n"
+        "      d{0}[0] = w.x;\n      d{0}[1] = w.y;\n      d{0}[2] = w.z;\n      d{0}[3] = w.w;\n    }}\n",
+        k, n.stream);
+  }
+  if (s.empty()) return "    // no shared dropout draws";
+  s.pop_back();
+  return s;
+}
+
 // Note [Early draws]: a dropout draw depends only on the element's position,
 // so where a thread's shared draws fit in 32 registers (small warp tiles, the
 // launch-bound shapes) they are computed right after the first tiles' loads
@@ -75,7 +114,7 @@ bool shared_draws(const GemmPlan& g, const Node& n) { return n.rng == RngMode::p
 // they were the epilogue's critical path (+1.5 us at 64x128x256, docs/PERF.md).
 // Split-K kernels skip it: only their last split runs the epilogue.
 bool early_draws(const GemmPlan& g) {
-  if (g.simt || g.tile.split_k > 1) return false;
+  if (g.simt || g.tile.split_k > 1 || staged_epilogue(g)) return false;
   const KernelPlan& plan = *g.plan;
   int shared = 0;
   for (const auto id : plan.dropouts) shared += shared_draws(g, plan.spec->graph.node(id)) ? 1 : 0;
@@ -164,7 +203,7 @@ int early_registers(const GemmPlan& g, const TensorPlan& t) {
 }
 
 bool early_loads(const GemmPlan& g) {
-  if (g.simt || g.tile.split_k > 1 || g.plan->inputs.empty()) return false;
+  if (g.simt || g.tile.split_k > 1 || g.plan->inputs.empty() || staged_epilogue(g)) return false;
   const int mi = g.tile.bm / g.tile.warps_m / 16, ni = g.tile.bn / g.tile.warps_n / 8;
   int regs = 0;
   for (const TensorPlan& t : g.plan->inputs) regs += early_registers(g, t);
@@ -222,16 +261,15 @@ std::string early_value(const TensorPlan& t) {
 // valid) position: unconditional read-only loads let the compiler issue every
 // fragment's loads at once instead of one fragment's latency after another's
 // (measured: +1.5 us at 128x256x256 for one bias load per element, docs/PERF.md).
-std::string emit_element_loads(const GemmPlan& g) {
+std::string emit_element_loads(const GemmPlan& g, const std::string& pad = "        ", bool staged = false) {
   const KernelPlan& plan = *g.plan;
-  if (plan.inputs.empty()) return "        // no inputs to load";
-  if (early_loads(g)) {
+  if (plan.inputs.empty()) return pad + "// no inputs to load";
+  if (!staged && early_loads(g)) {
     std::string s;
     for (const TensorPlan& t : plan.inputs) s += fmt::format("        const float {}_v = {};\n", t.field, early_value(t));
     s.pop_back();
     return s;
   }
-  const std::string pad = "        ";
   bool rows = false, cols = false;
   for (const TensorPlan& t : plan.inputs) {
     rows |= t.broadcast == Broadcast::full || t.broadcast == Broadcast::col;
@@ -247,10 +285,10 @@ std::string emit_element_loads(const GemmPlan& g) {
 
 // One output element at (row, col), linear index `at`: its inputs, its own
 // draws where they are not shared, the epilogue, the stores.
-std::string emit_element(const GemmPlan& g, const EpilogueContract& contract) {
+std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, std::string_view accumulator,
+                         const std::string& pad) {
   const KernelPlan& plan = *g.plan;
   const Graph& graph = plan.spec->graph;
-  const std::string pad = "          ";
   std::string s;
   for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
     const Node& n = graph.node(plan.dropouts[k]);
@@ -265,7 +303,7 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract) {
   s += ";\n";
   const std::string call = epilogue_call(plan, contract, [&](const EpilogueArg& a) -> std::string {
     switch (a.kind) {
-      case EpilogueArg::Kind::accumulator: return g.simt ? "acc[i][jg * 4 + e]" : "acc[mi][ni][e]";
+      case EpilogueArg::Kind::accumulator: return std::string(accumulator);
       case EpilogueArg::Kind::input: return fmt::format("{}_v", plan.inputs[a.index].field);
       case EpilogueArg::Kind::draw:
         return shared_draws(g, graph.node(plan.dropouts[a.index])) ? fmt::format("d{}[e]", a.index)
@@ -303,7 +341,7 @@ KernelSource emit_gemm(const GemmPlan& g) {
   ParamLayout layout;
   layout_params(g, layout);
   ks.requires_alignment = g.vector_only;
-  ks.shared_bytes = g.simt ? 0 : gemm_shared_bytes(g.tile, g.operand_bytes);  // the SIMT kernel's tiles are static
+  ks.shared_bytes = g.simt ? 0 : gemm_block_shared_bytes(g.tile, g.operand_bytes);  // the SIMT kernel's are static
 
   const EpilogueContract contract = epilogue_contract(plan);
   const char* vector_flag = !g.ld8 ? "constexpr bool vec = false;  // operands not 16-byte loadable: element loads"
@@ -323,7 +361,7 @@ KernelSource emit_gemm(const GemmPlan& g) {
       {"b_kmajor", g.b_kmajor ? "true" : "false"},
       {"fragment_draws", emit_fragment_draws(g)},
       {"element_loads", emit_element_loads(g)},
-      {"element", emit_element(g, contract)},
+      {"element", emit_element(g, contract, g.simt ? "acc[i][jg * 4 + e]" : "acc[mi][ni][e]", "          ")},
   };
   if (!g.simt) {
     vars.emplace("operand_t", std::string(storage_type_name(plan.spec->mainloop.a)));
@@ -335,6 +373,11 @@ KernelSource emit_gemm(const GemmPlan& g) {
     vars.emplace("split_k", std::to_string(g.tile.split_k));
     vars.emplace("early_draws", emit_early_draws(g));
     vars.emplace("early_loads", emit_early_loads(g));
+    const bool staged = staged_epilogue(g);
+    vars.emplace("staged", staged ? "1" : "0");
+    vars.emplace("staged_draws", staged ? emit_staged_draws(g) : "    // (not staged)");
+    vars.emplace("staged_loads", staged ? emit_element_loads(g, "      ", true) : "      // (not staged)");
+    vars.emplace("staged_element", staged ? emit_element(g, contract, "quad[e]", "        ") : "        // (not staged)");
   }
   layout.finish(ks);
   const char* templ = g.simt ? "gemm_simt.cu.in" : "gemm_mma.cu.in";

@@ -27,6 +27,12 @@ std::string_view gemm_shape_class(const Mainloop& mainloop, const Shape& shape);
 /// Dynamic shared memory of a tile: the ring of A and B stages of
 /// `operand_bytes`-byte elements.
 std::uint32_t gemm_shared_bytes(const GemmTile& tile, int operand_bytes);
+/// Whether a tensor-core tile stages its epilogue through shared memory (Note
+/// [Staged epilogue]: warp tiles of 16 or more fragments).
+bool gemm_staged_epilogue(const GemmTile& tile);
+/// Dynamic shared memory of a tensor-core block: the ring, or the staged
+/// epilogue's fp32 warp tiles (rows padded by 4 floats) where that is larger.
+std::uint32_t gemm_block_shared_bytes(const GemmTile& tile, int operand_bytes);
 /// The mainloop's kernel: exact f32 runs on FFMA, the rest on tensor cores.
 bool gemm_is_simt(const Mainloop& mainloop);
 

@@ -29,9 +29,9 @@ void check_tile(const GemmTile& t, int operand_bytes) {
   EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
   EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
   EPIFUSE_CHECK(t.split_k >= 1 && t.split_k <= 16, "gemm tile {}: split-K must be in [1, 16]", t.str());
-  EPIFUSE_CHECK(gemm_shared_bytes(t, operand_bytes) <= k_max_shared,
+  EPIFUSE_CHECK(gemm_block_shared_bytes(t, operand_bytes) <= k_max_shared,
                 "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
-                gemm_shared_bytes(t, operand_bytes), k_max_shared);
+                gemm_block_shared_bytes(t, operand_bytes), k_max_shared);
 }
 
 // A first choice without tuning: big tiles where they fill the GPU, small
@@ -120,7 +120,7 @@ class GemmFamily final : public KernelFamily {
     // tf32 tiles hold twice the bytes: keep those that fit.
     const int bytes = static_cast<int>(size_of(spec.mainloop.a));
     std::erase_if(out, [&](const TileConfig& c) {
-      return gemm_shared_bytes(std::get<GemmTile>(c), bytes) > k_max_shared;
+      return gemm_block_shared_bytes(std::get<GemmTile>(c), bytes) > k_max_shared;
     });
     return out;
   }
