@@ -286,7 +286,7 @@ std::string emit_element_loads(const GemmPlan& g, const std::string& pad = "    
 // One output element at (row, col), linear index `at`: its inputs, its own
 // draws where they are not shared, the epilogue, the stores.
 std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, std::string_view accumulator,
-                         const std::string& pad) {
+                         const std::string& pad, bool quads = false) {
   const KernelPlan& plan = *g.plan;
   const Graph& graph = plan.spec->graph;
   std::string s;
@@ -314,8 +314,34 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, st
   });
   s += pad + call + ";\n";
   for (const TensorPlan& t : plan.outputs)
-    s += fmt::format("{}p.{}[at] = ef_from_float<{}>({}_v);\n", pad, t.field, storage_type_name(t.dtype), t.field);
+    s += quads ? fmt::format("{}{}_q[e] = {}_v;\n", pad, t.field, t.field)
+               : fmt::format("{}p.{}[at] = ef_from_float<{}>({}_v);\n", pad, t.field, storage_type_name(t.dtype), t.field);
   s.pop_back();
+  return s;
+}
+
+// Note [Staged epilogue] stores: with N % 4 == 0 and the outputs aligned to
+// four elements (checked at launch, KernelSource::output_alignment), a lane's
+// four outputs are one 8- or 16-byte store; past the edge, element stores.
+bool vector_stores(const GemmPlan& g) { return staged_epilogue(g) && g.n4 && g.vector_only; }
+
+std::string emit_staged_quads(const GemmPlan& g) {
+  if (!vector_stores(g)) return "    // element stores";
+  std::string s;
+  for (const TensorPlan& t : g.plan->outputs) s += fmt::format("    float {}_q[4];\n", t.field);
+  s.pop_back();
+  return s;
+}
+
+std::string emit_staged_stores(const GemmPlan& g) {
+  if (!vector_stores(g)) return "    // (stored element by element above)";
+  std::string s = "    if (row < p.m && col0 + 3 < p.n) {\n";
+  for (const TensorPlan& t : g.plan->outputs) s += fmt::format("      ef_store4(p.{0} + row * p.n + col0, {0}_q);\n", t.field);
+  s += "    } else if (row < p.m) {\n#pragma unroll\n      for (int e = 0; e < 4; ++e)\n        if (col0 + e < p.n) {\n";
+  for (const TensorPlan& t : g.plan->outputs)
+    s += fmt::format("          p.{0}[row * p.n + col0 + e] = ef_from_float<{1}>({0}_q[e]);\n", t.field,
+                     storage_type_name(t.dtype));
+  s += "        }\n    }";
   return s;
 }
 
@@ -337,7 +363,13 @@ KernelSource emit_gemm(const GemmPlan& g) {
   const int operand_alignment = g.ld8 ? 16 : 0;
   ks.inputs = {"a", "b"};
   ks.input_alignment = {operand_alignment, operand_alignment};
-  bind_graph_tensors(plan, ks, [](const TensorPlan&) { return 0; });
+  // Inputs are read element by element; outputs of the staged epilogue may be
+  // stored four at a time (aligned to four elements, else the general kernel).
+  const bool quads = vector_stores(g);
+  bind_graph_tensors(plan, ks, [&](const TensorPlan& t) {
+    const bool output = &t >= plan.outputs.data() && &t < plan.outputs.data() + plan.outputs.size();
+    return quads && output ? 4 * static_cast<int>(size_of(t.dtype)) : 0;
+  });
   ParamLayout layout;
   layout_params(g, layout);
   ks.requires_alignment = g.vector_only;
@@ -377,7 +409,10 @@ KernelSource emit_gemm(const GemmPlan& g) {
     vars.emplace("staged", staged ? "1" : "0");
     vars.emplace("staged_draws", staged ? emit_staged_draws(g) : "    // (not staged)");
     vars.emplace("staged_loads", staged ? emit_element_loads(g, "      ", true) : "      // (not staged)");
-    vars.emplace("staged_element", staged ? emit_element(g, contract, "quad[e]", "        ") : "        // (not staged)");
+    vars.emplace("staged_element",
+                  staged ? emit_element(g, contract, "quad[e]", "        ", vector_stores(g)) : "        // (not staged)");
+    vars.emplace("staged_quads", staged ? emit_staged_quads(g) : "    // (not staged)");
+    vars.emplace("staged_stores", staged ? emit_staged_stores(g) : "    // (not staged)");
   }
   layout.finish(ks);
   const char* templ = g.simt ? "gemm_simt.cu.in" : "gemm_mma.cu.in";
