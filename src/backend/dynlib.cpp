@@ -11,6 +11,20 @@
 
 namespace epifuse::backend {
 
+std::vector<std::string> cuda_toolkit_lib_dirs() {
+  std::vector<std::string> dirs;
+  auto add = [&](std::string d) {
+    for (const auto& x : dirs)
+      if (x == d) return;
+    dirs.push_back(std::move(d));
+  };
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(var); v && *v) add(std::string(v) + "/lib64");
+  add("/usr/local/cuda/lib64");
+  add("/usr/local/cuda/targets/x86_64-linux/lib");
+  return dirs;
+}
+
 namespace {
 
 // The file the loader actually mapped for `handle`, with symlinks resolved; falls

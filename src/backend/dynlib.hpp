@@ -17,6 +17,11 @@
 
 namespace epifuse::backend {
 
+/// CUDA toolkit library folders to try by full path after the loader's own
+/// search ($CUDA_HOME/lib64, $CUDA_PATH/lib64, /usr/local/cuda/...): a toolkit
+/// under /usr/local/cuda is often not on the loader's path.
+std::vector<std::string> cuda_toolkit_lib_dirs();
+
 class DynLib {
  public:
   /// Opens the first of `candidates` that loads (each a bare soname, searched the

@@ -25,26 +25,11 @@ const std::vector<std::string>& nvrtc_sonames() {
   return names;
 }
 
-// Toolkit library directories tried by full path, since a toolkit under
-// /usr/local/cuda is often not on the loader's search path.
-std::vector<std::string> nvrtc_search_dirs() {
-  std::vector<std::string> dirs;
-  auto add = [&](std::string d) {
-    for (const auto& x : dirs)
-      if (x == d) return;
-    dirs.push_back(std::move(d));
-  };
-  if (auto home = env("CUDA_HOME"); !home.empty()) add(home + "/lib64");
-  if (auto path = env("CUDA_PATH"); !path.empty()) add(path + "/lib64");
-  add("/usr/local/cuda/lib64");
-  add("/usr/local/cuda/targets/x86_64-linux/lib");
-  return dirs;
-}
 
 // Bare sonames first (LD_LIBRARY_PATH, the ld.so cache, RUNPATH), then by full path.
 std::vector<std::string> nvrtc_candidates() {
   std::vector<std::string> out = nvrtc_sonames();
-  for (const auto& d : nvrtc_search_dirs())
+  for (const auto& d : cuda_toolkit_lib_dirs())
     for (const auto& n : nvrtc_sonames()) out.push_back(d + "/" + n);
   return out;
 }
@@ -130,7 +115,7 @@ std::unique_ptr<Nvrtc> Nvrtc::load() {
         "libnvrtc.so.13/.12 not found (searched {} on the loader path and in {}): emit still "
         "works; compile/run need the CUDA toolkit's NVRTC (install it, or set CUDA_HOME or "
         "LD_LIBRARY_PATH)",
-        join(nvrtc_sonames()), join(nvrtc_search_dirs())));
+        join(nvrtc_sonames()), join(cuda_toolkit_lib_dirs())));
   return std::unique_ptr<Nvrtc>(new Nvrtc(std::move(*lib)));
 }
 

@@ -53,27 +53,6 @@ struct LtHeuristicResult {  // cublasLtMatmulHeuristicResult_t
 };
 static_assert(sizeof(LtHeuristicResult) == 96, "cublasLtMatmulHeuristicResult_t is 96 bytes");
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
-// Toolkit library folders, tried by full path after the loader's own search
-// (a toolkit under /usr/local/cuda is often not on it), as for NVRTC.
-std::vector<std::string> search_dirs() {
-  std::vector<std::string> dirs;
-  auto add = [&](std::string d) {
-    for (const auto& x : dirs)
-      if (x == d) return;
-    dirs.push_back(std::move(d));
-  };
-  if (auto home = env("CUDA_HOME"); !home.empty()) add(home + "/lib64");
-  if (auto path = env("CUDA_PATH"); !path.empty()) add(path + "/lib64");
-  add("/usr/local/cuda/lib64");
-  add("/usr/local/cuda/targets/x86_64-linux/lib");
-  return dirs;
-}
-
 int cuda_data_type(DType t) {
   switch (t) {
     case DType::f32: return CUDA_R_32F;
@@ -159,12 +138,12 @@ CublasLt::~CublasLt() = default;
 
 std::unique_ptr<CublasLt> CublasLt::load() {
   std::vector<std::string> candidates = cublaslt_sonames();
-  for (const auto& d : search_dirs())
+  for (const auto& d : backend::cuda_toolkit_lib_dirs())
     for (const auto& n : cublaslt_sonames()) candidates.push_back(d + "/" + n);
   std::optional<backend::DynLib> lib = backend::DynLib::open_first(candidates);
   if (!lib)
     throw RuntimeError(fmt::format("cuBLASLt not found (tried {} on the loader path and in {})",
-                                   backend::join(cublaslt_sonames()), backend::join(search_dirs())));
+                                   backend::join(cublaslt_sonames()), backend::join(backend::cuda_toolkit_lib_dirs())));
   return std::unique_ptr<CublasLt>(new CublasLt(std::move(*lib)));
 }
 

@@ -88,6 +88,17 @@ bool shared_draws(const GemmPlan& g, const Node& n) { return n.rng == RngMode::p
 // run the chain in a rolled loop, four consecutive columns per lane.
 bool staged_epilogue(const GemmPlan& g) { return !g.simt && gemm_staged_epilogue(g.tile); }
 
+// d<k>[4]: the draws of four consecutive columns col0..col0+3 of `row` (col0 a
+// multiple of 4, N % 4 == 0): exactly one Philox call (DESIGN §4).
+std::string row_quad_draws(std::size_t k, std::uint32_t stream, const std::string& pad) {
+  return fmt::format(
+      "{0}unsigned d{1}[4];  // dropout stream {2}: one Philox call per four elements\n"
+      "{0}{{\n{0}  const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {2}u, "
+      "(unsigned long long)(row * p.n + col0) >> 2);\n"
+      "{0}  d{1}[0] = w.x;\n{0}  d{1}[1] = w.y;\n{0}  d{1}[2] = w.z;\n{0}  d{1}[3] = w.w;\n{0}}}\n",
+      pad, k, stream);
+}
+
 // The staged epilogue's shared draws: a lane's four columns are one Philox call.
 std::string emit_staged_draws(const GemmPlan& g) {
   const KernelPlan& plan = *g.plan;
@@ -95,12 +106,7 @@ std::string emit_staged_draws(const GemmPlan& g) {
   for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
     const Node& n = plan.spec->graph.node(plan.dropouts[k]);
     if (!shared_draws(g, n)) continue;
-    s += fmt::format(
-        "    unsigned d{0}[4];  // dropout stream {1}: one Philox call per four elements\n"
-        "    {{\n      const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {1}u, "
-        "(unsigned long long)(row * p.n + col0) >> 2);\n"
-        "      d{0}[0] = w.x;\n      d{0}[1] = w.y;\n      d{0}[2] = w.z;\n      d{0}[3] = w.w;\n    }}\n",
-        k, n.stream);
+    s += row_quad_draws(k, n.stream, "    ");
   }
   if (s.empty()) return "    // no shared dropout draws";
   s.pop_back();
@@ -157,12 +163,7 @@ std::string emit_fragment_draws(const GemmPlan& g) {
     const Node& n = plan.spec->graph.node(plan.dropouts[k]);
     if (!shared_draws(g, n)) continue;
     if (g.simt) {  // a thread's four consecutive columns are one Philox call
-      s += fmt::format(
-          "      unsigned d{0}[4];  // dropout stream {1}: one Philox call per four elements\n"
-          "      {{\n        const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {1}u, "
-          "(unsigned long long)(row * p.n + col0) >> 2);\n"
-          "        d{0}[0] = w.x;\n        d{0}[1] = w.y;\n        d{0}[2] = w.z;\n        d{0}[3] = w.w;\n      }}\n",
-          k, n.stream);
+      s += row_quad_draws(k, n.stream, "      ");
       continue;
     }
     s += fmt::format(
