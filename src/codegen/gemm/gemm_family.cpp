@@ -44,7 +44,8 @@ GemmTile heuristic_tile(const Shape& s) {
   return {128, 256, 32, 2, 4, 4, 8};
 }
 
-// The exact fp32 kernel: 256 threads, each 4 or 8 rows by 4 or 8 columns.
+// The exact fp32 kernel: 256 threads, each 4 or 8 rows by 4 or 8 columns
+// (every tile here runs without spills on all four layouts and both load paths).
 void check_simt_tile(const GemmTile& t) {
   EPIFUSE_CHECK((t.bm == 64 || t.bm == 128) && (t.bn == 64 || t.bn == 128) && (t.bk == 8 || t.bk == 16) &&
                     t.warps_m * t.warps_n == 8 && t.stages == 2 && t.split_k == 1,
@@ -54,9 +55,15 @@ void check_simt_tile(const GemmTile& t) {
   EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
 }
 
+// The largest f32 tile whose blocks still fill the GPU: an SM holds two
+// 256-thread blocks of 128 registers, and a tile count of 3/4 of two blocks on
+// each of 132 SMs (an H100) is a full enough wave.
 GemmTile simt_heuristic_tile(const Shape& s) {
-  if (s.m * s.n <= 512 * 512) return {64, 64, 8, 2, 4, 2, 8};
-  return {128, 128, 8, 2, 4, 2, 8};
+  const auto tiles = [&](std::int64_t bm, std::int64_t bn) { return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn); };
+  constexpr std::int64_t filled = 2 * 132 * 3 / 4;
+  if (tiles(128, 128) >= filled) return {128, 128, 8, 2, 4, 2, 8};
+  if (tiles(128, 64) >= filled) return {128, 64, 8, 2, 4, 2, 8};
+  return {64, 64, 8, 2, 4, 2, 8};
 }
 
 class GemmFamily final : public KernelFamily {
@@ -94,9 +101,12 @@ class GemmFamily final : public KernelFamily {
   }
 
   std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape) const override {
+    // f32 (FFMA): 8x8 outputs a thread for throughput, 8x4 and 4x4 where
+    // fewer blocks would leave SMs idle; BK 16 halves the barriers.
     if (gemm_is_simt(spec.mainloop))
       return {GemmTile{128, 128, 8, 2, 4, 2, 8}, GemmTile{128, 128, 16, 2, 4, 2, 8}, GemmTile{128, 64, 8, 2, 4, 2, 8},
-              GemmTile{64, 128, 8, 2, 4, 2, 8},  GemmTile{64, 64, 8, 2, 4, 2, 8},    GemmTile{64, 64, 16, 2, 4, 2, 8}};
+              GemmTile{128, 64, 16, 2, 4, 2, 8}, GemmTile{64, 128, 8, 2, 4, 2, 8},   GemmTile{64, 128, 16, 2, 4, 2, 8},
+              GemmTile{64, 64, 8, 2, 4, 2, 8},   GemmTile{64, 64, 16, 2, 4, 2, 8}};
     // Large tiles (8 warps of 64x64) for throughput, BK 64 for fewer barriers,
     // small tiles for problems that would not fill the GPU, and split-K where
     // even those leave most SMs idle and K is long enough to cut.
