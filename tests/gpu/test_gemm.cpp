@@ -153,9 +153,10 @@ TEST_SUITE("gpu") {
     Jit* jit = gemm_jit();
     if (!jit) return;
     std::uint64_t seed = 3000;
-    for (Layout a : {Layout::row, Layout::col})
-      for (std::size_t mis : {1u, 3u}) check(*jit, gemm_spec(DType::bf16, a, Layout::col), {96, 128, 64}, ++seed,
-                                               std::nullopt, mis);
+    for (DType dt : {DType::bf16, DType::f32})
+      for (Layout a : {Layout::row, Layout::col})
+        for (std::size_t mis : {1u, 3u})
+          check(*jit, gemm_spec(dt, a, Layout::col), {96, 128, 64}, ++seed, std::nullopt, mis);
   }
 
   TEST_CASE("gemm: several outputs, a column-broadcast input, scale and a cast") {

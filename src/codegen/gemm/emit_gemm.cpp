@@ -15,10 +15,10 @@ namespace epifuse {
 bool gemm_is_simt(const Mainloop& ml) { return ml.a == DType::f32 && ml.math == GemmMath::exact; }
 
 std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
-  if (gemm_is_simt(ml)) return s.n % 4 == 0 ? "simt/n4" : "simt/n1";  // element loads, any alignment
   // The contiguous dimension of each operand: A row-major K, col-major M;
   // B row-major N, col-major K. 16-byte loads need each a multiple of 16
-  // bytes (8 16-bit elements, 4 f32). ("ld8": 16-byte loads, whatever the type.)
+  // bytes (8 16-bit elements, 4 f32). ("ld8": 16-byte loads, whatever the
+  // type, the exact-f32 FFMA kernel's included.)
   const std::int64_t a_contig = ml.a_layout == Layout::row ? s.k : s.m;
   const std::int64_t b_contig = ml.b_layout == Layout::col ? s.k : s.n;
   const std::int64_t per_chunk = 16 / static_cast<std::int64_t>(size_of(ml.a));
@@ -390,11 +390,12 @@ KernelSource emit_gemm(const GemmPlan& g) {
       {"bn", std::to_string(g.tile.bn)},
       {"bk", std::to_string(g.tile.bk)},
       {"group_m", std::to_string(g.tile.group_m)},
+      {"vector_flag", vector_flag},
       {"a_kmajor", g.a_kmajor ? "true" : "false"},
       {"b_kmajor", g.b_kmajor ? "true" : "false"},
       {"fragment_draws", emit_fragment_draws(g)},
       {"element_loads", emit_element_loads(g)},
-      {"element", emit_element(g, contract, g.simt ? "acc[i][jg * 4 + e]" : "acc[mi][ni][e]", "          ")},
+      {"element", emit_element(g, contract, g.simt ? "acc[0][jg * 4 + e]" : "acc[mi][ni][e]", "          ")},
   };
   if (!g.simt) {
     vars.emplace("operand_t", std::string(storage_type_name(plan.spec->mainloop.a)));
@@ -402,7 +403,6 @@ KernelSource emit_gemm(const GemmPlan& g) {
     vars.emplace("stages", std::to_string(g.tile.stages));
     vars.emplace("warps_m", std::to_string(g.tile.warps_m));
     vars.emplace("warps_n", std::to_string(g.tile.warps_n));
-    vars.emplace("vector_flag", vector_flag);
     vars.emplace("split_k", std::to_string(g.tile.split_k));
     vars.emplace("early_draws", emit_early_draws(g));
     vars.emplace("early_loads", emit_early_loads(g));

@@ -21,8 +21,7 @@ struct GemmPlan {
   bool vector_only = false; // 16-byte loads only: the host checks the operands' alignment
 };
 
-/// "ld8" or "ld1" (16-byte operand loads possible; "simt" for f32 operands),
-/// then "/n4" or "/n1".
+/// "ld8" or "ld1" (16-byte operand loads possible), then "/n4" or "/n1".
 std::string_view gemm_shape_class(const Mainloop& mainloop, const Shape& shape);
 /// Dynamic shared memory of a tile: the ring of A and B stages of
 /// `operand_bytes`-byte elements.
