@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <sstream>
 
@@ -213,6 +214,7 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
     std::memcpy(params + f.offset, &v, sizeof v);
   };
   unsigned char* flag = nullptr;
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> scratch;  // (zeroed, free), looked up once
   aligned = true;
   for (const ParamField& f : ks.params) {
     switch (f.role) {
@@ -234,8 +236,8 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
       case ParamRole::scalar: put(f, ks.scalars[f.index]); break;
       case ParamRole::vector_flag: flag = params + f.offset; break;
       case ParamRole::workspace: {
-        const auto [zeroed, scratch] = workspace(stream, kernel.family->workspace(ks, shape));
-        put(f, f.index == 0 ? zeroed : scratch);
+        if (!scratch) scratch = workspace(stream, kernel.family->workspace(ks, shape));
+        put(f, f.index == 0 ? scratch->first : scratch->second);
         break;
       }
       case ParamRole::opaque:

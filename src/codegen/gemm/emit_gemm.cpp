@@ -29,7 +29,7 @@ std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
 }
 
 bool gemm_staged_epilogue(const GemmTile& t) {
-  const int mi = t.bm / t.warps_m / 16, ni = t.bn / t.warps_n / 8;
+  const auto [mi, ni] = warp_fragments(t);
   return mi * ni >= 16;
 }
 
@@ -124,7 +124,7 @@ bool early_draws(const GemmPlan& g) {
   const KernelPlan& plan = *g.plan;
   int shared = 0;
   for (const auto id : plan.dropouts) shared += shared_draws(g, plan.spec->graph.node(id)) ? 1 : 0;
-  const int mi = g.tile.bm / g.tile.warps_m / 16, ni = g.tile.bn / g.tile.warps_n / 8;
+  const auto [mi, ni] = warp_fragments(g.tile);
   return shared > 0 && shared * mi * ni * 4 <= 32;
 }
 
@@ -193,7 +193,7 @@ std::string load_expression(const TensorPlan& t) {
 // inputs fit in 32 registers (small warp tiles; the same bound as early
 // draws), they are loaded before the mainloop, under its loads.
 int early_registers(const GemmPlan& g, const TensorPlan& t) {
-  const int mi = g.tile.bm / g.tile.warps_m / 16, ni = g.tile.bn / g.tile.warps_n / 8;
+  const auto [mi, ni] = warp_fragments(g.tile);
   switch (t.broadcast) {
     case Broadcast::full: return mi * ni * 4;
     case Broadcast::row: return ni * 2;
@@ -205,7 +205,7 @@ int early_registers(const GemmPlan& g, const TensorPlan& t) {
 
 bool early_loads(const GemmPlan& g) {
   if (g.simt || g.tile.split_k > 1 || g.plan->inputs.empty() || staged_epilogue(g)) return false;
-  const int mi = g.tile.bm / g.tile.warps_m / 16, ni = g.tile.bn / g.tile.warps_n / 8;
+  const auto [mi, ni] = warp_fragments(g.tile);
   int regs = 0;
   for (const TensorPlan& t : g.plan->inputs) regs += early_registers(g, t);
   return mi * ni <= 8 && regs <= 32;

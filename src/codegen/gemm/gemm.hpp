@@ -26,6 +26,14 @@ std::string_view gemm_shape_class(const Mainloop& mainloop, const Shape& shape);
 /// Dynamic shared memory of a tile: the ring of A and B stages of
 /// `operand_bytes`-byte elements.
 std::uint32_t gemm_shared_bytes(const GemmTile& tile, int operand_bytes);
+/// A tensor-core warp tile in m16n8 fragments: MI rows of them, NI columns.
+struct WarpFragments {
+  int mi, ni;
+};
+inline WarpFragments warp_fragments(const GemmTile& t) {
+  return {t.bm / t.warps_m / 16, t.bn / t.warps_n / 8};
+}
+
 /// Whether a tensor-core tile stages its epilogue through shared memory (Note
 /// [Staged epilogue]: warp tiles of 16 or more fragments).
 bool gemm_staged_epilogue(const GemmTile& tile);

@@ -38,9 +38,12 @@ void check_tile(const GemmTile& t, int operand_bytes) {
 // ones for small problems (a 64x128 GEMM is launch-bound). The tuner's picks
 // on an H100 (docs/PERF.md v7): 64x64 tiles of 8 warps up to 512^2 outputs,
 // 64x64 of 4 warps up to 2048^2, 128x256 with a 4-deep ring above.
-GemmTile heuristic_tile(const Shape& s) {
+// tf32 fragments of MN-major tiles are read word by word: 64x32 warp tiles
+// keep those kernels clear of spills.
+GemmTile heuristic_tile(const Shape& s, GemmMath math) {
   if (s.m * s.n <= 512 * 512) return {64, 64, 32, 2, 4, 4, 8};
   if (s.m * s.n <= 2048 * 2048) return {64, 64, 64, 2, 2, 3, 8};
+  if (math == GemmMath::tf32) return {128, 128, 32, 2, 4, 4, 8};
   return {128, 256, 32, 2, 4, 4, 8};
 }
 
@@ -75,10 +78,7 @@ class GemmFamily final : public KernelFamily {
     const Mainloop& ml = spec.mainloop;
     EPIFUSE_CHECK(ml.a == ml.b, "gemm: A and B must have one dtype, got a={} b={}", to_string(ml.a), to_string(ml.b));
     const bool simt = gemm_is_simt(ml);
-    GemmTile tile = simt ? simt_heuristic_tile(shape) : heuristic_tile(shape);
-    // tf32 fragments of MN-major tiles are read word by word: 64x32 warp tiles
-    // keep those kernels clear of spills.
-    if (ml.math == GemmMath::tf32 && tile.bm * tile.bn >= 128 * 128) tile = {128, 128, 32, 2, 4, 4, 8};
+    GemmTile tile = simt ? simt_heuristic_tile(shape) : heuristic_tile(shape, ml.math);
     if (requested) {
       const auto* t = std::get_if<GemmTile>(&*requested);
       EPIFUSE_CHECK(t, "tile {}: a gemm kernel takes a gemm tile (BM, BN, BK, warps, stages)", to_string(*requested));
