@@ -79,14 +79,15 @@ struct BenchReport {
 
 /// Tunes the tile of (spec, shape) on random inputs (Jit::tune: candidates
 /// compiled in parallel, every one timed, the best few again) and says how long
-/// it took, compiles included. The choice is remembered by `jit`.
+/// it took, compiles included. The choice is remembered by `jit`. Empty
+/// `candidates` means the family's own list.
 struct TuneReport {
   Jit::TuneResult result;
   double seconds = 0;        ///< wall time, compiles included
   std::size_t candidates = 0;
 };
 TuneReport tune_on_random_data(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t data_seed = 1,
-                               const LaunchArgs& args = {});
+                               const LaunchArgs& args = {}, std::vector<TileConfig> candidates = {});
 
 /// Runs the benchmark on the current GPU (RuntimeError without one).
 BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const BenchOptions& options = {});

@@ -107,12 +107,12 @@ void measure_host(BenchReport& r, Jit& jit, const KernelSpec& spec, const Shape&
 }  // namespace
 
 TuneReport tune_on_random_data(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t data_seed,
-                               const LaunchArgs& args) {
+                               const LaunchArgs& args, std::vector<TileConfig> candidates) {
   auto& drv = backend::cuda();
   drv.ensure_context();
   const auto t0 = std::chrono::steady_clock::now();
   TuneReport report;
-  const std::vector<TileConfig> candidates = tile_candidates(spec, shape);
+  if (candidates.empty()) candidates = tile_candidates(spec, shape);
   report.candidates = candidates.size();
   auto first = jit.compile(spec, shape, candidates.front());
   DeviceTensors t = upload(first->source(), make_inputs(spec, shape, data_seed), spec, shape);

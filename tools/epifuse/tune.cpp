@@ -18,6 +18,7 @@ namespace {
 struct TuneOptions {
   std::string chain;
   std::vector<std::string> shapes;
+  std::vector<std::string> tiles;  ///< --tile: time these instead of the family's candidates
 };
 
 // Work per launch, for a rate beside each time: FLOPs of a GEMM, else bytes.
@@ -33,13 +34,15 @@ void tune_command(const TuneOptions& opt) {
   std::vector<Shape> shapes;
   for (const std::string& s : opt.shapes) shapes.push_back(parse_shape(s, spec));
   if (shapes.empty()) shapes.push_back(resolve_shape("", spec));
+  std::vector<TileConfig> tiles;
+  for (const std::string& t : opt.tiles) tiles.push_back(parse_gemm_tile(t));
   Jit jit;  // the GPU's target; RuntimeError without one
   nlohmann::ordered_json doc = {{"chain", opt.chain}, {"target", jit.target()}, {"results", nlohmann::ordered_json::array()}};
   for (const Shape& shape : shapes) {
     const std::string shape_text = fmt::format("{},{},{}", shape.m, shape.n, shape.k);
     std::cerr << fmt::format("epifuse: tuning {} at {}: compiling {} candidates in parallel, then timing them ...\n",
-                             opt.chain, shape_text, tile_candidates(spec, shape).size());
-    const TuneReport r = tune_on_random_data(jit, spec, shape);
+                             opt.chain, shape_text, tiles.empty() ? tile_candidates(spec, shape).size() : tiles.size());
+    const TuneReport r = tune_on_random_data(jit, spec, shape, 1, {}, tiles);
     nlohmann::ordered_json res = {{"shape", {shape.m, shape.n, shape.k}}, {"tile", to_string(r.result.tile)},
                                   {"ms", r.result.ms}, {"seconds", r.seconds},
                                   {"candidates", nlohmann::ordered_json::array()}};
@@ -67,6 +70,8 @@ void add_tune(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("tune", "Choose the tile configuration for a shape on the GPU (timed candidates)");
   sub->add_option("chain", opt->chain, "JSON op chain")->required();
   sub->add_option("--shape", opt->shapes, "M,N (elementwise) or M,N,K (GEMM kinds), repeatable; default the chain's shape");
+  sub->add_option("--tile", opt->tiles,
+                  "GEMM tile BMxBNxBKwWMxWNsSTAGESgGROUP[kSPLIT] to time instead of the built-in candidates; repeatable");
   add_json_flag(*sub);
   sub->footer("The choice lives in this process's JIT for now; a disk cache will keep it across runs (issue 14).");
   sub->callback([opt] { tune_command(*opt); });

@@ -17,6 +17,10 @@ constexpr std::uint32_t k_max_shared = 227 * 1024;
 // lost to the plain ones (docs/PERF.md v7), so they would only cost tuning time.
 constexpr std::int64_t k_split_max_tiles = 66;
 
+std::int64_t tiles_of(const Shape& s, std::int64_t bm, std::int64_t bn) {
+  return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
+}
+
 void check_tile(const GemmTile& t, int operand_bytes) {
   auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
   EPIFUSE_CHECK(pow2(t.bm) && pow2(t.bn) && t.bm >= 16 && t.bn >= 16 && t.bm <= 256 && t.bn <= 256,
@@ -36,11 +40,13 @@ void check_tile(const GemmTile& t, int operand_bytes) {
 
 // A first choice without tuning: big tiles where they fill the GPU, small
 // ones for small problems (a 64x128 GEMM is launch-bound). The tuner's picks
-// on an H100 (docs/PERF.md v7): 64x64 tiles of 8 warps up to 512^2 outputs,
+// on an H100 (docs/PERF.md v7, v10): 32x32 tiles of 4 warps up to 256^2
+// outputs, 64x64 tiles of 8 warps up to 512^2,
 // 64x64 of 4 warps up to 2048^2, 128x256 with a 4-deep ring above.
 // tf32 fragments of MN-major tiles are read word by word: 64x32 warp tiles
 // keep those kernels clear of spills.
 GemmTile heuristic_tile(const Shape& s, GemmMath math) {
+  if (s.m * s.n <= 256 * 256) return {32, 32, 64, 2, 2, 4, 8};
   if (s.m * s.n <= 512 * 512) return {64, 64, 32, 2, 4, 4, 8};
   if (s.m * s.n <= 2048 * 2048) return {64, 64, 64, 2, 2, 3, 8};
   if (math == GemmMath::tf32) return {128, 128, 32, 2, 4, 4, 8};
@@ -62,7 +68,7 @@ void check_simt_tile(const GemmTile& t) {
 // 256-thread blocks of 128 registers, and a tile count of 3/4 of two blocks on
 // each of 132 SMs (an H100) is a full enough wave.
 GemmTile simt_heuristic_tile(const Shape& s) {
-  const auto tiles = [&](std::int64_t bm, std::int64_t bn) { return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn); };
+  const auto tiles = [&](std::int64_t bm, std::int64_t bn) { return tiles_of(s, bm, bn); };
   constexpr std::int64_t filled = 2 * 132 * 3 / 4;
   if (tiles(128, 128) >= filled) return {128, 128, 8, 2, 4, 2, 8};
   if (tiles(128, 64) >= filled) return {128, 64, 8, 2, 4, 2, 8};
@@ -118,10 +124,17 @@ class GemmFamily final : public KernelFamily {
         GemmTile{128, 128, 64, 2, 2, 4, 8}, GemmTile{128, 128, 32, 2, 4, 6, 8}, GemmTile{64, 128, 32, 2, 2, 6, 8},
         GemmTile{128, 64, 32, 2, 2, 6, 8},  GemmTile{64, 64, 32, 2, 2, 4, 8},   GemmTile{64, 64, 64, 2, 2, 3, 8},
         GemmTile{64, 64, 64, 2, 2, 6, 8},   GemmTile{64, 64, 32, 2, 4, 4, 8},   GemmTile{32, 64, 32, 1, 2, 4, 8}};
+    // Grids of a few blocks (the GEMM study's 64x128 and 128x256 outputs):
+    // 32x32 tiles of 16x16 warp tiles spread the operand loads over 4x the SMs,
+    // and 4 stages of BK 64 have a K of 256 in flight at once (docs/PERF.md v10).
+    if (tiles_of(shape, 64, 64) < 132)
+      for (const GemmTile t : {GemmTile{32, 32, 64, 2, 2, 4, 8}, GemmTile{32, 32, 64, 1, 1, 4, 8},
+                               GemmTile{32, 64, 64, 1, 2, 4, 8}, GemmTile{16, 64, 64, 1, 2, 4, 8}})
+        out.push_back(t);
     for (const GemmTile base : {GemmTile{128, 128, 32, 2, 4, 6, 8}, GemmTile{64, 128, 32, 2, 2, 6, 8},
                                 GemmTile{64, 64, 64, 2, 2, 3, 8}, GemmTile{64, 64, 32, 2, 2, 4, 8}})
       for (int split : {2, 4}) {
-        const std::int64_t tiles = ((shape.m + base.bm - 1) / base.bm) * ((shape.n + base.bn - 1) / base.bn);
+        const std::int64_t tiles = tiles_of(shape, base.bm, base.bn);
         if (tiles > k_split_max_tiles || shape.k < 8LL * base.bk * split) continue;
         GemmTile t = base;
         t.split_k = split;
@@ -139,7 +152,7 @@ class GemmFamily final : public KernelFamily {
   WorkspaceNeeds workspace(const KernelSource& source, const Shape& shape) const override {
     const auto& t = std::get<GemmTile>(source.tile);
     if (t.split_k == 1) return {};
-    const std::int64_t tiles = ((shape.m + t.bm - 1) / t.bm) * ((shape.n + t.bn - 1) / t.bn);
+    const std::int64_t tiles = tiles_of(shape, t.bm, t.bn);
     return {static_cast<std::size_t>(tiles) * 4, static_cast<std::size_t>(tiles) * t.bm * t.bn * 4};
   }
 
@@ -152,7 +165,7 @@ class GemmFamily final : public KernelFamily {
 
   LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int) const override {
     const auto& t = std::get<GemmTile>(source.tile);
-    const std::int64_t tiles = ((shape.m + t.bm - 1) / t.bm) * ((shape.n + t.bn - 1) / t.bn);
+    const std::int64_t tiles = tiles_of(shape, t.bm, t.bn);
     EPIFUSE_CHECK(tiles <= 0x7fffffff, "gemm: {}x{} needs {} tiles of {}x{}, more than one launch holds", shape.m,
                   shape.n, tiles, t.bm, t.bn);
     LaunchGeometry g;
