@@ -35,6 +35,19 @@ struct CacheKey {
 struct CacheStats {
   std::uint64_t hits = 0, misses = 0, compiles = 0, failures = 0, entries = 0;
   double compile_ms = 0;       ///< total NVRTC time over all compiles
+  /// The disk cache (docs/disk-cache.md); `disk_dir` empty when it is off.
+  std::string disk_dir;
+  bool disk_writable = false;  ///< false once a write failed: memory only from then on
+  std::uint64_t disk_hits = 0, disk_misses = 0, disk_rejected = 0, disk_writes = 0, disk_evicted = 0;
+  std::uint64_t disk_files = 0, disk_bytes = 0;  ///< what the folder holds (every process's records)
+};
+
+/// A record file of the disk cache, for `epifuse cache list`.
+struct DiskEntry {
+  std::string path;
+  std::string kind;    ///< "kernel" or "tuned"
+  std::uint64_t bytes = 0;
+  bool valid = false;  ///< reads back whole (size, checksum, format)
 };
 
 /// A compiled kernel: its source metadata, binary and (with a GPU) loaded module.
@@ -44,7 +57,10 @@ class CompiledKernel {
   virtual const KernelSource& source() const = 0;
   virtual const CacheKey& key() const = 0;
   virtual const std::vector<char>& binary() const = 0;  ///< the cubin
+  /// NVRTC's time; for a kernel found on disk, the time it took to read it back.
   virtual double compile_ms() const = 0;
+  /// True when the binary came from the disk cache rather than NVRTC.
+  virtual bool from_disk() const = 0;
   /// Registers per thread and local (spill/stack) bytes, when loaded on a device.
   virtual int registers() const = 0;
   virtual int local_bytes() const = 0;
@@ -56,8 +72,9 @@ struct DeviceBindings {
   std::vector<std::uint64_t> outputs;
 };
 
-/// The JIT: lowering, NVRTC, the in-memory cache, launches. Thread-safe; a
-/// key is compiled once even when many threads ask for it at the same moment.
+/// The JIT: lowering, NVRTC, the in-memory and disk caches, launches.
+/// Thread-safe; a key is compiled once even when many threads ask for it at
+/// the same moment (and, through the disk cache, once per machine).
 class Jit {
  public:
   /// `target` empty: the current device's (sm_90a on Hopper); with no GPU a
@@ -102,7 +119,12 @@ class Jit {
 
   CacheStats stats() const;
   std::vector<CacheKey> cached_keys() const;
+  /// Empties the in-memory cache and the tuned tiles (the disk keeps its records).
   void clear();
+  /// The disk cache's records (empty when it is off).
+  std::vector<DiskEntry> disk_entries() const;
+  /// Removes every disk record; returns how many files went.
+  std::size_t clear_disk();
 
   struct Impl;
 

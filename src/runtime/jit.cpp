@@ -16,6 +16,8 @@
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
 #include "ir/limits.hpp"
+#include "runtime/cache_records.hpp"
+#include "runtime/disk_cache.hpp"
 #include "runtime/kernel_cache.hpp"
 
 namespace epifuse {
@@ -34,6 +36,7 @@ struct LoadedKernel final : CompiledKernel {
   const KernelFamily* family = nullptr;  // found once, so a launch looks nothing up
   std::vector<char> cubin;
   double ms = 0;
+  bool disk = false;  // the cubin came from the disk cache
   std::optional<backend::Module> module;
   backend::CUfunction function = nullptr;
   backend::FunctionInfo info;
@@ -42,6 +45,7 @@ struct LoadedKernel final : CompiledKernel {
   const CacheKey& key() const override { return k; }
   const std::vector<char>& binary() const override { return cubin; }
   double compile_ms() const override { return ms; }
+  bool from_disk() const override { return disk; }
   int registers() const override { return info.registers; }
   int local_bytes() const override { return info.local_bytes; }
 };
@@ -70,8 +74,10 @@ struct Jit::Impl {
   std::vector<std::string> extra_options;
   std::vector<backend::Header> headers;
   KernelCache cache;
+  std::unique_ptr<DiskCache> disk;  // null when EPIFUSE_CACHE=0 (docs/disk-cache.md)
+  std::string device_name;          // the GPU's, part of a tuned tile's disk key
   mutable std::mutex tuned_mutex;
-  std::unordered_map<std::string, TileConfig> tuned;
+  mutable std::unordered_map<std::string, TileConfig> tuned;
   // Launch scratch per stream (WorkspaceNeeds): kernels on one stream run in
   // turn and may share it; kernels on two streams may run at once and must not.
   struct Workspace {
@@ -110,11 +116,33 @@ struct Jit::Impl {
     k.version = EPIFUSE_VERSION;
     return k;
   }
+  // A tuned tile is kept for this GPU model, target, toolkit and epifuse build.
+  std::string tuned_disk_key(const std::string& tk) const {
+    CacheKey k;
+    k.signature = tk;
+    k.shape_class = device_name;
+    k.target = target_name;
+    k.compiler = compiler;
+    k.options = options;
+    k.templates = templates_hash();
+    k.version = EPIFUSE_VERSION;
+    return "tuned|" + key_bytes(k);
+  }
+  // Memory first, then disk (a tile tuned by an earlier process).
   std::optional<TileConfig> tuned_tile(const std::string& sig, const Shape& shape) const {
+    const std::string tk = tune_key(sig, shape);
+    {
+      std::lock_guard lock(tuned_mutex);
+      auto it = tuned.find(tk);
+      if (it != tuned.end()) return it->second;
+    }
+    if (!disk || !driver) return std::nullopt;
+    const std::optional<std::string> payload = disk->load(DiskCache::Kind::tuned, tuned_disk_key(tk));
+    if (!payload) return std::nullopt;
+    const std::optional<TunedRecord> r = decode_tuned(*payload);
+    if (!r) return std::nullopt;
     std::lock_guard lock(tuned_mutex);
-    auto it = tuned.find(tune_key(sig, shape));
-    if (it == tuned.end()) return std::nullopt;
-    return it->second;
+    return tuned.try_emplace(tk, r->tile).first->second;
   }
   // `owned` is the spec as a kernel keeps it, when the caller has one; else
   // the spec is copied, and only on a miss, so the hit path copies nothing.
@@ -126,6 +154,14 @@ struct Jit::Impl {
                    void* stream, unsigned char* params, bool& aligned) const;
 };
 
+// Note [Disk cache hits]
+// On a memory miss the source is emitted (well under a millisecond) before the
+// disk is read: a record is used only when its whole key matches and the
+// source it was compiled from hashes the same as the source emitted now, so an
+// emitter change that somehow kept the key cannot run a stale binary. A record
+// the driver refuses is compiled again and replaced. Everything the kernel
+// needs at launch (parameters, geometry) comes from the fresh emission; the
+// record holds only the cubin.
 std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, const KernelSpec& spec,
                                                          std::shared_ptr<const KernelSpec> owned,
                                                          const Shape& shape) {
@@ -138,12 +174,38 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
     kernel->spec = owned ? std::move(owned) : std::make_shared<const KernelSpec>(spec);
     kernel->family = &family_for(spec.mainloop.kind);
     kernel->shape = shape;
-    backend::CompiledBinary bin =
-        rtc->compile(kernel->src.text, kernel->src.name + ".cu", target, extra_options, headers);
-    kernel->cubin = std::move(bin.cubin);
-    kernel->ms = bin.compile_ms;
+    // Disk, then NVRTC (Note [Disk cache hits]).
+    const std::string disk_key = disk ? key_bytes(k) : std::string();
+    const std::uint64_t text_hash = source_hash(kernel->src.text);
+    if (disk) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (std::optional<std::string> payload = disk->load(DiskCache::Kind::kernel, disk_key))
+        if (std::optional<KernelRecord> r = decode_kernel(*payload); r && r->source_hash == text_hash) {
+          kernel->cubin = std::move(r->cubin);
+          kernel->disk = true;
+          kernel->ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        }
+    }
+    auto nvrtc_compile = [&] {
+      backend::CompiledBinary bin =
+          rtc->compile(kernel->src.text, kernel->src.name + ".cu", target, extra_options, headers);
+      kernel->cubin = std::move(bin.cubin);
+      kernel->ms = bin.compile_ms;
+      kernel->disk = false;
+      if (disk) disk->store(DiskCache::Kind::kernel, disk_key, encode_kernel({text_hash, bin.compile_ms, kernel->cubin}));
+    };
+    if (!kernel->disk) nvrtc_compile();
     if (driver) {
-      kernel->module.emplace(kernel->cubin);
+      if (kernel->disk) {
+        try {
+          kernel->module.emplace(kernel->cubin);
+        } catch (const RuntimeError&) {
+          nvrtc_compile();  // a record that is whole but that the driver refuses: compile and replace it
+          kernel->module.emplace(kernel->cubin);
+        }
+      } else {
+        kernel->module.emplace(kernel->cubin);
+      }
       kernel->function = kernel->module->function(kernel->src.name);
       kernel->info = driver->function_info(kernel->function);
       const int shared = static_cast<int>(kernel->src.shared_bytes);
@@ -184,7 +246,15 @@ Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
     std::istringstream words(extra);
     for (std::string w; words >> w;) d.extra_options.push_back(w);
   }
-  d.options = backend::join(d.rtc->options(d.target, d.extra_options), " ");
+  // The key's options leave out -I folders: no template includes a toolkit
+  // header, the compiler's version is in the key, and a path would keep two
+  // checkouts or machines from sharing disk records (docs/disk-cache.md).
+  std::vector<std::string> key_opts;
+  for (const std::string& o : d.rtc->options(d.target, d.extra_options))
+    if (!o.starts_with("-I")) key_opts.push_back(o);
+  d.options = backend::join(key_opts, " ");
+  d.disk = DiskCache::from_environment();
+  if (d.driver) d.device_name = d.driver->device(0).name;
   for (const auto& [path, text] : embedded_templates())
     if (path.starts_with("common/")) d.headers.push_back({std::string(path), std::string(text)});
 }
@@ -354,8 +424,13 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
     }
   }
   drv.synchronize();
-  std::lock_guard lock(impl_->tuned_mutex);
-  impl_->tuned[tune_key(signature_bytes(spec), shape)] = result.tile;
+  const std::string tk = tune_key(signature_bytes(spec), shape);
+  {
+    std::lock_guard lock(impl_->tuned_mutex);
+    impl_->tuned[tk] = result.tile;
+  }
+  if (impl_->disk)
+    impl_->disk->store(DiskCache::Kind::tuned, impl_->tuned_disk_key(tk), encode_tuned({result.tile, result.ms}));
   return result;
 }
 
@@ -363,8 +438,35 @@ std::optional<TileConfig> Jit::tuned_tile(const KernelSpec& spec, const Shape& s
   return impl_->tuned_tile(signature_bytes(spec), shape);
 }
 
-CacheStats Jit::stats() const { return impl_->cache.stats(); }
+CacheStats Jit::stats() const {
+  CacheStats s = impl_->cache.stats();
+  if (const DiskCache* disk = impl_->disk.get()) {
+    const DiskCache::Stats d = disk->stats();
+    s.disk_dir = disk->root().string();
+    s.disk_writable = d.writable;
+    s.disk_hits = d.hits;
+    s.disk_misses = d.misses;
+    s.disk_rejected = d.rejected;
+    s.disk_writes = d.writes;
+    s.disk_evicted = d.evicted;
+    s.disk_files = d.files;
+    s.disk_bytes = d.bytes;
+  }
+  return s;
+}
 std::vector<CacheKey> Jit::cached_keys() const { return impl_->cache.keys(); }
-void Jit::clear() { impl_->cache.clear(); }
+void Jit::clear() {
+  impl_->cache.clear();
+  std::lock_guard lock(impl_->tuned_mutex);
+  impl_->tuned.clear();
+}
+std::vector<DiskEntry> Jit::disk_entries() const {
+  std::vector<DiskEntry> out;
+  if (!impl_->disk) return out;
+  for (const DiskCache::EntryInfo& e : impl_->disk->entries())
+    out.push_back({e.path.string(), e.kind == DiskCache::Kind::kernel ? "kernel" : "tuned", e.bytes, e.valid});
+  return out;
+}
+std::size_t Jit::clear_disk() { return impl_->disk ? impl_->disk->clear() : 0; }
 
 }  // namespace epifuse

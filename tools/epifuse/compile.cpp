@@ -46,7 +46,8 @@ void compile(const CompileOptions& opt) {
       write_cubin(targets.size() == 1 ? opt.cubin : opt.cubin + "." + jit.target(), kernel->binary());
     (void)jit.compile(spec, shape, opt.tile.tile());  // the same key again: a hit
     const CacheStats second = jit.stats();
-    const std::string result = first.misses == 1 ? "miss (compiled)" : "hit";
+    const std::string result =
+        first.misses != 1 ? "hit" : kernel->from_disk() ? "miss (read from the disk cache)" : "miss (compiled)";
     if (session().json) {
       doc.push_back({{"target", jit.target()},
                      {"kernel", kernel->source().name},
@@ -54,6 +55,7 @@ void compile(const CompileOptions& opt) {
                      {"compile_ms", kernel->compile_ms()},
                      {"cubin_bytes", kernel->binary().size()},
                      {"first_lookup", first.misses == 1 ? "miss" : "hit"},
+                     {"from_disk", kernel->from_disk()},
                      {"second_lookup", second.hits > first.hits ? "hit" : "miss"}});
     } else {
       print_text(fmt::format("{}: {} {:.1f} ms, cubin {} bytes, {}; again: {}\n  key {}\n", jit.target(),
