@@ -70,7 +70,12 @@ struct BenchReport {
   int unfused_kernels = 0;
   double speedup_vs_unfused = 0;
   std::vector<SweepRow> sweep;
-  double compile_ms = 0;         ///< cold NVRTC compile of the fused kernel
+  double compile_ms = 0;         ///< cold NVRTC compile of the fused kernel (or its disk read)
+  bool compile_from_disk = false;  ///< the first compile found the kernel in the disk cache
+  /// A fresh Jit (as a new process would) finding the fused kernel on disk: key,
+  /// disk read, module load and launch call, until the launch returns; nullopt
+  /// with the disk cache off.
+  std::optional<double> disk_first_launch_ms;
   double hit_us = 0;             ///< key built from the spec + cache lookup
   double launch_us = 0;          ///< host time of one launch of a cached kernel
   int registers = 0;
