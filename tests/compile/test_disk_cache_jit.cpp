@@ -27,6 +27,7 @@
 #include "backend/nvrtc.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/json.hpp"
+#include "../disk_cache_env.hpp"
 
 extern char** environ;
 
@@ -42,32 +43,6 @@ bool have_nvrtc() {
   MESSAGE("disk cache tests skipped: " << backend::nvrtc_unavailable_reason());
   return false;
 }
-
-// The suite runs with EPIFUSE_CACHE=0 (tests/main.cpp); this turns the disk
-// cache on in `dir` for its lifetime.
-struct DiskCacheOn {
-  explicit DiskCacheOn(const fs::path& dir) {
-    ::unsetenv("EPIFUSE_CACHE");
-    ::setenv("EPIFUSE_CACHE_DIR", dir.c_str(), 1);
-  }
-  ~DiskCacheOn() {
-    ::setenv("EPIFUSE_CACHE", "0", 1);
-    ::unsetenv("EPIFUSE_CACHE_DIR");
-  }
-};
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           fmt::format("epifuse-jit-disk-{}-{}", ::getpid(), std::chrono::steady_clock::now().time_since_epoch().count());
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 KernelSpec add_mul() {
   return load_spec(fs::path(EPIFUSE_SOURCE_DIR) / "examples/chains/add_mul.json");
@@ -138,7 +113,7 @@ using namespace epifuse::test;
 TEST_SUITE("compile") {
   TEST_CASE("disk cache: a second Jit reads what the first compiled, byte for byte") {
     if (!have_nvrtc()) return;
-    TempDir dir;
+    TempDir dir("epifuse-jit-disk");
     DiskCacheOn on(dir.path);
     const KernelSpec spec = add_mul();
     std::vector<char> first;
@@ -166,7 +141,7 @@ TEST_SUITE("compile") {
 
   TEST_CASE("disk cache: a damaged record is compiled again and replaced") {
     if (!have_nvrtc()) return;
-    TempDir dir;
+    TempDir dir("epifuse-jit-disk");
     DiskCacheOn on(dir.path);
     const KernelSpec spec = add_mul();
     std::vector<char> good;
@@ -196,7 +171,7 @@ TEST_SUITE("compile") {
     if (!have_nvrtc()) return;
     const std::vector<TileConfig> tiles = race_tiles();
     const KernelSpec spec = add_mul();
-    TempDir dir;
+    TempDir dir("epifuse-jit-disk");
     // The reference: every key compiled with the cache off.
     const fs::path ref = dir.path / "reference.txt";
     {

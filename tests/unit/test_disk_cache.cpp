@@ -18,26 +18,13 @@
 
 #include "runtime/cache_records.hpp"
 #include "runtime/disk_cache.hpp"
+#include "../disk_cache_env.hpp"
 
 using namespace epifuse;
+using epifuse::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh folder under the system temp dir, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("epifuse-disk-test-" + std::to_string(::getpid()) + "-" +
-            std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
