@@ -55,13 +55,15 @@ void verify_shape(const KernelSpec& spec, const Shape& s) {
   using limits::k_max_dim;
   using limits::k_max_elements;
   const bool gemm = spec.mainloop.kind != MainloopKind::elementwise;
-  EPIFUSE_CHECK(s.m > 0 && s.n > 0, "shape: M and N must be positive, got M={} N={}", s.m, s.n);
+  // M = 0 or N = 0 is an empty result (PyTorch's too): no kernel runs
+  // (Jit::launch returns at once), outputs have no elements.
+  EPIFUSE_CHECK(s.m >= 0 && s.n >= 0, "shape: M and N must not be negative, got M={} N={}", s.m, s.n);
   // K = 0 is a GEMM of a zero accumulator (PyTorch's result too): the epilogue still runs.
   EPIFUSE_CHECK(!gemm || s.k >= 0, "shape: K must not be negative, got K={}", s.k);
   EPIFUSE_CHECK(s.m <= k_max_dim && s.n <= k_max_dim && s.k <= k_max_dim,
                 "shape: a dimension exceeds the limit of 2^40 = {}, got M={} N={} K={}", k_max_dim,
                 s.m, s.n, s.k);
-  EPIFUSE_CHECK(s.m <= k_max_elements / s.n,
+  EPIFUSE_CHECK(s.n == 0 || s.m <= k_max_elements / s.n,
                 "shape: M*N = {}*{} exceeds the limit of 2^48 = {} elements", s.m, s.n, k_max_elements);
   EPIFUSE_CHECK(!gemm || s.k == 0 || (s.m <= k_max_elements / s.k && s.n <= k_max_elements / s.k),
                 "shape: the operands A [M,K] and B [K,N] exceed the limit of 2^48 = {} elements, got M={} N={} K={}",

@@ -62,16 +62,16 @@ Mainloop read_mainloop(const Json& v, const JsonPath& at) {
   return m;
 }
 
-// One problem dimension: a positive integer of at most 2^40 (as verify_shape).
+// One problem dimension: an integer in [0, 2^40] (as verify_shape; 0 is an empty problem).
 std::int64_t read_dimension(const Json& v, const JsonPath& at) {
   using limits::k_max_dim;
   if (!v.is_number())
-    fail(at, "a dimension is a positive integer, got {}", schema::describe(v));
+    fail(at, "a dimension is a non-negative integer, got {}", schema::describe(v));
   // 2e12 is a float in JSON; accept integral floats and judge their value.
   const double d = v.get<double>();
   if (v.is_number_float() && (!std::isfinite(d) || d != std::floor(d)))
-    fail(at, "a dimension is a positive integer, got {}", schema::show(v));
-  if (d < 1) fail(at, "a dimension must be positive, got {}", schema::show(v));
+    fail(at, "a dimension is a non-negative integer, got {}", schema::show(v));
+  if (d < 0) fail(at, "a dimension must not be negative, got {}", schema::show(v));
   if (d > static_cast<double>(k_max_dim))
     fail(at, "dimension {} exceeds the limit of 2^40 = {}", schema::show(v), k_max_dim);
   return static_cast<std::int64_t>(d);
@@ -91,7 +91,7 @@ Shape read_shape(const KernelSpec& spec, const Json& v, const JsonPath& at) {
   s.n = read_dimension(v[1], at.index(1));
   if (gemm) s.k = read_dimension(v[2], at.index(2));
   // Before verify_shape, whose message would read "shape: shape: ...".
-  if (s.m > limits::k_max_elements / s.n)
+  if (s.n != 0 && s.m > limits::k_max_elements / s.n)
     fail(at, "M*N = {}*{} exceeds the limit of 2^48 = {} elements", s.m, s.n, limits::k_max_elements);
   schema::at_path(at, [&] { verify_shape(spec, s); });
   return s;

@@ -224,8 +224,9 @@ TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& 
     in.kind = n.kind;
     switch (n.kind) {
       case NodeKind::accumulator:
-        EPIFUSE_ASSERT(!acc[n.accumulator].empty(), "accumulator {} has no mainloop",
-                       n.accumulator);
+        EPIFUSE_ASSERT(spec.mainloop.kind != MainloopKind::elementwise &&
+                           (n.accumulator == 0 || spec.mainloop.kind == MainloopKind::dual_gemm),
+                       "accumulator {} has no mainloop", n.accumulator);
         in.data = acc[n.accumulator].data();
         in.index = Index::full;
         break;

@@ -133,6 +133,8 @@ TuneReport tune_on_random_data(Jit& jit, const KernelSpec& spec, const Shape& sh
 }
 
 BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const BenchOptions& opt) {
+  EPIFUSE_CHECK(shape.m > 0 && shape.n > 0, "bench: M={} N={} is an empty problem: there is nothing to time",
+                shape.m, shape.n);
   auto& drv = backend::cuda();
   drv.ensure_context();
   BenchReport r;

@@ -335,7 +335,7 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
   EPIFUSE_CHECK(b.inputs.size() == ks.inputs.size() && b.outputs.size() == ks.outputs.size(),
                 "launch: {} inputs and {} outputs bound, the kernel takes {} and {}",
                 b.inputs.size(), b.outputs.size(), ks.inputs.size(), ks.outputs.size());
-  EPIFUSE_CHECK(shape.m > 0 && shape.n > 0, "launch: empty shape");
+  if (shape.m == 0 || shape.n == 0) return;  // an empty result: nothing to compute, no zero-size grid
   EPIFUSE_CHECK(family.shape_class(*kernel.spec, ks.tile, shape) == kernel.k.shape_class,
                 "launch: shape {}x{}x{} is of class {}, not {} that this kernel was compiled for", shape.m,
                 shape.n, shape.k, family.shape_class(*kernel.spec, ks.tile, shape), kernel.k.shape_class);
@@ -392,6 +392,8 @@ std::vector<std::shared_ptr<const CompiledKernel>> Jit::compile_all(const Kernel
 
 Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const DeviceBindings& b,
                           const LaunchArgs& args, std::vector<TileConfig> candidates) {
+  EPIFUSE_CHECK(shape.m > 0 && shape.n > 0, "tune: M={} N={} is an empty problem: there is nothing to time",
+                shape.m, shape.n);
   if (candidates.empty()) candidates = tile_candidates(spec, shape);
   CudaDriver& drv = backend::cuda();
   // Launches back to back in batches of ~0.2 ms or more, so a few-microsecond

@@ -13,6 +13,11 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
   verify(spec);
   verify_shape(spec, shape);
   check_inputs(spec, shape, inputs);  // the reference evaluator's checks: both fail alike
+  if (shape.m == 0 || shape.n == 0) {  // an empty result: no kernel, no device memory
+    TensorMap empty;
+    for (const Output& o : spec.graph.outputs()) empty.emplace(o.name, HostTensor::zeros(o.dtype, {shape.m, shape.n}));
+    return empty;
+  }
   auto kernel = jit.compile(spec, shape, tile);
   const KernelSource& ks = kernel->source();
 

@@ -161,7 +161,10 @@ then pass "numpy -> epifuse -> numpy values are exact"; else fail "numpy -> epif
 AM=$CHAINS/add_mul.json
 expect 2 "bad --shape 12,x" -- "$EPIFUSE" run "$AM" --shape 12,x --device cpu
 expect 2 "bad --shape -4,4" -- "$EPIFUSE" run "$AM" --shape -4,4 --device cpu
-expect 2 "bad --shape 0,4" -- "$EPIFUSE" run "$AM" --shape 0,4 --device cpu
+expect 0 "--shape 0,4 is an empty result" -- "$EPIFUSE" run "$AM" --shape 0,4 --device cpu --output-dir "$TMP/empty"
+if "$PYTHON" -c "import numpy as np, sys; a = np.load(sys.argv[1]); assert a.shape == (0, 4), a.shape" "$TMP/empty/out.npy"
+then pass "an empty result is written as a (0, 4) array"; else fail "an empty result is written as a (0, 4) array"; fi
+expect 2 "bench on an empty shape" -- "$EPIFUSE" bench "$AM" --shape 0,4
 expect 2 "bad --shape 4,4,4 (elementwise)" -- "$EPIFUSE" run "$AM" --shape 4,4,4 --device cpu
 expect 2 "bad --shape 4,4 (gemm needs K)" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 4,4 --device cpu
 expect 2 "bad --shape (too large)" -- "$EPIFUSE" run "$AM" --shape 99999999999999999999,4 --device cpu

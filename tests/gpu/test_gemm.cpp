@@ -274,4 +274,20 @@ TEST_SUITE("gpu") {
     for (std::int64_t i = 0; i < y.numel(); ++i)  // relu(0 + bias)
       CHECK(y.get(i) == std::max(0.0f, inputs.at("bias").get(i % 70)));
   }
+
+  TEST_CASE("gemm: M or N of 0 gives empty outputs and launches nothing") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row);
+    for (const Shape& s : {Shape{0, 64, 32}, Shape{64, 0, 32}}) {
+      const HostTensor y = run_on_device(*jit, spec, s, make_inputs(spec, s, 7100), {}).at("y");
+      CHECK(y.numel() == 0);
+      // The API too: a compiled kernel launched on an empty shape returns at once.
+      auto kernel = jit->compile(spec, s);
+      DeviceBindings none;
+      none.inputs.assign(kernel->source().inputs.size(), 0);
+      none.outputs.assign(kernel->source().outputs.size(), 0);
+      CHECK_NOTHROW(jit->launch(*kernel, none, s, {}));
+    }
+  }
 }

@@ -359,3 +359,23 @@ TEST_CASE("a GEMM with K = 0 has a zero accumulator; operands past 2^48 elements
   CHECK_THROWS_WITH_AS(verify_shape(s, {1 << 20, 1 << 20, std::int64_t{1} << 30}), doctest::Contains("2^48"), UserError);
   CHECK_THROWS_WITH_AS(verify_shape(s, {4, 4, -1}), doctest::Contains("K must not be negative"), UserError);
 }
+
+TEST_CASE("M or N of 0 is an empty result, as in PyTorch; negative dimensions are refused") {
+  KernelSpec g;
+  g.mainloop = {MainloopKind::gemm, DType::f16, DType::f16, Layout::row, Layout::row};
+  g.graph.output("y", g.graph.relu(g.graph.add(g.graph.accumulator(0), g.graph.input("bias", DType::f32, Broadcast::row))),
+                 DType::f16);
+  for (const Shape& s : {Shape{0, 5, 7}, Shape{3, 0, 7}, Shape{0, 0, 0}}) {
+    CAPTURE(s.m);
+    CAPTURE(s.n);
+    const HostTensor y = evaluate(g, s, make_inputs(g, s, 1), {}).at("y");
+    CHECK(y.numel() == 0);
+    CHECK(y.shape == std::vector<std::int64_t>{s.m, s.n});
+  }
+  KernelSpec e;
+  e.graph.output("y", e.graph.mul(e.graph.input("x", DType::bf16), e.graph.input("z", DType::bf16)), DType::bf16);
+  const HostTensor y = evaluate(e, {0, 9, 0}, make_inputs(e, {0, 9, 0}, 2), {}).at("y");
+  CHECK(y.numel() == 0);
+  CHECK_THROWS_WITH_AS(verify_shape(e, {-1, 4, 0}), doctest::Contains("must not be negative"), UserError);
+  CHECK_THROWS_WITH_AS(verify_shape(g, {4, -2, 4}), doctest::Contains("must not be negative"), UserError);
+}

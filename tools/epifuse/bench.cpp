@@ -135,6 +135,7 @@ void bench_command(const BenchCliOptions& opt) {
   std::vector<Shape> shapes;
   for (const std::string& s : opt.shapes) shapes.push_back(parse_shape(s, spec));
   if (shapes.empty()) shapes.push_back(resolve_shape("", spec));
+  for (const Shape& s : shapes) require_nonempty(s, "--shape");
   Jit jit;  // the GPU's target; RuntimeError/UserError without one
   BenchOptions bo;
   bo.repeats = opt.repeats;

@@ -106,7 +106,7 @@ Shape parse_shape(std::string_view text, const KernelSpec& spec) {
     const std::string_view part =
         text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     EPIFUSE_CHECK(all_digits(part, 10),
-                  "--shape '{}': expected {} with positive decimal integers, got '{}'", text, form, part);
+                  "--shape '{}': expected {} with non-negative decimal integers, got '{}'", text, form, part);
     std::int64_t d = 0;
     auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), d);
     EPIFUSE_CHECK(ec == std::errc{} && ptr == part.data() + part.size(),
@@ -120,6 +120,10 @@ Shape parse_shape(std::string_view text, const KernelSpec& spec) {
   Shape s{dims[0], dims[1], gemm ? dims[2] : 0};
   verify_shape(spec, s);
   return s;
+}
+
+void require_nonempty(const Shape& s, std::string_view what) {
+  EPIFUSE_CHECK(s.m > 0 && s.n > 0, "{}: M={} N={} is an empty problem: there is nothing to time", what, s.m, s.n);
 }
 
 Shape resolve_shape(const std::string& text, const KernelSpec& spec) {

@@ -71,6 +71,9 @@ std::string chain_label(const KernelSpec& spec, const std::string& file);
 /// kinds) and then verify_shape. UserError naming --shape otherwise.
 Shape parse_shape(std::string_view text, const KernelSpec& spec);
 
+/// UserError for an empty problem (M or N of 0) where there is nothing to time or tune.
+void require_nonempty(const Shape& s, std::string_view what);
+
 /// The shape of a run: --shape when given (text non-empty), else the chain's
 /// "shape", else a UserError saying how to give one.
 Shape resolve_shape(const std::string& text, const KernelSpec& spec);

@@ -273,6 +273,11 @@ std::string report_outputs(const RunPlan& plan, const RunResult& r, Json& output
       text += fmt::format("{}: {} {} -> {}\n", name, to_string(t.dtype), shape_string(t.shape), fmt::join(written, ", "));
       continue;
     }
+    if (t.numel() == 0) {
+      text += fmt::format("{}: {} {}  (empty)\n", name, to_string(t.dtype), shape_string(t.shape));
+      if (!written.empty()) text += fmt::format("  written to {}\n", fmt::join(written, ", "));
+      continue;
+    }
     text += fmt::format("{}: {} {}  min {:.6g}  max {:.6g}  mean {:.6g}{}\n", name, to_string(t.dtype),
                         shape_string(t.shape), s.min, s.max, s.mean,
                         s.nonfinite ? fmt::format("  non-finite {}", s.nonfinite) : "");

@@ -36,6 +36,7 @@ void tune_command(const TuneOptions& opt) {
   if (shapes.empty()) shapes.push_back(resolve_shape("", spec));
   std::vector<TileConfig> tiles;
   for (const std::string& t : opt.tiles) tiles.push_back(parse_gemm_tile(t));
+  for (const Shape& s : shapes) require_nonempty(s, "--shape");
   Jit jit;  // the GPU's target; RuntimeError without one
   nlohmann::ordered_json doc = {{"chain", opt.chain}, {"target", jit.target()}, {"results", nlohmann::ordered_json::array()}};
   for (const Shape& shape : shapes) {
