@@ -16,7 +16,10 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 # python3-numpy: Debian's, so that tests/cli/run_examples.sh can check with
 # /usr/bin/python3 that numpy reads the .npy files epifuse writes.
-PACKAGES=(cmake g++ make libfmt-dev nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev python3-numpy)
+# clang, libclang-rt-dev: libFuzzer and the sanitizers for tools/fuzz.sh (the
+# build below stays g++).
+PACKAGES=(cmake g++ make libfmt-dev nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev python3-numpy
+          clang libclang-rt-dev)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

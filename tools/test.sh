@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets up and builds (tools/setup.sh), then runs the doctest suite and the CLI tests.
-# Exits non-zero when anything failed. GPU tests skip with a visible line when no
-# GPU is present.
+# Sets up and builds (tools/setup.sh), then runs the doctest suite, the CLI tests
+# and the fuzzer (tools/fuzz.sh: its own clang build in build-fuzz/, then
+# FUZZ_SECONDS of fuzzing, default 60). Exits non-zero when anything failed. GPU
+# tests skip with a visible line when no GPU is present.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,6 +18,9 @@ echo "== doctest suite ($BUILD_DIR/epifuse_tests)"
 echo
 echo "== CLI tests (tests/cli/run_examples.sh)"
 tests/cli/run_examples.sh "$BUILD_DIR/epifuse" || failed+=("CLI tests")
+echo
+echo "== fuzzer (tools/fuzz.sh ${FUZZ_SECONDS:-60})"
+tools/fuzz.sh "${FUZZ_SECONDS:-60}" || failed+=("fuzzer")
 echo
 if ((${#failed[@]} > 0)); then
   echo "test: FAILED: ${failed[*]}"

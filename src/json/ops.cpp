@@ -82,7 +82,8 @@ void read_outputs(Scope& scope, const Json& outputs, const JsonPath& at) {
     if (!v.valid())
       fail(ref_at, "unknown value '{}' (an output stores a declared input, an accumulator or an op value)",
            names::excerpt(ref));
-    at_path(here, [&] { scope.graph().output(name, v, dtype); });
+    // `&name = name`: clang before 16 cannot capture a structured binding.
+    at_path(here, [&, &name = name] { scope.graph().output(name, v, dtype); });
   }
 }
 

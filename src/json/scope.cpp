@@ -26,7 +26,8 @@ void Scope::declare_inputs(const Json& inputs, const JsonPath& at) {
       fail(here, "in a {} kernel the names {} are bound to the GEMM operands; rename the input",
            to_string(kind()), names::k_gemm_operand_list);
     // The builder checks the name (identifier, not an accumulator, not taken).
-    Value v = at_path(here, [&] { return graph().input(name, dtype, broadcast); });
+    // `&name = name`: clang before 16 cannot capture a structured binding.
+    Value v = at_path(here, [&, &name = name] { return graph().input(name, dtype, broadcast); });
     values_.emplace(name, v);
     definer_.emplace(name, "an input");
   }

@@ -64,8 +64,9 @@ void check_required(const KernelSpec& spec, const std::vector<OperandDesc>& requ
   std::string names;
   for (const auto& d : required) names += (names.empty() ? "" : ", ") + d.name;
   for (const auto& [name, t] : inputs) {
+    // `&name = name`: clang before 16 cannot capture a structured binding.
     const bool known = std::any_of(required.begin(), required.end(),
-                                   [&](const OperandDesc& d) { return d.name == name; });
+                                   [&name = name](const OperandDesc& d) { return d.name == name; });
     EPIFUSE_CHECK(known, "unknown input '{}': this kernel takes {}", name,
                   names.empty() ? "no inputs" : names);
   }

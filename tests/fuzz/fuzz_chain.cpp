@@ -8,10 +8,15 @@
 // What one input goes through, none of it needing a GPU or NVRTC:
 //   spec_from_json_text (syntax, limits, schema, graph builder, verify)
 //   print, signature, signature_bytes
-//   emit_kernel at the chain's shape: the family's default tile, fastest path
-//   emit_kernel at one of tile_candidates (chosen by a hash of the input), general path
-//   spec_to_json -> text -> spec_from_json_text: the same signature, the same
-//   document when written again, and the same kernel source
+//   spec_to_json -> text -> spec_from_json_text: the same signature and shape,
+//     and the same document when written again
+// and, for a chain the code generator supports, at the chain's shape:
+//   emit_kernel with the family's default tile: the same source for the
+//     round-tripped spec; the launch geometry and workspace
+//   emit_kernel with one of tile_candidates, general path: must be accepted
+//   emit_kernel with an arbitrary tile (as `--tile` may give): accepted or a UserError
+// The tiles are picked by a hash of the input, so each input is deterministic
+// and a run covers them all.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +33,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "codegen/family.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
@@ -50,38 +56,9 @@ std::optional<KernelSpec> parse(std::string_view text) {
   }
 }
 
-// The shape a chain is emitted for: its own, else the one `epifuse emit` uses.
-// Emission allocates nothing in proportion to the shape (the source depends
-// on it only through its class and the default tile), so the chain's shape,
-// already bounded by verify_shape (2^40 per dimension, 2^48 elements), is used
-// as written.
-Shape shape_of(const KernelSpec& spec) {
-  if (spec.default_shape) return *spec.default_shape;
-  return {1024, 1024, spec.mainloop.kind == MainloopKind::elementwise ? 0 : 1024};
-}
-
-// A UserError here is a chain the code generator does not support (a dual
-// GEMM, mixed operand dtypes): expected, like a parse error.
-std::optional<KernelSource> emit(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile,
-                                 KernelPath path) {
-  try {
-    return emit_kernel(spec, shape, tile, path);
-  } catch (const UserError&) {
-    return std::nullopt;
-  }
-}
-
-// One tile the tuner would try, picked by the input's hash so that a corpus
-// covers them all while each input stays deterministic.
-std::optional<TileConfig> candidate_tile(const KernelSpec& spec, const Shape& shape, std::string_view text) {
-  const std::vector<TileConfig> tiles = tile_candidates(spec, shape);
-  if (tiles.empty()) return std::nullopt;
-  return tiles[XXH3_64bits(text.data(), text.size()) % tiles.size()];
-}
-
 // Written, read back and written again: the documented round trip of
 // spec_to_json (same signature) and a fixed point after one pass. A UserError
-// from reading back what epifuse wrote is a bug, not bad input.
+// from reading back what epifuse wrote is a bug, not bad input: it escapes.
 KernelSpec check_round_trip(const KernelSpec& spec) {
   const nlohmann::ordered_json written = spec_to_json(spec);
   KernelSpec again = spec_from_json_text(written.dump(), "<spec_to_json>");
@@ -92,6 +69,68 @@ KernelSpec check_round_trip(const KernelSpec& spec) {
   return again;
 }
 
+// The shape a chain is emitted for: its own, else the one `epifuse emit` uses.
+// Emission allocates nothing in proportion to the shape (the source depends
+// on it only through its class and the default tile), so the chain's shape,
+// already bounded by verify_shape (2^40 per dimension, 2^48 elements), is used
+// as written.
+Shape shape_of(const KernelSpec& spec) {
+  if (spec.default_shape) return *spec.default_shape;
+  return {1024, 1024, spec.mainloop.kind == MainloopKind::elementwise ? 0 : 1024};
+}
+
+// Draws from a hash of the input (splitmix64): deterministic per input,
+// spread over a run.
+class Draw {
+ public:
+  explicit Draw(std::string_view text) : state_(XXH3_64bits(text.data(), text.size())) {}
+  std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
+  template <std::size_t N>
+  int one_of(const int (&values)[N]) { return values[below(N)]; }
+
+ private:
+  std::uint64_t next() {
+    std::uint64_t z = state_ += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  std::uint64_t state_;
+};
+
+// A tile as `--tile`/`--threads`/`--vec` could give it: each field from a set
+// that straddles the family's bounds (docs/limits.md, check_tile).
+TileConfig arbitrary_tile(MainloopKind kind, Draw& draw) {
+  if (kind == MainloopKind::elementwise) {
+    static constexpr int threads[] = {32, 64, 128, 256, 512, 1024, 0, 48, 2048};
+    static constexpr int vec[] = {0, 1, 2, 4, 8, 16, 3, 32};
+    static constexpr int blocks[] = {0, 1, 4, 16, 64, 65, -1};
+    return ElementwiseTile{draw.one_of(threads), draw.one_of(vec), draw.one_of(blocks)};
+  }
+  static constexpr int mn[] = {16, 32, 64, 128, 256, 8, 512};
+  static constexpr int bk[] = {32, 64, 8, 16, 128};
+  static constexpr int warps[] = {1, 2, 4, 8, 3};
+  static constexpr int stages[] = {2, 3, 4, 6, 8, 1, 9};
+  static constexpr int group[] = {1, 8, 64, 0, 65};
+  static constexpr int split[] = {1, 2, 4, 16, 0, 17};
+  GemmTile t{draw.one_of(mn), draw.one_of(mn),     draw.one_of(bk),    draw.one_of(warps),
+             draw.one_of(warps), draw.one_of(stages), draw.one_of(group), draw.one_of(split)};
+  // The command line reads a gemm tile as text: str() must read back.
+  if (!(parse_gemm_tile(t.str()) == t)) fail("parse_gemm_tile(str()) is not the tile");
+  return t;
+}
+
+// The launch side of a kernel that needs no GPU: geometry and scratch for an
+// H100's 132 multiprocessors. A UserError is a shape one launch cannot hold.
+void check_launch(const KernelSpec& spec, const KernelSource& source, const Shape& shape) {
+  const KernelFamily& family = family_for(spec.mainloop.kind);
+  try {
+    (void)family.geometry(source, shape, 132);
+  } catch (const UserError&) {
+  }
+  (void)family.workspace(source, shape);
+}
+
 void check_chain(std::string_view text) {
   const std::optional<KernelSpec> spec = parse(text);
   if (!spec) return;
@@ -99,15 +138,32 @@ void check_chain(std::string_view text) {
   const KernelSpec again = check_round_trip(*spec);
 
   const Shape shape = shape_of(*spec);
-  const std::optional<KernelSource> source = emit(*spec, shape, std::nullopt, KernelPath::fastest);
-  if (source) {
-    // Generated text names no user text: the round-tripped spec (renamed
-    // values) gives the same bytes (STYLE rule 6, DESIGN §6).
-    // Past this point a UserError is a bug too: it escapes and aborts.
-    if (emit_kernel(again, shape).text != source->text) fail("the round-tripped spec emits different source");
-    // The tuner tries every candidate: each must be a tile the family accepts.
-    if (const auto tile = candidate_tile(*spec, shape, text))
-      (void)emit_kernel(*spec, shape, tile, KernelPath::general);
+  std::optional<KernelSource> source;
+  try {
+    source = emit_kernel(*spec, shape);
+  } catch (const UserError&) {
+    return;  // a chain the code generator does not support (a dual GEMM, mixed operand dtypes)
+  }
+  // Past this point a UserError is a bug too (it escapes), except where caught.
+  // Generated text names no user text: the round-tripped spec (renamed values)
+  // gives the same bytes (STYLE rule 6, DESIGN §6).
+  if (emit_kernel(again, shape).text != source->text) fail("the round-tripped spec emits different source");
+  check_launch(*spec, *source, shape);
+
+  Draw draw(text);
+  // The tuner tries every candidate: each must be a tile the family accepts.
+  const std::vector<TileConfig> candidates = tile_candidates(*spec, shape);
+  if (!candidates.empty()) {
+    const TileConfig& tile = candidates[draw.below(candidates.size())];
+    const KernelSource tuned = emit_kernel(*spec, shape, tile, KernelPath::general);
+    check_launch(*spec, tuned, shape);
+  }
+  const TileConfig tile = arbitrary_tile(spec->mainloop.kind, draw);
+  try {
+    const KernelSource chosen = emit_kernel(*spec, shape, tile);
+    check_launch(*spec, chosen, shape);
+  } catch (const UserError&) {
+    // a tile out of the family's bounds, rejected as `--tile` would be
   }
 }
 
@@ -119,8 +175,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     epifuse::fuzz::check_chain(text);
   } catch (const std::exception& e) {
-    // Not a UserError: an InternalError (EPIFUSE_ASSERT) or a library
-    // exception that escaped the checks. Name it, then crash.
+    // Not a UserError where one is expected: an InternalError (EPIFUSE_ASSERT)
+    // or a library exception that escaped the checks. Name it, then crash.
     std::fprintf(stderr, "fuzz_chain: uncaught %s: %s\n", typeid(e).name(), e.what());
     std::abort();
   }

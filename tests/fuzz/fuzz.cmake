@@ -1,6 +1,6 @@
 # The libFuzzer target (docs/fuzzing.md), built only with -DEPIFUSE_FUZZ=ON and
-# clang: tools/fuzz.sh configures build-fuzz/ so. The library sources are
-# compiled again here, instrumented for coverage and sanitized, so that the
+# clang: tools/fuzz.sh configures build-fuzz/ so. The library sources it needs
+# are compiled again here, instrumented for coverage and sanitized, so that the
 # default `epifuse` library and everything linking it stay as they are.
 if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   message(FATAL_ERROR "EPIFUSE_FUZZ needs clang (libFuzzer): configure with CXX=clang++")
@@ -10,7 +10,11 @@ endif()
 # and friends (no ABI change, unlike _GLIBCXX_DEBUG) make bad indices crashes.
 set(EPIFUSE_FUZZ_FLAGS -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GLIBCXX_ASSERTIONS)
 
-add_library(epifuse_fuzz_lib STATIC ${EPIFUSE_LIB_SOURCES} ${EPIFUSE_EMBEDDED_CPP})
+# Only what a chain goes through on its way to source text: no backend,
+# runtime, reference evaluator or .npy I/O.
+file(GLOB_RECURSE EPIFUSE_FUZZ_LIB_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/json/*.cpp
+     ${CMAKE_SOURCE_DIR}/src/ir/*.cpp ${CMAKE_SOURCE_DIR}/src/codegen/*.cpp)
+add_library(epifuse_fuzz_lib STATIC ${EPIFUSE_FUZZ_LIB_SOURCES} ${EPIFUSE_EMBEDDED_CPP})
 target_include_directories(epifuse_fuzz_lib
   PUBLIC ${CMAKE_SOURCE_DIR}/include
   PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/templates ${XXHASH_INCLUDE_DIR})
@@ -19,8 +23,8 @@ target_link_libraries(epifuse_fuzz_lib PUBLIC fmt::fmt-header-only nlohmann_json
 target_compile_definitions(epifuse_fuzz_lib PUBLIC EPIFUSE_VERSION="${PROJECT_VERSION}")
 target_compile_options(epifuse_fuzz_lib PRIVATE -fsanitize=fuzzer-no-link,address,undefined ${EPIFUSE_FUZZ_FLAGS})
 
-add_executable(epifuse_fuzz_chain ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_chain.cpp)
-target_include_directories(epifuse_fuzz_chain PRIVATE ${XXHASH_INCLUDE_DIR})
+add_executable(epifuse_fuzz_chain ${CMAKE_CURRENT_LIST_DIR}/fuzz_chain.cpp ${CMAKE_CURRENT_LIST_DIR}/json_mutator.cpp)
+target_include_directories(epifuse_fuzz_chain PRIVATE ${CMAKE_SOURCE_DIR}/src ${XXHASH_INCLUDE_DIR})
 target_compile_options(epifuse_fuzz_chain PRIVATE -fsanitize=fuzzer,address,undefined ${EPIFUSE_FUZZ_FLAGS})
 target_link_options(epifuse_fuzz_chain PRIVATE -fsanitize=fuzzer,address,undefined)
 target_link_libraries(epifuse_fuzz_chain PRIVATE epifuse_fuzz_lib)
