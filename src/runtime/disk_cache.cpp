@@ -45,6 +45,9 @@ T get(const char* p) {
 
 std::uint64_t xxh(std::string_view s) { return XXH3_64bits(s.data(), s.size()); }
 
+bool is_temporary(const fs::path& p) { return p.filename().string().starts_with(k_tmp_prefix); }
+bool is_record(const fs::path& p) { return p.extension() == ".bin" && !is_temporary(p); }
+
 // The whole file, or nullopt when it cannot be opened or read.
 std::optional<std::string> read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -211,7 +214,7 @@ std::vector<DiskCache::EntryInfo> DiskCache::entries() const {
     std::error_code ec;
     for (fs::directory_iterator it(folder(kind), ec), end; !ec && it != end; it.increment(ec)) {
       const fs::path& p = it->path();
-      if (p.filename().string().starts_with(k_tmp_prefix) || p.extension() != ".bin") continue;
+      if (!is_record(p)) continue;
       EntryInfo e;
       e.kind = kind;
       e.path = p;
@@ -237,7 +240,7 @@ DiskCache::Stats DiskCache::stats() const {
   for (const Kind kind : {Kind::kernel, Kind::tuned}) {
     std::error_code ec;
     for (fs::directory_iterator it(folder(kind), ec), end; !ec && it != end; it.increment(ec)) {
-      if (it->path().extension() != ".bin" || it->path().filename().string().starts_with(k_tmp_prefix)) continue;
+      if (!is_record(it->path())) continue;
       std::error_code size_ec;
       const std::uint64_t n = fs::file_size(it->path(), size_ec);
       if (size_ec) continue;
@@ -272,7 +275,7 @@ void DiskCache::evict_if_needed() {
       const std::uint64_t bytes = it->file_size(e1);
       const fs::file_time_type time = it->last_write_time(e2);
       if (e1 || e2) continue;
-      if (it->path().filename().string().starts_with(k_tmp_prefix)) {
+      if (is_temporary(it->path())) {
         if (now - time > std::chrono::hours(1)) fs::remove(it->path(), e1);
         continue;
       }
@@ -297,7 +300,7 @@ std::size_t DiskCache::clear() {
     std::error_code ec;
     std::vector<fs::path> doomed;
     for (fs::directory_iterator it(folder(kind), ec), end; !ec && it != end; it.increment(ec))
-      if (it->path().extension() == ".bin" || it->path().filename().string().starts_with(k_tmp_prefix))
+      if (is_record(it->path()) || is_temporary(it->path()))
         doomed.push_back(it->path());
     for (const fs::path& p : doomed)
       if (fs::remove(p, ec)) ++removed;

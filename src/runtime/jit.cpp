@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_set>
 #include <sstream>
 
 #include "backend/cuda_driver.hpp"
@@ -78,6 +79,7 @@ struct Jit::Impl {
   std::string device_name;          // the GPU's, part of a tuned tile's disk key
   mutable std::mutex tuned_mutex;
   mutable std::unordered_map<std::string, TileConfig> tuned;
+  mutable std::unordered_set<std::string> disk_asked;  // tune keys already looked up on disk
   // Launch scratch per stream (WorkspaceNeeds): kernels on one stream run in
   // turn and may share it; kernels on two streams may run at once and must not.
   struct Workspace {
@@ -101,14 +103,9 @@ struct Jit::Impl {
     return {w.zeroed.ptr(), w.scratch.ptr()};
   }
 
-  CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape,
-                    const std::optional<TileConfig>& tile) const {
-    const KernelFamily& family = family_for(spec.mainloop.kind);
+  // What every key of this Jit shares: target, compiler, options, templates, version.
+  CacheKey base_key() const {
     CacheKey k;
-    k.signature = std::move(sig);
-    k.tile = family.resolve_tile(spec, shape, tile);
-    k.shape_class = std::string(family.shape_class(spec, k.tile, shape));
-    k.path = family.path_for(spec, k.tile, shape);  // the general kernel is asked for at launch
     k.target = target_name;
     k.compiler = compiler;
     k.options = options;
@@ -116,27 +113,34 @@ struct Jit::Impl {
     k.version = EPIFUSE_VERSION;
     return k;
   }
+  CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape,
+                    const std::optional<TileConfig>& tile) const {
+    const KernelFamily& family = family_for(spec.mainloop.kind);
+    CacheKey k = base_key();
+    k.signature = std::move(sig);
+    k.tile = family.resolve_tile(spec, shape, tile);
+    k.shape_class = std::string(family.shape_class(spec, k.tile, shape));
+    k.path = family.path_for(spec, k.tile, shape);  // the general kernel is asked for at launch
+    return k;
+  }
   // A tuned tile is kept for this GPU model, target, toolkit and epifuse build.
   std::string tuned_disk_key(const std::string& tk) const {
-    CacheKey k;
+    CacheKey k = base_key();
     k.signature = tk;
     k.shape_class = device_name;
-    k.target = target_name;
-    k.compiler = compiler;
-    k.options = options;
-    k.templates = templates_hash();
-    k.version = EPIFUSE_VERSION;
     return "tuned|" + key_bytes(k);
   }
-  // Memory first, then disk (a tile tuned by an earlier process).
+  // Memory first, then disk (a tile tuned by an earlier process). The disk is
+  // asked once per (signature, shape) and process: compile(spec, shape) with
+  // no tile looks here on every call, and the hit path does no file I/O.
   std::optional<TileConfig> tuned_tile(const std::string& sig, const Shape& shape) const {
     const std::string tk = tune_key(sig, shape);
     {
       std::lock_guard lock(tuned_mutex);
       auto it = tuned.find(tk);
       if (it != tuned.end()) return it->second;
+      if (!disk || !driver || !disk_asked.insert(tk).second) return std::nullopt;
     }
-    if (!disk || !driver) return std::nullopt;
     const std::optional<std::string> payload = disk->load(DiskCache::Kind::tuned, tuned_disk_key(tk));
     if (!payload) return std::nullopt;
     const std::optional<TunedRecord> r = decode_tuned(*payload);
@@ -461,6 +465,7 @@ void Jit::clear() {
   impl_->cache.clear();
   std::lock_guard lock(impl_->tuned_mutex);
   impl_->tuned.clear();
+  impl_->disk_asked.clear();
 }
 std::vector<DiskEntry> Jit::disk_entries() const {
   std::vector<DiskEntry> out;
