@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "epifuse/spec.hpp"
@@ -66,13 +67,14 @@ struct KernelSource {
 
 /// Lowers a spec for a shape (DESIGN §1): verify, plan operands, plan
 /// precision, then the spec's kernel family resolves the tile and emits.
-/// `tile` nullopt: the family's default. Deterministic: same spec, shape
+/// `tile` nullopt: the family's default for `target` ("sm_90a"; empty: none
+/// known, so no architecture-specific tile). Deterministic: same spec, shape
 /// class, tile and path, same bytes.
 KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape,
                          const std::optional<TileConfig>& tile = std::nullopt,
-                         KernelPath path = KernelPath::fastest);
+                         KernelPath path = KernelPath::fastest, std::string_view target = {});
 
-/// Tile configurations the tuner tries for a spec and shape, best guess first.
-std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape);
+/// Tile configurations the tuner tries for a spec and shape on `target`, best guess first.
+std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target = {});
 
 }  // namespace epifuse

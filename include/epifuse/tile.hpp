@@ -31,12 +31,28 @@ struct GemmTile {
   std::string str() const;  ///< "128x128x32w2x2s4g8", "...g8k4" with split-K
 };
 
-/// One alternative per kernel family (a new family adds its tile type here).
-using TileConfig = std::variant<ElementwiseTile, GemmTile>;
+/// GEMM family, Hopper mainloop (sm_90a only; docs/hopper.md): a persistent
+/// grid of BM x BN tiles; TMA fills a `stages`-deep ring of BK = 64 tiles, one
+/// producer warp issues the copies and two consumer warpgroups (BM/2 rows each)
+/// the wgmma ops; the epilogue runs on their accumulator registers.
+struct WgmmaTile {
+  int bm = 128, bn = 256, bk = 64;
+  int stages = 4;
+  int group_m = 8;  ///< raster: this many row tiles share each column tile (L2 reuse)
+  friend bool operator==(const WgmmaTile&, const WgmmaTile&) = default;
+  std::string str() const;  ///< "h128x256x64s4g8"
+};
+
+/// One alternative per kernel family or mainloop (a new one adds its tile type here).
+using TileConfig = std::variant<ElementwiseTile, GemmTile, WgmmaTile>;
 
 /// "128x128x32w2x2s4g8" or "...g8k2" (GemmTile::str's form) as a GemmTile; UserError naming
 /// the expected form otherwise. Fields are checked by the family, not here.
 GemmTile parse_gemm_tile(const std::string& text);
+/// "h128x256x64s4g8" (WgmmaTile::str's form) as a WgmmaTile; UserError otherwise.
+WgmmaTile parse_wgmma_tile(const std::string& text);
+/// Either GEMM tile form: "h..." a WgmmaTile, anything else parse_gemm_tile.
+TileConfig parse_tile(const std::string& text);
 
 /// "t256v8g4": the tile's own str().
 std::string to_string(const TileConfig& tile);

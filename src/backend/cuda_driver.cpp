@@ -74,6 +74,9 @@ struct CudaDriver::Api {
   CUresult (*EventSynchronize)(CUevent);
   CUresult (*EventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*EventDestroy)(CUevent);
+  // cuTensorMapEncodeTiled (CUDA 12+; null on older drivers): the enums as ints.
+  CUresult (*TensorMapEncodeTiled)(void*, int, unsigned, void*, const unsigned long long*, const unsigned long long*,
+                                   const unsigned*, const unsigned*, int, int, int, int) = nullptr;
 
   explicit Api(const DynLib& l) {
 #define EPIFUSE_CU_SYM(field, name) field = l.get<decltype(field)>(name)
@@ -103,6 +106,7 @@ struct CudaDriver::Api {
     EPIFUSE_CU_SYM(MemcpyDtoH, "cuMemcpyDtoH_v2");
     EPIFUSE_CU_SYM(MemcpyDtoD, "cuMemcpyDtoD_v2");
     EPIFUSE_CU_SYM(MemsetD8, "cuMemsetD8_v2");
+    TensorMapEncodeTiled = l.get_or_null<decltype(TensorMapEncodeTiled)>("cuTensorMapEncodeTiled");
     EPIFUSE_CU_SYM(StreamCreate, "cuStreamCreate");
     EPIFUSE_CU_SYM(StreamDestroy, "cuStreamDestroy_v2");
     EPIFUSE_CU_SYM(StreamSynchronize, "cuStreamSynchronize");
@@ -326,6 +330,20 @@ void CudaDriver::copy_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
 void CudaDriver::memset8(CUdeviceptr dst, unsigned char value, size_t bytes) {
   ensure_context();
   check(api_->MemsetD8(dst, value, bytes), "cuMemsetD8");
+}
+
+void CudaDriver::encode_tensor_map_2d(void* map, int element_bytes, CUdeviceptr base, std::uint64_t inner,
+                                      std::uint64_t outer, std::uint64_t row_bytes, unsigned box_inner,
+                                      unsigned box_outer) const {
+  EPIFUSE_CHECK(api_->TensorMapEncodeTiled, "this CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12 or later)");
+  // CU_TENSOR_MAP_DATA_TYPE_UINT8/16/32 (the copy engine moves bits), no
+  // interleave, 128-byte swizzle, L2 promotion of 256 bytes, zero fill.
+  const int type = element_bytes == 1 ? 0 : element_bytes == 2 ? 1 : 2;
+  const unsigned long long dims[2] = {inner, outer}, strides[1] = {row_bytes};
+  const unsigned box[2] = {box_inner, box_outer}, element_strides[2] = {1, 1};
+  check(api_->TensorMapEncodeTiled(map, type, 2, reinterpret_cast<void*>(base), dims, strides, box, element_strides, 0, 3,
+                                   3, 0),
+        "cuTensorMapEncodeTiled");
 }
 
 // ---- streams and events

@@ -44,9 +44,10 @@ class KernelFamily {
   virtual ~KernelFamily() = default;
   virtual MainloopKind kind() const = 0;
   /// The tile a key holds: `requested` with its defaults resolved, or the
-  /// family's default; UserError for a tile of another family or out of range.
+  /// family's default; UserError for a tile of another family or out of range,
+  /// or one `target` cannot run ("sm_90a"; empty: no target known, emission only).
   virtual TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape,
-                                  const std::optional<TileConfig>& requested) const = 0;
+                                  const std::optional<TileConfig>& requested, std::string_view target) const = 0;
   /// What the code is specialised for besides spec, tile and path: part of the
   /// key, and a launch checks its shape has the kernel's class. A literal, so
   /// the cache's hit path formats nothing.
@@ -54,7 +55,8 @@ class KernelFamily {
                                        const Shape& shape) const = 0;
   /// The path a key gets for `fastest`: `general` when the shape itself needs it.
   virtual KernelPath path_for(const KernelSpec& spec, const TileConfig& resolved, const Shape& shape) const = 0;
-  virtual std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape) const = 0;
+  virtual std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape,
+                                                  std::string_view target) const = 0;
   /// The family's passes after the generic ones: fills plan.shape_class and
   /// plan.kernel_name, returns the rendered source.
   virtual KernelSource emit(KernelPlan& plan) const = 0;

@@ -36,18 +36,18 @@ void dump(const KernelPlan& plan) {
 }  // namespace
 
 KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile,
-                         KernelPath path) {
+                         KernelPath path, std::string_view target) {
   const KernelFamily& family = family_for(spec.mainloop.kind);
   KernelPlan plan = plan_operands(spec, shape, path);
-  plan.tile = family.resolve_tile(spec, shape, tile);
+  plan.tile = family.resolve_tile(spec, shape, tile, target);
   plan_precision(plan);
   KernelSource source = family.emit(plan);
   dump(plan);
   return source;
 }
 
-std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape) {
-  return family_for(spec.mainloop.kind).tile_candidates(spec, shape);
+std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target) {
+  return family_for(spec.mainloop.kind).tile_candidates(spec, shape, target);
 }
 
 }  // namespace epifuse

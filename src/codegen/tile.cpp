@@ -33,6 +33,22 @@ GemmTile parse_gemm_tile(const std::string& text) {
   return t;
 }
 
+std::string WgmmaTile::str() const { return fmt::format("h{}x{}x{}s{}g{}", bm, bn, bk, stages, group_m); }
+
+WgmmaTile parse_wgmma_tile(const std::string& text) {
+  WgmmaTile t;
+  int used = 0;
+  const int n = std::sscanf(text.c_str(), "h%dx%dx%ds%dg%d%n", &t.bm, &t.bn, &t.bk, &t.stages, &t.group_m, &used);
+  EPIFUSE_CHECK(n == 5 && used == static_cast<int>(text.size()),
+                "wgmma tile '{}': expected hBMxBNxBKsSTAGESgGROUP, e.g. h128x256x64s4g8", text);
+  return t;
+}
+
+TileConfig parse_tile(const std::string& text) {
+  if (text.starts_with("h")) return parse_wgmma_tile(text);
+  return parse_gemm_tile(text);
+}
+
 std::string to_string(const TileConfig& tile) {
   return std::visit([](const auto& t) { return t.str(); }, tile);
 }

@@ -118,7 +118,7 @@ struct Jit::Impl {
     const KernelFamily& family = family_for(spec.mainloop.kind);
     CacheKey k = base_key();
     k.signature = std::move(sig);
-    k.tile = family.resolve_tile(spec, shape, tile);
+    k.tile = family.resolve_tile(spec, shape, tile, target_name);
     k.shape_class = std::string(family.shape_class(spec, k.tile, shape));
     k.path = family.path_for(spec, k.tile, shape);  // the general kernel is asked for at launch
     return k;
@@ -173,7 +173,7 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
     auto kernel = std::make_shared<LoadedKernel>();
     kernel->k = k;
     // The key says which kernel: its resolved tile and its path.
-    kernel->src = emit_kernel(spec, shape, k.tile, k.path);
+    kernel->src = emit_kernel(spec, shape, k.tile, k.path, target_name);
     EPIFUSE_ASSERT(kernel->src.path == k.path && kernel->src.tile == k.tile, "key and source disagree");
     kernel->spec = owned ? std::move(owned) : std::make_shared<const KernelSpec>(spec);
     kernel->family = &family_for(spec.mainloop.kind);
@@ -398,7 +398,7 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
                           const LaunchArgs& args, std::vector<TileConfig> candidates) {
   EPIFUSE_CHECK(shape.m > 0 && shape.n > 0, "tune: M={} N={} is an empty problem: there is nothing to time",
                 shape.m, shape.n);
-  if (candidates.empty()) candidates = tile_candidates(spec, shape);
+  if (candidates.empty()) candidates = tile_candidates(spec, shape, target());
   CudaDriver& drv = backend::cuda();
   // Launches back to back in batches of ~0.2 ms or more, so a few-microsecond
   // kernel is timed as it runs in a stream, not with each launch's host cost

@@ -58,6 +58,26 @@ TEST_SUITE("compile") {
     CHECK(compiled >= 6 * static_cast<int>(targets.size()));
   }
 
+  TEST_CASE("wgmma kernels compile for sm_90a with every layout, dtype and tile candidate") {
+    if (!have_nvrtc()) return;
+    Jit jit("sm_90a");
+    const Shape shape{2048, 2048, 1024};
+    for (DType dt : {DType::f16, DType::bf16})
+      for (Layout a : {Layout::row, Layout::col})
+        for (Layout b : {Layout::row, Layout::col}) {
+          KernelSpec s;
+          s.mainloop = {MainloopKind::gemm, dt, dt, a, b};
+          Graph& g = s.graph;
+          g.output("y", g.dropout(g.relu(g.add(g.accumulator(0), g.input("bias", dt, Broadcast::row))), 0.1), dt);
+          for (const TileConfig& t : tile_candidates(s, shape, jit.target()))
+            if (std::holds_alternative<WgmmaTile>(t)) CHECK_NOTHROW(jit.compile(s, shape, t));
+        }
+    KernelSpec s;
+    s.mainloop = {MainloopKind::gemm, DType::f16, DType::f16, Layout::row, Layout::row};
+    s.graph.output("y", s.graph.accumulator(0), DType::f16);
+    CHECK_THROWS_AS(Jit("sm_80").compile(s, shape, WgmmaTile{}), UserError);
+  }
+
   TEST_CASE("targets before sm_80 are refused when they are named, with the supported form") {
     for (const char* old : {"sm_75", "sm_70", "sm_61"})
       CHECK_THROWS_WITH_AS(backend::parse_target(old), doctest::Contains("sm_80 and newer"), UserError);

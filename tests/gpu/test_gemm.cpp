@@ -114,7 +114,7 @@ TEST_SUITE("gpu") {
       if (math == GemmMath::tf32 && dt != DType::f32) continue;
       const KernelSpec spec = gemm_spec(dt, Layout::row, Layout::row, 0.0, RngMode::philox4, Broadcast::row, math);
       for (const Shape& s : {Shape{300, 264, 96}, Shape{130, 70, 33}, Shape{256, 256, 1024}})  // the last: split-K too
-        for (const TileConfig& tile : tile_candidates(spec, s)) check(*jit, spec, s, ++seed, tile);
+        for (const TileConfig& tile : tile_candidates(spec, s, jit->target())) check(*jit, spec, s, ++seed, tile);
     }
   }
 

@@ -275,10 +275,53 @@ TEST_CASE("kernel families: one per mainloop kind, tiles of another family are r
   CHECK_THROWS_WITH_AS(emit_kernel(spec, {4, 64, 0}, ElementwiseTile{48, 0, 0}),
                        doctest::Contains("multiple of 32 in [32, 1024], got 48"), UserError);
   // The key of a tile holds its resolved form: an explicit default equals no tile.
-  const TileConfig resolved = family_for(MainloopKind::elementwise).resolve_tile(spec, {4, 64, 0}, std::nullopt);
-  CHECK(resolved == family_for(MainloopKind::elementwise).resolve_tile(spec, {4, 64, 0}, ElementwiseTile{256, 4, 0}));
+  const TileConfig resolved = family_for(MainloopKind::elementwise).resolve_tile(spec, {4, 64, 0}, std::nullopt, "");
+  CHECK(resolved == family_for(MainloopKind::elementwise).resolve_tile(spec, {4, 64, 0}, ElementwiseTile{256, 4, 0}, ""));
   CHECK(tile_hash(resolved) != tile_hash(ElementwiseTile{256, 8, 0}));
   CHECK(to_string(resolved) == "t256v4g0");
+}
+
+TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for large problems there") {
+  const WgmmaTile t{256, 128, 64, 4, 16};
+  CHECK(t.str() == "h256x128x64s4g16");
+  CHECK(std::get<WgmmaTile>(parse_tile(t.str())) == t);
+  CHECK(std::get<GemmTile>(parse_tile("64x64x64w2x2s3g8k4")) == GemmTile{64, 64, 64, 2, 2, 3, 8, 4});
+  for (const char* bad : {"h", "h128x256x64s4", "h128x256x64s4g8x", "h128x256x64w2x2s4g8"})
+    CHECK_THROWS_WITH_AS(parse_tile(bad), doctest::Contains("expected hBMxBNxBKsSTAGESgGROUP"), UserError);
+  CHECK(tile_hash(t) != tile_hash(WgmmaTile{256, 128, 64, 4, 8}));
+  KernelSpec spec;
+  spec.mainloop = {MainloopKind::gemm, DType::bf16, DType::bf16, Layout::row, Layout::row};
+  spec.graph.output("y", spec.graph.relu(spec.graph.accumulator(0)), DType::bf16);
+  const Shape big{4096, 4096, 4096};
+  // The default: wgmma on sm_90a, mma.sync elsewhere, and for small or unaligned-stride problems.
+  CHECK(std::holds_alternative<WgmmaTile>(emit_kernel(spec, big, std::nullopt, KernelPath::fastest, "sm_90a").tile));
+  CHECK(std::holds_alternative<GemmTile>(emit_kernel(spec, big, std::nullopt, KernelPath::fastest, "sm_90").tile));
+  CHECK(std::holds_alternative<GemmTile>(emit_kernel(spec, big).tile));
+  CHECK(std::holds_alternative<GemmTile>(emit_kernel(spec, {64, 256, 128}, std::nullopt, KernelPath::fastest, "sm_90a").tile));
+  CHECK(std::holds_alternative<GemmTile>(emit_kernel(spec, {4096, 4096, 4095}, std::nullopt, KernelPath::fastest, "sm_90a").tile));
+  const auto candidates = tile_candidates(spec, big, "sm_90a");
+  CHECK(std::holds_alternative<WgmmaTile>(candidates.front()));
+  const auto ampere = tile_candidates(spec, big, "sm_80");
+  CHECK(std::none_of(ampere.begin(), ampere.end(), [](const TileConfig& c) { return std::holds_alternative<WgmmaTile>(c); }));
+  // The kernel: wgmma on both operands' descriptors, TMA maps as opaque parameters.
+  const KernelSource ks = emit_kernel(spec, big, t, KernelPath::fastest, "sm_90a");
+  CHECK(ks.text.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16") != std::string::npos);
+  CHECK(std::count_if(ks.params.begin(), ks.params.end(), [](const ParamField& f) { return f.role == ParamRole::opaque; }) == 2);
+  CHECK(ks.requires_alignment);
+  // Its general path is the mma.sync kernel under the same key's tile.
+  const KernelSource general = emit_kernel(spec, big, t, KernelPath::general, "sm_90a");
+  CHECK(general.tile == TileConfig{t});
+  CHECK(general.text.find("wgmma") == std::string::npos);
+  CHECK(family_for(MainloopKind::gemm).geometry(general, big, 132).block[0] == 256);
+  CHECK(family_for(MainloopKind::gemm).geometry(ks, big, 132).grid[0] == 132);
+  // Refused: another target, f32 operands, tiles out of range.
+  CHECK_THROWS_WITH_AS(emit_kernel(spec, big, t, KernelPath::fastest, "sm_80"), doctest::Contains("sm_90a only"), UserError);
+  CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{64, 128, 64, 4, 8}), UserError);
+  CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{256, 256, 64, 4, 8}), UserError);
+  CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{128, 256, 64, 8, 8}), UserError);
+  KernelSpec f32 = spec;
+  f32.mainloop.a = f32.mainloop.b = DType::f32;
+  CHECK_THROWS_WITH_AS(emit_kernel(f32, big, t), doctest::Contains("f16 or bf16"), UserError);
 }
 
 TEST_CASE("gemm tiles: the text form reads back, split-K included; malformed text is a user error") {

@@ -19,9 +19,11 @@ struct EmitOptions {
 };
 
 void emit(const EmitOptions& opt) {
-  // The source is the same for every target, but a target it could never
-  // compile for (sm_75, a typo) is an error here too, not only at compile time.
-  if (!opt.target.empty()) (void)backend::parse_target(opt.target);
+  // The source depends on the target only through the tiles it allows (wgmma
+  // on sm_90a); a target it could never compile for (sm_75, a typo) is an
+  // error here too, not only at compile time.
+  std::string target;
+  if (!opt.target.empty()) target = backend::parse_target(opt.target).str();
   const KernelSpec spec = load_spec(opt.chain);
   Shape shape;
   if (opt.shape.empty() && !spec.default_shape) {
@@ -31,7 +33,7 @@ void emit(const EmitOptions& opt) {
   } else {
     shape = resolve_shape(opt.shape, spec);
   }
-  const KernelSource ks = emit_kernel(spec, shape, opt.tile.tile());
+  const KernelSource ks = emit_kernel(spec, shape, opt.tile.tile(), KernelPath::fastest, target);
   if (session().json) {
     nlohmann::ordered_json doc;
     doc["name"] = ks.name;
@@ -53,7 +55,7 @@ void add_emit(CLI::App& app) {
   sub->add_option("chain", opt->chain, "JSON op chain")->required()->check(non_empty());
   sub->add_option("--shape", opt->shape, "M,N (elementwise) or M,N,K (GEMM kinds); default the chain's shape")
       ->check(non_empty());
-  sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, ...); the source is the same for all")
+  sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, ...): which tiles are allowed (wgmma tiles need sm_90a)")
       ->check(non_empty());
   add_tile_options(*sub, opt->tile);
   add_json_flag(*sub);

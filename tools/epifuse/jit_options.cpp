@@ -12,7 +12,7 @@ std::optional<TileConfig> TileOptions::tile() const {
   if (!gemm.empty()) {
     EPIFUSE_CHECK(!threads && !vec && blocks_per_sm < 0,
                   "--tile is a GEMM tile; --threads, --vec and --blocks-per-sm are elementwise options");
-    return parse_gemm_tile(gemm);
+    return parse_tile(gemm);
   }
   if (!threads && !vec && blocks_per_sm < 0) return std::nullopt;
   ElementwiseTile t;

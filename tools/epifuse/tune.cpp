@@ -35,14 +35,14 @@ void tune_command(const TuneOptions& opt) {
   for (const std::string& s : opt.shapes) shapes.push_back(parse_shape(s, spec));
   if (shapes.empty()) shapes.push_back(resolve_shape("", spec));
   std::vector<TileConfig> tiles;
-  for (const std::string& t : opt.tiles) tiles.push_back(parse_gemm_tile(t));
+  for (const std::string& t : opt.tiles) tiles.push_back(parse_tile(t));
   for (const Shape& s : shapes) require_nonempty(s, "--shape");
   Jit jit;  // the GPU's target; RuntimeError without one
   nlohmann::ordered_json doc = {{"chain", opt.chain}, {"target", jit.target()}, {"results", nlohmann::ordered_json::array()}};
   for (const Shape& shape : shapes) {
     const std::string shape_text = fmt::format("{},{},{}", shape.m, shape.n, shape.k);
     std::cerr << fmt::format("epifuse: tuning {} at {}: compiling {} candidates in parallel, then timing them ...\n",
-                             opt.chain, shape_text, tiles.empty() ? tile_candidates(spec, shape).size() : tiles.size());
+                             opt.chain, shape_text, tiles.empty() ? tile_candidates(spec, shape, jit.target()).size() : tiles.size());
     const TuneReport r = tune_on_random_data(jit, spec, shape, 1, {}, tiles);
     nlohmann::ordered_json res = {{"shape", {shape.m, shape.n, shape.k}}, {"tile", to_string(r.result.tile)},
                                   {"ms", r.result.ms}, {"seconds", r.seconds},

@@ -41,6 +41,11 @@ std::uint32_t gemm_block_shared_bytes(const GemmTile& t, int operand_bytes) {
   return std::max(ring, warps * wtm * (wtn + 4) * 4u);
 }
 
+std::uint32_t wgmma_shared_bytes(const WgmmaTile& t) {
+  const auto stages = static_cast<std::uint32_t>(t.stages);
+  return stages * static_cast<std::uint32_t>(t.bm + t.bn) * static_cast<std::uint32_t>(t.bk) * 2u + 1024u + 16u * stages;
+}
+
 std::uint32_t gemm_shared_bytes(const GemmTile& t, int operand_bytes) {
   return static_cast<std::uint32_t>(t.stages) * static_cast<std::uint32_t>(t.bm + t.bn) *
          static_cast<std::uint32_t>(t.bk) * static_cast<std::uint32_t>(operand_bytes);
@@ -49,7 +54,10 @@ std::uint32_t gemm_shared_bytes(const GemmTile& t, int operand_bytes) {
 GemmPlan plan_gemm(const KernelPlan& plan) {
   GemmPlan g;
   g.plan = &plan;
-  g.tile = std::get<GemmTile>(plan.tile);
+  if (const auto* w = std::get_if<WgmmaTile>(&plan.tile))
+    g.wgmma = *w;
+  else
+    g.tile = std::get<GemmTile>(plan.tile);
   g.a_kmajor = plan.spec->mainloop.a_layout == Layout::row;
   g.b_kmajor = plan.spec->mainloop.b_layout == Layout::col;
   g.simt = gemm_is_simt(plan.spec->mainloop);
@@ -86,7 +94,7 @@ bool shared_draws(const GemmPlan& g, const Node& n) { return n.rng == RngMode::p
 // Note [Staged epilogue] (templates/gemm_mma.cu.in): warp tiles of 16 or more
 // fragments (64x32 and up) stage their accumulators through shared memory and
 // run the chain in a rolled loop, four consecutive columns per lane.
-bool staged_epilogue(const GemmPlan& g) { return !g.simt && gemm_staged_epilogue(g.tile); }
+bool staged_epilogue(const GemmPlan& g) { return !g.simt && !g.wgmma && gemm_staged_epilogue(g.tile); }
 
 // d<k>[4]: the draws of four consecutive columns col0..col0+3 of `row` (col0 a
 // multiple of 4, N % 4 == 0): exactly one Philox call (DESIGN §4).
@@ -120,7 +128,7 @@ std::string emit_staged_draws(const GemmPlan& g) {
 // they were the epilogue's critical path (+1.5 us at 64x128x256, docs/PERF.md).
 // Split-K kernels skip it: only their last split runs the epilogue.
 bool early_draws(const GemmPlan& g) {
-  if (g.simt || g.tile.split_k > 1 || staged_epilogue(g)) return false;
+  if (g.simt || g.wgmma || g.tile.split_k > 1 || staged_epilogue(g)) return false;
   const KernelPlan& plan = *g.plan;
   int shared = 0;
   for (const auto id : plan.dropouts) shared += shared_draws(g, plan.spec->graph.node(id)) ? 1 : 0;
@@ -204,7 +212,7 @@ int early_registers(const GemmPlan& g, const TensorPlan& t) {
 }
 
 bool early_loads(const GemmPlan& g) {
-  if (g.simt || g.tile.split_k > 1 || g.plan->inputs.empty() || staged_epilogue(g)) return false;
+  if (g.simt || g.wgmma || g.tile.split_k > 1 || g.plan->inputs.empty() || staged_epilogue(g)) return false;
   const auto [mi, ni] = warp_fragments(g.tile);
   int regs = 0;
   for (const TensorPlan& t : g.plan->inputs) regs += early_registers(g, t);
@@ -354,9 +362,77 @@ std::string describe(const KernelPlan& plan) {
                      chain.starts_with(" |") ? "" : " -> ", chain);
 }
 
+// ef_wgmma(d, da, db): one wgmma.mma_async m64nBNk16 with fp32 accumulators,
+// A and B from shared memory, each transposed (MN-major) or not.
+std::string wgmma_function(const GemmPlan& g) {
+  const int n = g.wgmma->bn;
+  std::string regs, outs;
+  for (int i = 0; i < n / 2; ++i) {
+    regs += fmt::format("{}%{}", i ? ", " : "", i);
+    outs += fmt::format("{}\"+f\"(d[{}][{}])", i ? ", " : "", i / 4, i % 4);
+  }
+  return fmt::format(
+      "__device__ __forceinline__ void ef_wgmma(float (&d)[NI][4], unsigned long long da, unsigned long long db) {{\n"
+      "  asm volatile(\n"
+      "      \"wgmma.mma_async.sync.aligned.m64n{0}k16.f32.{1}.{1} {{{2}}}, %{3}, %{4}, 1, 1, 1, {5}, {6};\\n\"\n"
+      "      : {7}\n"
+      "      : \"l\"(da), \"l\"(db));\n"
+      "}}",
+      n, g.plan->spec->mainloop.a == DType::bf16 ? "bf16" : "f16", regs, n / 2, n / 2 + 1, g.a_kmajor ? 0 : 1,
+      g.b_kmajor ? 0 : 1, outs);
+}
+
+KernelSource emit_gemm_sm90(const GemmPlan& g) {
+  const KernelPlan& plan = *g.plan;
+  const WgmmaTile& t = *g.wgmma;
+  KernelSource ks;
+  // The copy engine reads A and B: their base addresses must be 16-byte
+  // aligned (row strides are, in shape class ld8); a misaligned launch takes
+  // the mma.sync general kernel of the same key.
+  ks.inputs = {"a", "b"};
+  ks.input_alignment = {16, 16};
+  bind_graph_tensors(plan, ks, [](const TensorPlan&) { return 0; });
+  ParamLayout layout;
+  const auto operand = storage_type_name(plan.spec->mainloop.a);
+  layout.add_pointer(ParamRole::input, 0, "a", operand);
+  layout.add_pointer(ParamRole::input, 1, "b", operand);
+  layout.add_graph_tensors(plan, 2);
+  layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
+  layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
+  layout.add(ParamRole::dim_k, 0, "k", "long long k", 8, 8);
+  layout.add_rng_and_scalars(plan);
+  layout.add(ParamRole::opaque, g.a_kmajor ? a_kmajor_map : a_mmajor_map, "tma_a", "ef_tensor_map tma_a", 128, 64);
+  layout.add(ParamRole::opaque, g.b_kmajor ? b_kmajor_map : b_nmajor_map, "tma_b", "ef_tensor_map tma_b", 128, 64);
+  ks.requires_alignment = true;
+  ks.shared_bytes = wgmma_shared_bytes(t);
+  const EpilogueContract contract = epilogue_contract(plan);
+  TemplateVars vars{
+      {"kernel", plan.kernel_name},
+      {"description", describe(plan)},
+      {"param_fields", layout.fields_text()},
+      {"epilogue_signature", epilogue_signature(plan, contract)},
+      {"epilogue_body", epilogue_body(plan)},
+      {"operand_t", std::string(operand)},
+      {"bm", std::to_string(t.bm)},
+      {"bn", std::to_string(t.bn)},
+      {"stages", std::to_string(t.stages)},
+      {"group_m", std::to_string(t.group_m)},
+      {"a_kmajor", g.a_kmajor ? "true" : "false"},
+      {"b_kmajor", g.b_kmajor ? "true" : "false"},
+      {"wgmma_function", wgmma_function(g)},
+      {"fragment_draws", emit_fragment_draws(g)},
+      {"element_loads", emit_element_loads(g, "          ")},
+      {"element", emit_element(g, contract, "acc[mi][ni][e]", "            ")},
+  };
+  layout.finish(ks);
+  ks.text = render_template(embedded_template("gemm_sm90.cu.in"), vars, "gemm_sm90.cu.in");
+  return ks;
+}
+
 }  // namespace
 
 KernelSource emit_gemm(const GemmPlan& g) {
+  if (g.wgmma) return emit_gemm_sm90(g);
   const KernelPlan& plan = *g.plan;
   KernelSource ks;
   // Bindings: the operands (16-byte loads need them aligned), then the graph's

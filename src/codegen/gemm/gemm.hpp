@@ -3,6 +3,7 @@
 // tensor cores with mma.sync (sm_80+), the fused epilogue on the accumulator
 // fragments. Its passes: plan_gemm (layouts, load path, draw sharing), then
 // emit_gemm (templates/gemm_mma.cu.in).
+#include <optional>
 #include <string_view>
 
 #include "codegen/kernel_plan.hpp"
@@ -11,7 +12,8 @@ namespace epifuse {
 
 struct GemmPlan {
   const KernelPlan* plan = nullptr;
-  GemmTile tile;
+  GemmTile tile;            // the mma.sync and FFMA kernels' tile
+  std::optional<WgmmaTile> wgmma;  // the Hopper kernel's tile (templates/gemm_sm90.cu.in)
   bool simt = false;        // f32 operands, exact math: FFMA kernel (templates/gemm_simt.cu.in)
   int operand_bytes = 2;    // 2 (f16, bf16) or 4 (f32 as tf32 on the tensor cores)
   bool a_kmajor = true;     // A row-major: K contiguous
@@ -42,6 +44,14 @@ bool gemm_staged_epilogue(const GemmTile& tile);
 std::uint32_t gemm_block_shared_bytes(const GemmTile& tile, int operand_bytes);
 /// The mainloop's kernel: exact f32 runs on FFMA, the rest on tensor cores.
 bool gemm_is_simt(const Mainloop& mainloop);
+
+/// Dynamic shared memory of a wgmma tile: the ring (1024-byte aligned, so
+/// 1 KiB of slack) and its full and empty mbarriers.
+std::uint32_t wgmma_shared_bytes(const WgmmaTile& tile);
+/// The mma.sync tile that runs a wgmma key's general (any-alignment) path.
+inline constexpr GemmTile k_wgmma_fallback_tile{128, 128, 32, 2, 4, 4, 8};
+/// ParamField::index of the tensor-map parameters: which operand, which layout.
+enum TensorMapIndex : std::uint32_t { a_kmajor_map = 0, a_mmajor_map = 1, b_kmajor_map = 2, b_nmajor_map = 3 };
 
 GemmPlan plan_gemm(const KernelPlan& plan);
 KernelSource emit_gemm(const GemmPlan& plan);

@@ -1,5 +1,10 @@
 // The GEMM family's face to the pipeline (Note [Kernel families]).
 #include <algorithm>
+#include <array>
+#include <cstring>
+#include <mutex>
+
+#include "backend/cuda_driver.hpp"
 
 #include "codegen/family.hpp"
 #include "codegen/gemm/gemm.hpp"
@@ -43,6 +48,8 @@ void check_tile(const GemmTile& t, int operand_bytes) {
 // on an H100 (docs/PERF.md v7, v10): 32x32 tiles of 4 warps up to 256^2
 // outputs, 64x64 tiles of 8 warps up to 512^2,
 // 64x64 of 4 warps up to 2048^2, 128x256 with a 4-deep ring above.
+// On sm_90a f16/bf16 problems from this many outputs up take wgmma tiles.
+constexpr std::int64_t k_wgmma_min_outputs = 1024 * 1024;
 // tf32 fragments of MN-major tiles are read word by word: 64x32 warp tiles
 // keep those kernels clear of spills.
 GemmTile heuristic_tile(const Shape& s, GemmMath math) {
@@ -75,14 +82,100 @@ GemmTile simt_heuristic_tile(const Shape& s) {
   return {64, 64, 8, 2, 4, 2, 8};
 }
 
+// ---- the Hopper mainloop (WgmmaTile, templates/gemm_sm90.cu.in, docs/hopper.md) ----
+
+bool wgmma_target(std::string_view target) { return target == "sm_90a"; }
+
+// f16/bf16 operands whose rows the copy engine can address (16-byte strides),
+// on an sm_90a target, with coordinates that fit TMA's 32-bit ones.
+bool wgmma_applies(const KernelSpec& spec, const Shape& s, std::string_view target) {
+  const Mainloop& ml = spec.mainloop;
+  constexpr std::int64_t coord = 0x7fffffff;
+  return wgmma_target(target) && (ml.a == DType::f16 || ml.a == DType::bf16) &&
+         gemm_shape_class(ml, s).starts_with("ld8") && s.m <= coord && s.n <= coord && s.k <= coord &&
+         tiles_of(s, 128, 64) <= coord;
+}
+
+void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s, std::string_view target) {
+  const Mainloop& ml = spec.mainloop;
+  EPIFUSE_CHECK(target.empty() || wgmma_target(target), "gemm tile {}: wgmma tiles run on sm_90a only, not {}",
+                t.str(), target);
+  EPIFUSE_CHECK(ml.a == DType::f16 || ml.a == DType::bf16,
+                "gemm tile {}: wgmma tiles take f16 or bf16 operands, not {}", t.str(), to_string(ml.a));
+  EPIFUSE_CHECK(s.m <= 0x7fffffff && s.n <= 0x7fffffff && s.k <= 0x7fffffff && tiles_of(s, t.bm, t.bn) <= 0x7fffffff,
+                "gemm tile {}: the copy engine's coordinates are 32-bit: M, N, K and the tile count must be below 2^31",
+                t.str());
+  EPIFUSE_CHECK((t.bm == 128 || t.bm == 256) && (t.bn == 64 || t.bn == 128 || t.bn == 256) && t.bk == 64,
+                "gemm tile {}: a wgmma tile has BM 128 or 256, BN 64, 128 or 256, and BK 64", t.str());
+  EPIFUSE_CHECK((t.bm / 128) * t.bn <= 256,
+                "gemm tile {}: each consumer holds (BM/128) x BN/2 accumulators a thread; at most 128", t.str());
+  EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
+  EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
+  EPIFUSE_CHECK(wgmma_shared_bytes(t) <= k_max_shared,
+                "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
+                wgmma_shared_bytes(t), k_max_shared);
+}
+
+// Tensor maps are encoded once per (pointer, extents, box) and reused: the
+// launch fills two per call, and the encoding is a driver call on the host.
+class TensorMapCache {
+ public:
+  using Map = std::array<unsigned char, 128>;
+  void fill(unsigned char* out, std::uint64_t base, std::uint64_t inner, std::uint64_t outer, unsigned box_inner,
+            unsigned box_outer) {
+    // A base the copy engine cannot take sends the launch to the general
+    // kernel (KernelSource::requires_alignment), which has no tensor maps; an
+    // empty K is never loaded. Neither needs a real map.
+    if (base % 16 != 0 || inner == 0 || outer == 0 || (inner * 2) % 16 != 0) {
+      std::memset(out, 0, 128);
+      return;
+    }
+    const Key key{base, inner, outer, box_inner, box_outer};
+    std::lock_guard lock(mutex_);
+    for (const Entry& e : entries_)
+      if (e.used && e.key == key) {
+        std::memcpy(out, e.map.data(), 128);
+        return;
+      }
+    Entry& e = entries_[next_++ % entries_.size()];
+    backend::cuda().encode_tensor_map_2d(e.map.data(), 2, base, inner, outer, inner * 2, box_inner, box_outer);
+    e.key = key;
+    e.used = true;
+    std::memcpy(out, e.map.data(), 128);
+  }
+
+ private:
+  struct Key {
+    std::uint64_t base, inner, outer;
+    unsigned box_inner, box_outer;
+    friend bool operator==(const Key&, const Key&) = default;
+  };
+  struct Entry {
+    Key key{};
+    bool used = false;
+    alignas(64) Map map{};
+  };
+  std::mutex mutex_;
+  std::array<Entry, 32> entries_{};
+  std::size_t next_ = 0;
+};
+
 class GemmFamily final : public KernelFamily {
  public:
   MainloopKind kind() const override { return MainloopKind::gemm; }
 
-  TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape,
-                          const std::optional<TileConfig>& requested) const override {
+  TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
+                          std::string_view target) const override {
     const Mainloop& ml = spec.mainloop;
     EPIFUSE_CHECK(ml.a == ml.b, "gemm: A and B must have one dtype, got a={} b={}", to_string(ml.a), to_string(ml.b));
+    if (requested) {
+      if (const auto* w = std::get_if<WgmmaTile>(&*requested)) {
+        check_wgmma_tile(*w, spec, shape, target);
+        return *w;
+      }
+    } else if (wgmma_applies(spec, shape, target) && shape.m * shape.n >= k_wgmma_min_outputs) {
+      return tiles_of(shape, 128, 256) >= 132 ? WgmmaTile{128, 256, 64, 4, 8} : WgmmaTile{128, 128, 64, 6, 8};
+    }
     const bool simt = gemm_is_simt(ml);
     GemmTile tile = simt ? simt_heuristic_tile(shape) : heuristic_tile(shape, ml.math);
     if (requested) {
@@ -106,24 +199,33 @@ class GemmFamily final : public KernelFamily {
     return gemm_shape_class(spec.mainloop, shape).starts_with("ld8") ? KernelPath::fastest : KernelPath::general;
   }
 
-  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape) const override {
+  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape,
+                                          std::string_view target) const override {
     // f32 (FFMA): 8x8 outputs a thread for throughput, 8x4 and 4x4 where
     // fewer blocks would leave SMs idle; BK 16 halves the barriers.
     if (gemm_is_simt(spec.mainloop))
       return {GemmTile{128, 128, 8, 2, 4, 2, 8}, GemmTile{128, 128, 16, 2, 4, 2, 8}, GemmTile{128, 64, 8, 2, 4, 2, 8},
               GemmTile{128, 64, 16, 2, 4, 2, 8}, GemmTile{64, 128, 8, 2, 4, 2, 8},   GemmTile{64, 128, 16, 2, 4, 2, 8},
               GemmTile{64, 64, 8, 2, 4, 2, 8},   GemmTile{64, 64, 16, 2, 4, 2, 8}};
+    // On sm_90a the wgmma tiles first (docs/hopper.md), then the mma.sync ones:
+    // the tuner picks mma.sync where a problem is too small to fill the GPU.
+    std::vector<TileConfig> out;
+    if (wgmma_applies(spec, shape, target))
+      for (const WgmmaTile t : {WgmmaTile{128, 256, 64, 4, 8}, WgmmaTile{256, 128, 64, 4, 8},
+                                WgmmaTile{128, 128, 64, 6, 8}, WgmmaTile{128, 64, 64, 8, 8}})
+        out.push_back(t);
     // Large tiles (8 warps of 64x64) for throughput, BK 64 for fewer barriers,
     // small tiles for problems that would not fill the GPU, and split-K where
     // even those leave most SMs idle and K is long enough to cut.
     // Deep rings (5-8 stages): one block per SM must keep enough bytes in
     // flight to cover the load latency (docs/PERF.md v6).
-    std::vector<TileConfig> out = {
+    for (const GemmTile t : {
         GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 256, 32, 2, 4, 6, 8}, GemmTile{128, 256, 64, 2, 4, 4, 8},
         GemmTile{256, 128, 32, 4, 2, 6, 8}, GemmTile{256, 128, 64, 4, 2, 3, 8}, GemmTile{128, 128, 32, 2, 2, 6, 8},
         GemmTile{128, 128, 64, 2, 2, 4, 8}, GemmTile{128, 128, 32, 2, 4, 6, 8}, GemmTile{64, 128, 32, 2, 2, 6, 8},
         GemmTile{128, 64, 32, 2, 2, 6, 8},  GemmTile{64, 64, 32, 2, 2, 4, 8},   GemmTile{64, 64, 64, 2, 2, 3, 8},
-        GemmTile{64, 64, 64, 2, 2, 6, 8},   GemmTile{64, 64, 32, 2, 4, 4, 8},   GemmTile{32, 64, 32, 1, 2, 4, 8}};
+        GemmTile{64, 64, 64, 2, 2, 6, 8},   GemmTile{64, 64, 32, 2, 4, 4, 8},   GemmTile{32, 64, 32, 1, 2, 4, 8}})
+      out.push_back(t);
     // Grids of a few blocks (the GEMM study's 64x128 and 128x256 outputs):
     // 32x32 tiles of 16x16 warp tiles spread the operand loads over 4x the SMs,
     // and 4 stages of BK 64 have a K of 256 in flight at once (docs/PERF.md v10).
@@ -143,13 +245,15 @@ class GemmFamily final : public KernelFamily {
     // tf32 tiles hold twice the bytes: keep those that fit.
     const int bytes = static_cast<int>(size_of(spec.mainloop.a));
     std::erase_if(out, [&](const TileConfig& c) {
-      return gemm_block_shared_bytes(std::get<GemmTile>(c), bytes) > k_max_shared;
+      const auto* t = std::get_if<GemmTile>(&c);
+      return t && gemm_block_shared_bytes(*t, bytes) > k_max_shared;
     });
     return out;
   }
 
   // Split-K: one flag per output tile (zeroed), one BM x BN fp32 partial per tile.
   WorkspaceNeeds workspace(const KernelSource& source, const Shape& shape) const override {
+    if (std::holds_alternative<WgmmaTile>(source.tile)) return {};
     const auto& t = std::get<GemmTile>(source.tile);
     if (t.split_k == 1) return {};
     const std::int64_t tiles = tiles_of(shape, t.bm, t.bn);
@@ -160,11 +264,49 @@ class GemmFamily final : public KernelFamily {
     plan.shape_class = shape_class(*plan.spec, plan.tile, plan.shape);
     plan.path = std::max(plan.path, path_for(*plan.spec, plan.tile, plan.shape));
     plan.kernel_name = kernel_name(plan);
+    if (std::holds_alternative<WgmmaTile>(plan.tile) && plan.path == KernelPath::general) {
+      // Pointers the copy engine cannot take (or rows it cannot address): the
+      // key's general kernel is the mma.sync one, under the wgmma key.
+      const TileConfig wgmma = plan.tile;
+      plan.tile = k_wgmma_fallback_tile;
+      KernelSource ks = emit_gemm(plan_gemm(plan));
+      plan.tile = wgmma;
+      ks.tile = wgmma;
+      return ks;
+    }
     return emit_gemm(plan_gemm(plan));
   }
 
-  LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int) const override {
-    const auto& t = std::get<GemmTile>(source.tile);
+  // Operand index 0 (A) or 1 (B); the field's index says which layout.
+  void fill_opaque(const ParamField& field, const OpaqueContext& c, std::span<unsigned char> bytes) const override {
+    const auto& t = std::get<WgmmaTile>(c.source.tile);
+    const auto m = static_cast<std::uint64_t>(c.shape.m), n = static_cast<std::uint64_t>(c.shape.n),
+               k = static_cast<std::uint64_t>(c.shape.k);
+    const auto bm = static_cast<unsigned>(t.bm), bn = static_cast<unsigned>(t.bn);
+    EPIFUSE_ASSERT(bytes.size() == 128, "a tensor map is 128 bytes");
+    static TensorMapCache maps;
+    switch (field.index) {
+      case a_kmajor_map: maps.fill(bytes.data(), c.inputs[0], k, m, 64, bm); break;  // [M][K]
+      case a_mmajor_map: maps.fill(bytes.data(), c.inputs[0], m, k, 64, 64); break;  // [K][M]
+      case b_kmajor_map: maps.fill(bytes.data(), c.inputs[1], k, n, 64, bn); break;  // [N][K]
+      case b_nmajor_map: maps.fill(bytes.data(), c.inputs[1], n, k, 64, 64); break;  // [K][N]
+      default: EPIFUSE_ASSERT(false, "unknown tensor map {}", field.index);
+    }
+  }
+
+  LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int multiprocessors) const override {
+    if (const auto* w = std::get_if<WgmmaTile>(&source.tile); w && source.path == KernelPath::fastest) {
+      // Persistent: one block per SM (the ring takes its shared memory), each
+      // walking tiles blockIdx.x, + gridDim.x, ...
+      const std::int64_t tiles = tiles_of(shape, w->bm, w->bn);
+      LaunchGeometry g;
+      g.grid[0] = static_cast<unsigned>(multiprocessors > 0 ? std::min<std::int64_t>(tiles, multiprocessors) : tiles);
+      g.block[0] = 384;
+      g.shared_bytes = source.shared_bytes;
+      return g;
+    }
+    const GemmTile t = std::holds_alternative<WgmmaTile>(source.tile) ? k_wgmma_fallback_tile
+                                                                       : std::get<GemmTile>(source.tile);
     const std::int64_t tiles = tiles_of(shape, t.bm, t.bn);
     EPIFUSE_CHECK(tiles <= 0x7fffffff, "gemm: {}x{} needs {} tiles of {}x{}, more than one launch holds", shape.m,
                   shape.n, tiles, t.bm, t.bn);

@@ -1,0 +1,81 @@
+// Hopper (sm_90a) building blocks for the wgmma GEMM mainloop (docs/hopper.md):
+// mbarriers, TMA tile copies, wgmma shared-memory descriptors and the
+// wgmma fence/commit/wait, register reallocation. Inline PTX only, so NVRTC
+// needs no toolkit header.
+#pragma once
+
+/// A CUtensorMap as a kernel parameter: 128 opaque bytes, 64-byte aligned,
+/// filled by the host (cuTensorMapEncodeTiled) and read by the copy engine.
+struct __align__(64) ef_tensor_map {
+  unsigned long long words[16];
+};
+
+// ---- mbarriers (shared-state-space addresses) ----
+
+__device__ __forceinline__ void ef_mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+/// Makes initialised barriers visible to the copy engine (the async proxy).
+__device__ __forceinline__ void ef_mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/// Arrives once and expects `bytes` more from the copy engine in this phase.
+__device__ __forceinline__ void ef_mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void ef_mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void ef_mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n\t.reg .pred done;\n"
+      "EF_WAIT_%=:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+      "@!done bra EF_WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// ---- TMA ----
+
+/// Copies the box at (c0 inner, c1 outer) elements of `map`'s tensor into
+/// shared memory at `smem`, completing `bytes` of transaction on `bar`; the
+/// parts of the box past the tensor's edges are zero-filled.
+__device__ __forceinline__ void ef_tma_load_2d(unsigned smem, const ef_tensor_map* map, unsigned bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          smem),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// ---- wgmma ----
+
+/// A wgmma shared-memory matrix descriptor with the 128-byte swizzle: start
+/// address, leading and stride byte offsets (each >> 4), layout type 1 (bits
+/// 62-63). docs/hopper.md gives the offsets for K-major and MN-major tiles.
+__device__ __forceinline__ unsigned long long ef_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo & 0x3FFFF) >> 4) << 16) |
+         ((unsigned long long)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void ef_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void ef_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void ef_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/// Keeps the compiler from moving a register's reads or writes across this
+/// point (accumulators of in-flight wgmma ops).
+__device__ __forceinline__ void ef_fence_register(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// ---- register reallocation (needs __launch_bounds__(threads, 1)) ----
+
+template <int N>
+__device__ __forceinline__ void ef_setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void ef_setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}

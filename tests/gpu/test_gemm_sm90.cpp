@@ -1,0 +1,142 @@
+// GPU tier for the Hopper GEMM mainloop (wgmma + TMA, docs/hopper.md): every
+// wgmma tile on f16 and bf16, all four layouts, ragged edges, K = 0, several
+// outputs, dropout masks position by position, and the mma.sync fallback for
+// pointers the copy engine cannot take. Runs only on an sm_90a GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "epifuse/compare.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
+#include "epifuse/reference.hpp"
+
+using namespace epifuse;
+
+namespace {
+
+Jit* hopper_jit() {
+  static std::unique_ptr<Jit> jit;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    if (gpu_unavailable_reason().empty()) {
+      auto j = std::make_unique<Jit>();
+      if (j->target() == "sm_90a") jit = std::move(j);
+    }
+  }
+  if (!jit) MESSAGE("Hopper GEMM tests skipped: no sm_90a GPU");
+  return jit.get();
+}
+
+const WgmmaTile k_tiles[] = {{128, 256, 64, 4, 8}, {256, 128, 64, 4, 8}, {128, 128, 64, 6, 8}, {128, 64, 64, 8, 8},
+                             {128, 128, 64, 2, 1}};
+
+KernelSpec relu_bias_spec(DType dt, Layout a, Layout b, double p = 0.0, RngMode rng = RngMode::philox4) {
+  KernelSpec s;
+  s.mainloop = {MainloopKind::gemm, dt, dt, a, b};
+  Graph& g = s.graph;
+  Value y = g.relu(g.add(g.accumulator(0), g.input("bias", dt, Broadcast::row)));
+  if (p > 0) y = g.dropout(y, p, rng);
+  g.output("y", y, dt);
+  return s;
+}
+
+Tolerance gemm_tolerance(DType out, const Shape& shape) {
+  Tolerance t = tolerance_for(out, Precision::accurate);
+  t.atol += static_cast<double>(shape.k) * std::ldexp(1.0, -21) * 4.0;
+  return t;
+}
+
+void check(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t seed, const TileConfig& tile,
+           std::size_t misalign = 0, LaunchArgs args = {}) {
+  const TensorMap inputs = make_inputs(spec, shape, seed);
+  const TensorMap want = evaluate(spec, shape, inputs, args);
+  const TensorMap got = run_on_device(jit, spec, shape, inputs, args, tile, misalign);
+  for (const Output& o : spec.graph.outputs()) {
+    INFO("output " << o.name << " shape " << shape.m << "x" << shape.n << "x" << shape.k << " a "
+                   << to_string(spec.mainloop.a_layout) << " b " << to_string(spec.mainloop.b_layout) << " "
+                   << to_string(spec.mainloop.a) << " tile " << to_string(tile) << " misalign " << misalign);
+    const Comparison c = compare(got.at(o.name), want.at(o.name), gemm_tolerance(o.dtype, shape));
+    CHECK_MESSAGE(c.ok, c.message);
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("gemm sm90: every wgmma tile, f16 and bf16, all four layouts, ragged edges") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9000;
+    for (DType dt : {DType::f16, DType::bf16})
+      for (Layout a : {Layout::row, Layout::col})
+        for (Layout b : {Layout::row, Layout::col})
+          for (const WgmmaTile& t : k_tiles)
+            // whole tiles; edges in M, N and K (K not a multiple of BK); more tiles than SMs
+            for (const Shape& s : {Shape{256, 256, 128}, Shape{200, 136, 72}, Shape{1032, 1040, 200}})
+              check(*jit, relu_bias_spec(dt, a, b), s, ++seed, t);
+  }
+
+  TEST_CASE("gemm sm90: K = 0, several outputs and a column-broadcast input") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    check(*jit, relu_bias_spec(DType::f16, Layout::row, Layout::row), {128, 256, 0}, 9500, k_tiles[0]);
+    KernelSpec s;
+    s.mainloop = {MainloopKind::gemm, DType::bf16, DType::bf16, Layout::row, Layout::col};
+    Graph& g = s.graph;
+    const Value z = g.add(g.accumulator(0), g.input("rowbias", DType::f16, Broadcast::col));
+    const Value r = g.add(g.scale(g.gelu_tanh(z), 0.5), g.input("residual", DType::f32));
+    g.output("pre", z, DType::f32);
+    g.output("y", r, DType::bf16);
+    for (const WgmmaTile& t : k_tiles) check(*jit, s, {333, 264, 136}, 9501, t);
+  }
+
+  TEST_CASE("gemm sm90: dropout masks equal the reference's for every wgmma tile") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    const LaunchArgs args{0x123456789abcdefULL, 42};
+    for (RngMode rng : {RngMode::philox4, RngMode::triton})
+      for (const WgmmaTile& t : k_tiles)
+        // n4 (one Philox call per four elements) and n1 (B col-major allows any N)
+        for (const Shape& shape : {Shape{256, 512, 64}, Shape{130, 131, 40}}) {
+          const KernelSpec spec = relu_bias_spec(DType::f16, Layout::row, Layout::col, 0.3, rng);
+          const TensorMap inputs = make_inputs(spec, shape, 9600);
+          const HostTensor want = evaluate(spec, shape, inputs, args).at("y");
+          const HostTensor got = run_on_device(*jit, spec, shape, inputs, args, TileConfig{t}).at("y");
+          std::int64_t differ = 0, dropped = 0;
+          for (std::int64_t i = 0; i < want.numel(); ++i) {
+            differ += (want.get(i) == 0.0f) != (got.get(i) == 0.0f);
+            dropped += want.get(i) == 0.0f;
+          }
+          INFO("rng " << to_string(rng) << " tile " << t.str() << " shape " << shape.m << "x" << shape.n);
+          CHECK_MESSAGE(differ == 0, differ << " of " << want.numel() << " zero positions differ");
+          CHECK(dropped > 0);
+          CHECK(compare(got, want, gemm_tolerance(DType::f16, shape)).ok);
+        }
+  }
+
+  TEST_CASE("gemm sm90: operands the copy engine cannot take run the mma.sync general kernel") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9700;
+    for (Layout a : {Layout::row, Layout::col})
+      for (std::size_t mis : {1u, 3u}) check(*jit, relu_bias_spec(DType::bf16, a, Layout::row), {96, 128, 64}, ++seed, k_tiles[2], mis);
+    // K = 33: rows of A are not 16-byte strided (shape class ld1).
+    check(*jit, relu_bias_spec(DType::f16, Layout::row, Layout::row), {96, 128, 33}, ++seed, k_tiles[2]);
+  }
+
+  TEST_CASE("gemm sm90: large f16/bf16 problems default to a wgmma tile; bad wgmma tiles are user errors") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    const KernelSpec spec = relu_bias_spec(DType::f16, Layout::row, Layout::row);
+    CHECK(std::holds_alternative<WgmmaTile>(jit->compile(spec, {4096, 4096, 4096})->source().tile));
+    CHECK(std::holds_alternative<GemmTile>(jit->compile(spec, {64, 256, 128})->source().tile));
+    CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, WgmmaTile{64, 128, 64, 4, 8}), UserError);
+    CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, WgmmaTile{256, 256, 64, 4, 8}), UserError);  // registers
+    CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, WgmmaTile{128, 256, 64, 8, 8}), UserError);  // shared memory
+    const KernelSpec f32 = relu_bias_spec(DType::f32, Layout::row, Layout::row);
+    CHECK_THROWS_AS(jit->compile(f32, {64, 64, 64}, WgmmaTile{}), UserError);
+  }
+}
