@@ -33,14 +33,22 @@ GemmTile parse_gemm_tile(const std::string& text) {
   return t;
 }
 
-std::string WgmmaTile::str() const { return fmt::format("h{}x{}x{}s{}g{}", bm, bn, bk, stages, group_m); }
+std::string WgmmaTile::str() const {
+  std::string s = fmt::format("h{}x{}x{}s{}g{}", bm, bn, bk, stages, group_m);
+  if (cluster != 1) s += fmt::format("c{}", cluster);
+  return s;
+}
 
 WgmmaTile parse_wgmma_tile(const std::string& text) {
   WgmmaTile t;
-  int used = 0;
+  int used = 0, more = 0;
   const int n = std::sscanf(text.c_str(), "h%dx%dx%ds%dg%d%n", &t.bm, &t.bn, &t.bk, &t.stages, &t.group_m, &used);
-  EPIFUSE_CHECK(n == 5 && used == static_cast<int>(text.size()),
-                "wgmma tile '{}': expected hBMxBNxBKsSTAGESgGROUP, e.g. h128x256x64s4g8", text);
+  const bool cluster = n == 5 && used < static_cast<int>(text.size()) &&
+                       std::sscanf(text.c_str() + used, "c%d%n", &t.cluster, &more) == 1;
+  EPIFUSE_CHECK(n == 5 && used + more == static_cast<int>(text.size()) && (cluster || more == 0),
+                "wgmma tile '{}': expected hBMxBNxBKsSTAGESgGROUP[cCLUSTER], e.g. h128x256x64s4g8 or "
+                "h128x256x64s4g8c2",
+                text);
   return t;
 }
 

@@ -79,3 +79,37 @@ template <int N>
 __device__ __forceinline__ void ef_setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
+
+// ---- thread-block clusters ----
+
+__device__ __forceinline__ unsigned ef_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+/// Every thread of every block of the cluster: writes before are visible to
+/// reads after, in all the cluster's blocks.
+__device__ __forceinline__ void ef_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/// Arrives on the mbarrier at shared address `bar` of the cluster's block
+/// `rank`. CTA scope: what it orders is the wgmma reads of the stage, not
+/// memory the peer reads, and a cluster-scope release fences every arrival
+/// (measured: membar stalls made a cluster-of-2 kernel 2x slower).
+__device__ __forceinline__ void ef_mbar_arrive_cluster(unsigned bar, unsigned rank) {
+  asm volatile(
+      "{\n\t.reg .b32 remote;\n\tmapa.shared::cluster.u32 remote, %0, %1;\n\t"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+/// ef_tma_load_2d into the same shared offset of every block in `mask`, each
+/// block's mbarrier at `bar` completing the bytes it receives.
+__device__ __forceinline__ void ef_tma_load_2d_multicast(unsigned smem, const ef_tensor_map* map, unsigned bar, int c0,
+                                                         int c1, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "%4}], [%2], %5;\n" ::"r"(smem),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}

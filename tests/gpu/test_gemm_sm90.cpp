@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
@@ -30,8 +31,9 @@ Jit* hopper_jit() {
   return jit.get();
 }
 
-const WgmmaTile k_tiles[] = {{128, 256, 64, 4, 8}, {256, 128, 64, 4, 8}, {128, 128, 64, 6, 8}, {128, 64, 64, 8, 8},
-                             {128, 128, 64, 2, 1}};
+const WgmmaTile k_tiles[] = {{128, 256, 64, 4, 8}, {256, 128, 64, 4, 8},    {128, 128, 64, 6, 8},
+                             {128, 64, 64, 8, 8},  {128, 128, 64, 2, 1},    {128, 256, 64, 4, 8, 2},
+                             {256, 128, 64, 4, 8, 2}, {128, 128, 64, 3, 1, 2}};
 
 KernelSpec relu_bias_spec(DType dt, Layout a, Layout b, double p = 0.0, RngMode rng = RngMode::philox4) {
   KernelSpec s;
@@ -70,13 +72,18 @@ TEST_SUITE("gpu") {
     Jit* jit = hopper_jit();
     if (!jit) return;
     std::uint64_t seed = 9000;
+    const std::vector<TileConfig> tiles(std::begin(k_tiles), std::end(k_tiles));
     for (DType dt : {DType::f16, DType::bf16})
       for (Layout a : {Layout::row, Layout::col})
-        for (Layout b : {Layout::row, Layout::col})
+        for (Layout b : {Layout::row, Layout::col}) {
+          const KernelSpec spec = relu_bias_spec(dt, a, b);
+          // One shape class for all three shapes: compile every tile once, in parallel.
+          (void)jit->compile_all(spec, {256, 256, 128}, tiles);
           for (const WgmmaTile& t : k_tiles)
             // whole tiles; edges in M, N and K (K not a multiple of BK); more tiles than SMs
             for (const Shape& s : {Shape{256, 256, 128}, Shape{200, 136, 72}, Shape{1032, 1040, 200}})
-              check(*jit, relu_bias_spec(dt, a, b), s, ++seed, t);
+              check(*jit, spec, s, ++seed, t);
+        }
   }
 
   TEST_CASE("gemm sm90: K = 0, several outputs and a column-broadcast input") {
@@ -97,6 +104,10 @@ TEST_SUITE("gpu") {
     Jit* jit = hopper_jit();
     if (!jit) return;
     const LaunchArgs args{0x123456789abcdefULL, 42};
+    const std::vector<TileConfig> tiles(std::begin(k_tiles), std::end(k_tiles));
+    for (RngMode rng : {RngMode::philox4, RngMode::triton})
+      for (const Shape& shape : {Shape{256, 512, 64}, Shape{130, 131, 40}})
+        (void)jit->compile_all(relu_bias_spec(DType::f16, Layout::row, Layout::col, 0.3, rng), shape, tiles);
     for (RngMode rng : {RngMode::philox4, RngMode::triton})
       for (const WgmmaTile& t : k_tiles)
         // n4 (one Philox call per four elements) and n1 (B col-major allows any N)

@@ -43,7 +43,10 @@ std::uint32_t gemm_block_shared_bytes(const GemmTile& t, int operand_bytes) {
 
 std::uint32_t wgmma_shared_bytes(const WgmmaTile& t) {
   const auto stages = static_cast<std::uint32_t>(t.stages);
-  return stages * static_cast<std::uint32_t>(t.bm + t.bn) * static_cast<std::uint32_t>(t.bk) * 2u + 1024u + 16u * stages;
+  // ring, alignment slack, barriers, and the epilogue's staging: 8 consumer
+  // warps x 16 rows x (32 + 4) floats.
+  return stages * static_cast<std::uint32_t>(t.bm + t.bn) * static_cast<std::uint32_t>(t.bk) * 2u + 1024u + 16u * stages +
+         8u * 16u * 36u * 4u;
 }
 
 std::uint32_t gemm_shared_bytes(const GemmTile& t, int operand_bytes) {
@@ -94,7 +97,8 @@ bool shared_draws(const GemmPlan& g, const Node& n) { return n.rng == RngMode::p
 // Note [Staged epilogue] (templates/gemm_mma.cu.in): warp tiles of 16 or more
 // fragments (64x32 and up) stage their accumulators through shared memory and
 // run the chain in a rolled loop, four consecutive columns per lane.
-bool staged_epilogue(const GemmPlan& g) { return !g.simt && !g.wgmma && gemm_staged_epilogue(g.tile); }
+// The wgmma kernel always stages (Note [Staged wgmma epilogue], templates/gemm_sm90.cu.in).
+bool staged_epilogue(const GemmPlan& g) { return !g.simt && (g.wgmma || gemm_staged_epilogue(g.tile)); }
 
 // d<k>[4]: the draws of four consecutive columns col0..col0+3 of `row` (col0 a
 // multiple of 4, N % 4 == 0): exactly one Philox call (DESIGN §4).
@@ -391,7 +395,12 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
   // the mma.sync general kernel of the same key.
   ks.inputs = {"a", "b"};
   ks.input_alignment = {16, 16};
-  bind_graph_tensors(plan, ks, [](const TensorPlan&) { return 0; });
+  // Outputs are stored four at a time where N % 4 == 0 (aligned to that, else the general kernel).
+  const bool quads = vector_stores(g);
+  bind_graph_tensors(plan, ks, [&](const TensorPlan& t) {
+    const bool output = &t >= plan.outputs.data() && &t < plan.outputs.data() + plan.outputs.size();
+    return quads && output ? 4 * static_cast<int>(size_of(t.dtype)) : 0;
+  });
   ParamLayout layout;
   const auto operand = storage_type_name(plan.spec->mainloop.a);
   layout.add_pointer(ParamRole::input, 0, "a", operand);
@@ -417,12 +426,16 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
       {"bn", std::to_string(t.bn)},
       {"stages", std::to_string(t.stages)},
       {"group_m", std::to_string(t.group_m)},
+      {"cluster", std::to_string(t.cluster)},
+      {"cluster_dims", t.cluster > 1 ? fmt::format("__cluster_dims__({}, 1, 1)", t.cluster) : ""},
       {"a_kmajor", g.a_kmajor ? "true" : "false"},
       {"b_kmajor", g.b_kmajor ? "true" : "false"},
       {"wgmma_function", wgmma_function(g)},
-      {"fragment_draws", emit_fragment_draws(g)},
-      {"element_loads", emit_element_loads(g, "          ")},
-      {"element", emit_element(g, contract, "acc[mi][ni][e]", "            ")},
+      {"staged_draws", emit_staged_draws(g)},
+      {"staged_quads", emit_staged_quads(g)},
+      {"staged_loads", emit_element_loads(g, "            ", true)},
+      {"staged_element", emit_element(g, contract, "quad[e]", "              ", quads)},
+      {"staged_stores", emit_staged_stores(g)},
   };
   layout.finish(ks);
   ks.text = render_template(embedded_template("gemm_sm90.cu.in"), vars, "gemm_sm90.cu.in");

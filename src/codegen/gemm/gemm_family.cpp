@@ -111,6 +111,8 @@ void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s
                 "gemm tile {}: each consumer holds (BM/128) x BN/2 accumulators a thread; at most 128", t.str());
   EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
   EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
+  EPIFUSE_CHECK(t.cluster == 1 || (t.cluster == 2 && t.bn >= 128),
+                "gemm tile {}: the cluster is 1, or 2 with BN 128 or 256 (each block copies half of B)", t.str());
   EPIFUSE_CHECK(wgmma_shared_bytes(t) <= k_max_shared,
                 "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
                 wgmma_shared_bytes(t), k_max_shared);
@@ -211,7 +213,8 @@ class GemmFamily final : public KernelFamily {
     // the tuner picks mma.sync where a problem is too small to fill the GPU.
     std::vector<TileConfig> out;
     if (wgmma_applies(spec, shape, target))
-      for (const WgmmaTile t : {WgmmaTile{128, 256, 64, 4, 8}, WgmmaTile{256, 128, 64, 4, 8},
+      for (const WgmmaTile t : {WgmmaTile{128, 256, 64, 4, 8, 2}, WgmmaTile{128, 256, 64, 4, 8},
+                                WgmmaTile{256, 128, 64, 4, 8, 2}, WgmmaTile{256, 128, 64, 4, 8},
                                 WgmmaTile{128, 128, 64, 6, 8}, WgmmaTile{128, 64, 64, 8, 8}})
         out.push_back(t);
     // Large tiles (8 warps of 64x64) for throughput, BK 64 for fewer barriers,
@@ -288,7 +291,7 @@ class GemmFamily final : public KernelFamily {
     switch (field.index) {
       case a_kmajor_map: maps.fill(bytes.data(), c.inputs[0], k, m, 64, bm); break;  // [M][K]
       case a_mmajor_map: maps.fill(bytes.data(), c.inputs[0], m, k, 64, 64); break;  // [K][M]
-      case b_kmajor_map: maps.fill(bytes.data(), c.inputs[1], k, n, 64, bn); break;  // [N][K]
+      case b_kmajor_map: maps.fill(bytes.data(), c.inputs[1], k, n, 64, bn / t.cluster); break;  // [N][K], a block's share
       case b_nmajor_map: maps.fill(bytes.data(), c.inputs[1], n, k, 64, 64); break;  // [K][N]
       default: EPIFUSE_ASSERT(false, "unknown tensor map {}", field.index);
     }
@@ -298,9 +301,11 @@ class GemmFamily final : public KernelFamily {
     if (const auto* w = std::get_if<WgmmaTile>(&source.tile); w && source.path == KernelPath::fastest) {
       // Persistent: one block per SM (the ring takes its shared memory), each
       // walking tiles blockIdx.x, + gridDim.x, ...
-      const std::int64_t tiles = tiles_of(shape, w->bm, w->bn);
+      // A cluster's blocks walk units of `cluster` vertically adjacent tiles.
+      const std::int64_t units = tiles_of(shape, std::int64_t{w->bm} * w->cluster, w->bn);
+      const std::int64_t slots = multiprocessors > 0 ? multiprocessors / w->cluster : units;
       LaunchGeometry g;
-      g.grid[0] = static_cast<unsigned>(multiprocessors > 0 ? std::min<std::int64_t>(tiles, multiprocessors) : tiles);
+      g.grid[0] = static_cast<unsigned>(std::min(units, slots) * w->cluster);
       g.block[0] = 384;
       g.shared_bytes = source.shared_bytes;
       return g;
