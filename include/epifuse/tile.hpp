@@ -40,8 +40,9 @@ struct WgmmaTile {
   int stages = 4;
   int group_m = 8;  ///< raster: this many row tiles share each column tile (L2 reuse)
   int cluster = 1;  ///< 2: two blocks on vertically adjacent tiles load half of their shared B tile each, multicast
+  int pingpong = 0;  ///< 1: each consumer warpgroup takes every other tile whole (its epilogue overlaps the other's wgmma)
   friend bool operator==(const WgmmaTile&, const WgmmaTile&) = default;
-  std::string str() const;  ///< "h128x256x64s4g8", "h128x256x64s4g8c2" with a cluster of 2
+  std::string str() const;  ///< "h128x256x64s4g8"; "c2" appended for a cluster of 2, then "p" for ping-pong
 };
 
 /// One alternative per kernel family or mainloop (a new one adds its tile type here).

@@ -36,6 +36,7 @@ GemmTile parse_gemm_tile(const std::string& text) {
 std::string WgmmaTile::str() const {
   std::string s = fmt::format("h{}x{}x{}s{}g{}", bm, bn, bk, stages, group_m);
   if (cluster != 1) s += fmt::format("c{}", cluster);
+  if (pingpong) s += "p";
   return s;
 }
 
@@ -43,11 +44,20 @@ WgmmaTile parse_wgmma_tile(const std::string& text) {
   WgmmaTile t;
   int used = 0, more = 0;
   const int n = std::sscanf(text.c_str(), "h%dx%dx%ds%dg%d%n", &t.bm, &t.bn, &t.bk, &t.stages, &t.group_m, &used);
-  const bool cluster = n == 5 && used < static_cast<int>(text.size()) &&
-                       std::sscanf(text.c_str() + used, "c%d%n", &t.cluster, &more) == 1;
-  EPIFUSE_CHECK(n == 5 && used + more == static_cast<int>(text.size()) && (cluster || more == 0),
-                "wgmma tile '{}': expected hBMxBNxBKsSTAGESgGROUP[cCLUSTER], e.g. h128x256x64s4g8 or "
-                "h128x256x64s4g8c2",
+  std::string_view rest = n == 5 ? std::string_view(text).substr(static_cast<std::size_t>(used)) : std::string_view();
+  bool ok = n == 5;
+  if (ok && rest.starts_with("c")) {
+    const std::string tail(rest);
+    ok = std::sscanf(tail.c_str(), "c%d%n", &t.cluster, &more) == 1;
+    rest.remove_prefix(ok ? static_cast<std::size_t>(more) : 0);
+  }
+  if (ok && rest == "p") {
+    t.pingpong = 1;
+    rest = {};
+  }
+  EPIFUSE_CHECK(ok && rest.empty(),
+                "wgmma tile '{}': expected hBMxBNxBKsSTAGESgGROUP[cCLUSTER][p], e.g. h128x256x64s4g8, "
+                "h128x256x64s4g8c2 or h128x128x64s6g8c2p",
                 text);
   return t;
 }

@@ -45,7 +45,8 @@ std::string tile_bytes(const TileConfig& tile) {
         if constexpr (std::is_same_v<T, ElementwiseTile>) {
           for (int v : {t.threads, t.vec, t.blocks_per_sm}) put(out, static_cast<std::int32_t>(v));
         } else if constexpr (std::is_same_v<T, WgmmaTile>) {
-          for (int v : {t.bm, t.bn, t.bk, t.stages, t.group_m, t.cluster}) put(out, static_cast<std::int32_t>(v));
+          for (int v : {t.bm, t.bn, t.bk, t.stages, t.group_m, t.cluster, t.pingpong})
+            put(out, static_cast<std::int32_t>(v));
         } else {
           for (int v : {t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages, t.group_m, t.split_k})
             put(out, static_cast<std::int32_t>(v));
@@ -79,7 +80,7 @@ std::optional<TileConfig> tile_from_bytes(std::string_view bytes) {
   }
   if (index == 2) {
     WgmmaTile t;
-    if (!ints({&t.bm, &t.bn, &t.bk, &t.stages, &t.group_m, &t.cluster})) return std::nullopt;
+    if (!ints({&t.bm, &t.bn, &t.bk, &t.stages, &t.group_m, &t.cluster, &t.pingpong})) return std::nullopt;
     return t;
   }
   return std::nullopt;

@@ -33,7 +33,8 @@ Jit* hopper_jit() {
 
 const WgmmaTile k_tiles[] = {{128, 256, 64, 4, 8}, {256, 128, 64, 4, 8},    {128, 128, 64, 6, 8},
                              {128, 64, 64, 8, 8},  {128, 128, 64, 2, 1},    {128, 256, 64, 4, 8, 2},
-                             {256, 128, 64, 4, 8, 2}, {128, 128, 64, 3, 1, 2}};
+                             {256, 128, 64, 4, 8, 2}, {128, 128, 64, 3, 1, 2}, {128, 128, 64, 6, 8, 1, 1},
+                             {128, 64, 64, 3, 1, 1, 1}, {128, 128, 64, 5, 8, 2, 1}};  // the last three ping-pong
 
 KernelSpec relu_bias_spec(DType dt, Layout a, Layout b, double p = 0.0, RngMode rng = RngMode::philox4) {
   KernelSpec s;

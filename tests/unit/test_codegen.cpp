@@ -286,7 +286,12 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
   CHECK(t.str() == "h256x128x64s4g16");
   CHECK(std::get<WgmmaTile>(parse_tile(t.str())) == t);
   CHECK(std::get<GemmTile>(parse_tile("64x64x64w2x2s3g8k4")) == GemmTile{64, 64, 64, 2, 2, 3, 8, 4});
-  for (const char* bad : {"h", "h128x256x64s4", "h128x256x64s4g8x", "h128x256x64w2x2s4g8"})
+  for (const WgmmaTile w : {WgmmaTile{128, 256, 64, 4, 8, 2}, WgmmaTile{128, 128, 64, 6, 8, 1, 1},
+                            WgmmaTile{128, 128, 64, 5, 8, 2, 1}})
+    CHECK(std::get<WgmmaTile>(parse_tile(w.str())) == w);
+  CHECK(WgmmaTile{128, 128, 64, 5, 8, 2, 1}.str() == "h128x128x64s5g8c2p");
+  for (const char* bad : {"h", "h128x256x64s4", "h128x256x64s4g8x", "h128x256x64w2x2s4g8", "h128x256x64s4g8pc2",
+                          "h128x256x64s4g8c", "h128x256x64s4g8pp"})
     CHECK_THROWS_WITH_AS(parse_tile(bad), doctest::Contains("expected hBMxBNxBKsSTAGESgGROUP"), UserError);
   CHECK(tile_hash(t) != tile_hash(WgmmaTile{256, 128, 64, 4, 8}));
   KernelSpec spec;
@@ -319,6 +324,9 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
   CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{64, 128, 64, 4, 8}), UserError);
   CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{256, 256, 64, 4, 8}), UserError);
   CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{128, 256, 64, 8, 8}), UserError);
+  CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{128, 256, 64, 4, 8, 1, 1}), UserError);  // ping-pong: 256 accumulators
+  CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{128, 64, 64, 4, 8, 2}), UserError);     // a cluster splits BN >= 128
+  CHECK(emit_kernel(spec, big, WgmmaTile{128, 128, 64, 6, 8, 1, 1}).text.find("PINGPONG = true") != std::string::npos);
   KernelSpec f32 = spec;
   f32.mainloop.a = f32.mainloop.b = DType::f32;
   CHECK_THROWS_WITH_AS(emit_kernel(f32, big, t), doctest::Contains("f16 or bf16"), UserError);

@@ -46,7 +46,7 @@ std::uint32_t wgmma_shared_bytes(const WgmmaTile& t) {
   // ring, alignment slack, barriers, and the epilogue's staging: 8 consumer
   // warps x 16 rows x (32 + 4) floats.
   return stages * static_cast<std::uint32_t>(t.bm + t.bn) * static_cast<std::uint32_t>(t.bk) * 2u + 1024u + 16u * stages +
-         8u * 16u * 36u * 4u;
+         16u + 8u * 16u * 36u * 4u;
 }
 
 std::uint32_t gemm_shared_bytes(const GemmTile& t, int operand_bytes) {
@@ -427,6 +427,7 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
       {"stages", std::to_string(t.stages)},
       {"group_m", std::to_string(t.group_m)},
       {"cluster", std::to_string(t.cluster)},
+      {"pingpong", t.pingpong ? "true" : "false"},
       {"cluster_dims", t.cluster > 1 ? fmt::format("__cluster_dims__({}, 1, 1)", t.cluster) : ""},
       {"a_kmajor", g.a_kmajor ? "true" : "false"},
       {"b_kmajor", g.b_kmajor ? "true" : "false"},

@@ -107,8 +107,12 @@ void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s
                 t.str());
   EPIFUSE_CHECK((t.bm == 128 || t.bm == 256) && (t.bn == 64 || t.bn == 128 || t.bn == 256) && t.bk == 64,
                 "gemm tile {}: a wgmma tile has BM 128 or 256, BN 64, 128 or 256, and BK 64", t.str());
-  EPIFUSE_CHECK((t.bm / 128) * t.bn <= 256,
-                "gemm tile {}: each consumer holds (BM/128) x BN/2 accumulators a thread; at most 128", t.str());
+  // A consumer warpgroup's rows: BM/2 cooperative, BM ping-pong; a thread holds rows x BN / 128 accumulators.
+  const int rows = t.pingpong ? t.bm : t.bm / 2;
+  EPIFUSE_CHECK(t.pingpong == 0 || t.pingpong == 1, "gemm tile {}: ping-pong is 0 or 1", t.str());
+  EPIFUSE_CHECK(rows * t.bn / 128 <= 128,
+                "gemm tile {}: a consumer warpgroup holds {} accumulators a thread; at most 128", t.str(),
+                rows * t.bn / 128);
   EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
   EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
   EPIFUSE_CHECK(t.cluster == 1 || (t.cluster == 2 && t.bn >= 128),
