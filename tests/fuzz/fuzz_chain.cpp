@@ -117,7 +117,18 @@ TileConfig arbitrary_tile(MainloopKind kind, Draw& draw) {
              draw.one_of(warps), draw.one_of(stages), draw.one_of(group), draw.one_of(split)};
   // The command line reads a gemm tile as text: str() must read back.
   if (!(parse_gemm_tile(t.str()) == t)) fail("parse_gemm_tile(str()) is not the tile");
-  return t;
+  if (draw.below(2) == 0) return t;
+  // A wgmma tile (sm_90a), in and out of range.
+  static constexpr int hm[] = {128, 256, 64};
+  static constexpr int hn[] = {64, 128, 256, 96};
+  static constexpr int hstages[] = {2, 4, 6, 8, 1, 9};
+  static constexpr int cluster[] = {1, 2, 3};
+  static constexpr int pingpong[] = {0, 1, 2};
+  const WgmmaTile w{draw.one_of(hm),    draw.one_of(hn),      64, draw.one_of(hstages), draw.one_of(group),
+                    draw.one_of(cluster), draw.one_of(pingpong)};
+  if (w.group_m >= 0 && w.pingpong <= 1 && !(std::get<WgmmaTile>(parse_tile(w.str())) == w))
+    fail("parse_tile(str()) is not the wgmma tile");
+  return w;
 }
 
 // The launch side of a kernel that needs no GPU: geometry and scratch for an
@@ -158,9 +169,17 @@ void check_chain(std::string_view text) {
     const KernelSource tuned = emit_kernel(*spec, shape, tile, KernelPath::general);
     check_launch(*spec, tuned, shape);
   }
+  // On sm_90a too: the wgmma candidates of f16/bf16 GEMMs, and their general
+  // (mma.sync) path.
+  const std::vector<TileConfig> hopper = tile_candidates(*spec, shape, "sm_90a");
+  if (!hopper.empty()) {
+    const TileConfig& tile = hopper[draw.below(hopper.size())];
+    for (const KernelPath path : {KernelPath::fastest, KernelPath::general})
+      check_launch(*spec, emit_kernel(*spec, shape, tile, path, "sm_90a"), shape);
+  }
   const TileConfig tile = arbitrary_tile(spec->mainloop.kind, draw);
   try {
-    const KernelSource chosen = emit_kernel(*spec, shape, tile);
+    const KernelSource chosen = emit_kernel(*spec, shape, tile, KernelPath::fastest, "sm_90a");
     check_launch(*spec, chosen, shape);
   } catch (const UserError&) {
     // a tile out of the family's bounds, rejected as `--tile` would be

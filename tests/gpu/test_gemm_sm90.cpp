@@ -5,7 +5,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "epifuse/compare.hpp"
@@ -150,5 +155,29 @@ TEST_SUITE("gpu") {
     CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, WgmmaTile{128, 256, 64, 8, 8}), UserError);  // shared memory
     const KernelSpec f32 = relu_bias_spec(DType::f32, Layout::row, Layout::row);
     CHECK_THROWS_AS(jit->compile(f32, {64, 64, 64}, WgmmaTile{}), UserError);
+  }
+
+  TEST_CASE("gemm sm90: the wgmma kernels' SASS has HGMMA (cuobjdump, where the toolkit has it)") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    if (std::system("command -v cuobjdump > /dev/null 2>&1") != 0) {
+      MESSAGE("SASS check skipped: no cuobjdump on PATH");
+      return;
+    }
+    const auto dir = std::filesystem::temp_directory_path();
+    for (const WgmmaTile& t : {k_tiles[0], k_tiles[5], k_tiles[8]}) {
+      const auto kernel = jit->compile(relu_bias_spec(DType::bf16, Layout::row, Layout::row, 0.1), {1024, 1024, 1024}, t);
+      const auto cubin = dir / ("epifuse_sass_" + t.str() + ".cubin");
+      const auto sass = dir / ("epifuse_sass_" + t.str() + ".txt");
+      std::ofstream(cubin, std::ios::binary).write(kernel->binary().data(), static_cast<std::streamsize>(kernel->binary().size()));
+      REQUIRE(std::system(("cuobjdump -sass " + cubin.string() + " > " + sass.string()).c_str()) == 0);
+      std::ifstream in(sass);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      INFO("tile " << t.str());
+      CHECK(text.find("HGMMA") != std::string::npos);
+      CHECK(text.find("HMMA.16816") == std::string::npos);  // no mma.sync in the wgmma kernel
+      std::filesystem::remove(cubin);
+      std::filesystem::remove(sass);
+    }
   }
 }
