@@ -17,6 +17,7 @@
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/reference.hpp"
+#include "gemm_checks.hpp"
 
 using namespace epifuse;
 
@@ -41,35 +42,10 @@ const WgmmaTile k_tiles[] = {{128, 256, 64, 4, 8}, {256, 128, 64, 4, 8},    {128
                              {256, 128, 64, 4, 8, 2}, {128, 128, 64, 3, 1, 2}, {128, 128, 64, 6, 8, 1, 1},
                              {128, 64, 64, 3, 1, 1, 1}, {128, 128, 64, 5, 8, 2, 1}};  // the last three ping-pong
 
-KernelSpec relu_bias_spec(DType dt, Layout a, Layout b, double p = 0.0, RngMode rng = RngMode::philox4) {
-  KernelSpec s;
-  s.mainloop = {MainloopKind::gemm, dt, dt, a, b};
-  Graph& g = s.graph;
-  Value y = g.relu(g.add(g.accumulator(0), g.input("bias", dt, Broadcast::row)));
-  if (p > 0) y = g.dropout(y, p, rng);
-  g.output("y", y, dt);
-  return s;
-}
-
-Tolerance gemm_tolerance(DType out, const Shape& shape) {
-  Tolerance t = tolerance_for(out, Precision::accurate);
-  t.atol += static_cast<double>(shape.k) * std::ldexp(1.0, -21) * 4.0;
-  return t;
-}
-
-void check(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t seed, const TileConfig& tile,
-           std::size_t misalign = 0, LaunchArgs args = {}) {
-  const TensorMap inputs = make_inputs(spec, shape, seed);
-  const TensorMap want = evaluate(spec, shape, inputs, args);
-  const TensorMap got = run_on_device(jit, spec, shape, inputs, args, tile, misalign);
-  for (const Output& o : spec.graph.outputs()) {
-    INFO("output " << o.name << " shape " << shape.m << "x" << shape.n << "x" << shape.k << " a "
-                   << to_string(spec.mainloop.a_layout) << " b " << to_string(spec.mainloop.b_layout) << " "
-                   << to_string(spec.mainloop.a) << " tile " << to_string(tile) << " misalign " << misalign);
-    const Comparison c = compare(got.at(o.name), want.at(o.name), gemm_tolerance(o.dtype, shape));
-    CHECK_MESSAGE(c.ok, c.message);
-  }
-}
+// Tolerance and checks: tests/gemm_checks.hpp.
+using testing::check;
+using testing::gemm_spec;
+using testing::gemm_tolerance;
 
 }  // namespace
 
@@ -82,7 +58,7 @@ TEST_SUITE("gpu") {
     for (DType dt : {DType::f16, DType::bf16})
       for (Layout a : {Layout::row, Layout::col})
         for (Layout b : {Layout::row, Layout::col}) {
-          const KernelSpec spec = relu_bias_spec(dt, a, b);
+          const KernelSpec spec = gemm_spec(dt, a, b);
           // One shape class for all three shapes: compile every tile once, in parallel.
           (void)jit->compile_all(spec, {256, 256, 128}, tiles);
           for (const WgmmaTile& t : k_tiles)
@@ -95,7 +71,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("gemm sm90: K = 0, several outputs and a column-broadcast input") {
     Jit* jit = hopper_jit();
     if (!jit) return;
-    check(*jit, relu_bias_spec(DType::f16, Layout::row, Layout::row), {128, 256, 0}, 9500, k_tiles[0]);
+    check(*jit, gemm_spec(DType::f16, Layout::row, Layout::row), {128, 256, 0}, 9500, k_tiles[0]);
     KernelSpec s;
     s.mainloop = {MainloopKind::gemm, DType::bf16, DType::bf16, Layout::row, Layout::col};
     Graph& g = s.graph;
@@ -113,12 +89,12 @@ TEST_SUITE("gpu") {
     const std::vector<TileConfig> tiles(std::begin(k_tiles), std::end(k_tiles));
     for (RngMode rng : {RngMode::philox4, RngMode::triton})
       for (const Shape& shape : {Shape{256, 512, 64}, Shape{130, 131, 40}})
-        (void)jit->compile_all(relu_bias_spec(DType::f16, Layout::row, Layout::col, 0.3, rng), shape, tiles);
+        (void)jit->compile_all(gemm_spec(DType::f16, Layout::row, Layout::col, 0.3, rng), shape, tiles);
     for (RngMode rng : {RngMode::philox4, RngMode::triton})
       for (const WgmmaTile& t : k_tiles)
         // n4 (one Philox call per four elements) and n1 (B col-major allows any N)
         for (const Shape& shape : {Shape{256, 512, 64}, Shape{130, 131, 40}}) {
-          const KernelSpec spec = relu_bias_spec(DType::f16, Layout::row, Layout::col, 0.3, rng);
+          const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::col, 0.3, rng);
           const TensorMap inputs = make_inputs(spec, shape, 9600);
           const HostTensor want = evaluate(spec, shape, inputs, args).at("y");
           const HostTensor got = run_on_device(*jit, spec, shape, inputs, args, TileConfig{t}).at("y");
@@ -139,21 +115,21 @@ TEST_SUITE("gpu") {
     if (!jit) return;
     std::uint64_t seed = 9700;
     for (Layout a : {Layout::row, Layout::col})
-      for (std::size_t mis : {1u, 3u}) check(*jit, relu_bias_spec(DType::bf16, a, Layout::row), {96, 128, 64}, ++seed, k_tiles[2], mis);
+      for (std::size_t mis : {1u, 3u}) check(*jit, gemm_spec(DType::bf16, a, Layout::row), {96, 128, 64}, ++seed, k_tiles[2], mis);
     // K = 33: rows of A are not 16-byte strided (shape class ld1).
-    check(*jit, relu_bias_spec(DType::f16, Layout::row, Layout::row), {96, 128, 33}, ++seed, k_tiles[2]);
+    check(*jit, gemm_spec(DType::f16, Layout::row, Layout::row), {96, 128, 33}, ++seed, k_tiles[2]);
   }
 
   TEST_CASE("gemm sm90: large f16/bf16 problems default to a wgmma tile; bad wgmma tiles are user errors") {
     Jit* jit = hopper_jit();
     if (!jit) return;
-    const KernelSpec spec = relu_bias_spec(DType::f16, Layout::row, Layout::row);
+    const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row);
     CHECK(std::holds_alternative<WgmmaTile>(jit->compile(spec, {4096, 4096, 4096})->source().tile));
     CHECK(std::holds_alternative<GemmTile>(jit->compile(spec, {64, 256, 128})->source().tile));
     CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, WgmmaTile{64, 128, 64, 4, 8}), UserError);
     CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, WgmmaTile{256, 256, 64, 4, 8}), UserError);  // registers
     CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, WgmmaTile{128, 256, 64, 8, 8}), UserError);  // shared memory
-    const KernelSpec f32 = relu_bias_spec(DType::f32, Layout::row, Layout::row);
+    const KernelSpec f32 = gemm_spec(DType::f32, Layout::row, Layout::row);
     CHECK_THROWS_AS(jit->compile(f32, {64, 64, 64}, WgmmaTile{}), UserError);
   }
 
@@ -166,7 +142,7 @@ TEST_SUITE("gpu") {
     }
     const auto dir = std::filesystem::temp_directory_path();
     for (const WgmmaTile& t : {k_tiles[0], k_tiles[5], k_tiles[8]}) {
-      const auto kernel = jit->compile(relu_bias_spec(DType::bf16, Layout::row, Layout::row, 0.1), {1024, 1024, 1024}, t);
+      const auto kernel = jit->compile(gemm_spec(DType::bf16, Layout::row, Layout::row, 0.1), {1024, 1024, 1024}, t);
       const auto cubin = dir / ("epifuse_sass_" + t.str() + ".cubin");
       const auto sass = dir / ("epifuse_sass_" + t.str() + ".txt");
       std::ofstream(cubin, std::ios::binary).write(kernel->binary().data(), static_cast<std::streamsize>(kernel->binary().size()));

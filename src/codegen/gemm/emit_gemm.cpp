@@ -73,8 +73,9 @@ GemmPlan plan_gemm(const KernelPlan& plan) {
 
 namespace {
 
-void layout_params(const GemmPlan& g, ParamLayout& layout) {
-  const KernelPlan& plan = *g.plan;
+// What every GEMM kernel's parameters start with: the operands, the graph's
+// tensors, M, N, K, the dropout seed and offset and the scales.
+void operand_params(const KernelPlan& plan, ParamLayout& layout) {
   const auto operand = storage_type_name(plan.spec->mainloop.a);
   layout.add_pointer(ParamRole::input, 0, "a", operand);
   layout.add_pointer(ParamRole::input, 1, "b", operand);
@@ -83,6 +84,13 @@ void layout_params(const GemmPlan& g, ParamLayout& layout) {
   layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
   layout.add(ParamRole::dim_k, 0, "k", "long long k", 8, 8);
   layout.add_rng_and_scalars(plan);
+}
+
+// The template variables every GEMM template shares.
+TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contract, const ParamLayout& layout);
+
+void layout_params(const GemmPlan& g, ParamLayout& layout) {
+  operand_params(*g.plan, layout);
   if (g.ld8 && !g.vector_only) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
   if (g.tile.split_k > 1) {
     layout.add(ParamRole::workspace, 0, "tile_flags", "unsigned* tile_flags", 8, 8);
@@ -366,6 +374,14 @@ std::string describe(const KernelPlan& plan) {
                      chain.starts_with(" |") ? "" : " -> ", chain);
 }
 
+TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contract, const ParamLayout& layout) {
+  return {{"kernel", plan.kernel_name},
+          {"description", describe(plan)},
+          {"param_fields", layout.fields_text()},
+          {"epilogue_signature", epilogue_signature(plan, contract)},
+          {"epilogue_body", epilogue_body(plan)}};
+}
+
 // ef_wgmma(d, da, db): one wgmma.mma_async m64nBNk16 with fp32 accumulators,
 // A and B from shared memory, each transposed (MN-major) or not.
 std::string wgmma_function(const GemmPlan& g) {
@@ -402,26 +418,15 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
     return quads && output ? 4 * static_cast<int>(size_of(t.dtype)) : 0;
   });
   ParamLayout layout;
-  const auto operand = storage_type_name(plan.spec->mainloop.a);
-  layout.add_pointer(ParamRole::input, 0, "a", operand);
-  layout.add_pointer(ParamRole::input, 1, "b", operand);
-  layout.add_graph_tensors(plan, 2);
-  layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
-  layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
-  layout.add(ParamRole::dim_k, 0, "k", "long long k", 8, 8);
-  layout.add_rng_and_scalars(plan);
+  operand_params(plan, layout);
   layout.add(ParamRole::opaque, g.a_kmajor ? a_kmajor_map : a_mmajor_map, "tma_a", "ef_tensor_map tma_a", 128, 64);
   layout.add(ParamRole::opaque, g.b_kmajor ? b_kmajor_map : b_nmajor_map, "tma_b", "ef_tensor_map tma_b", 128, 64);
   ks.requires_alignment = true;
   ks.shared_bytes = wgmma_shared_bytes(t);
   const EpilogueContract contract = epilogue_contract(plan);
-  TemplateVars vars{
-      {"kernel", plan.kernel_name},
-      {"description", describe(plan)},
-      {"param_fields", layout.fields_text()},
-      {"epilogue_signature", epilogue_signature(plan, contract)},
-      {"epilogue_body", epilogue_body(plan)},
-      {"operand_t", std::string(operand)},
+  TemplateVars vars = common_vars(plan, contract, layout);
+  vars.insert({
+      {"operand_t", std::string(storage_type_name(plan.spec->mainloop.a))},
       {"bm", std::to_string(t.bm)},
       {"bn", std::to_string(t.bn)},
       {"stages", std::to_string(t.stages)},
@@ -437,7 +442,7 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
       {"staged_loads", emit_element_loads(g, "            ", true)},
       {"staged_element", emit_element(g, contract, "quad[e]", "              ", quads)},
       {"staged_stores", emit_staged_stores(g)},
-  };
+  });
   layout.finish(ks);
   ks.text = render_template(embedded_template("gemm_sm90.cu.in"), vars, "gemm_sm90.cu.in");
   return ks;
@@ -470,12 +475,8 @@ KernelSource emit_gemm(const GemmPlan& g) {
   const char* vector_flag = !g.ld8 ? "constexpr bool vec = false;  // operands not 16-byte loadable: element loads"
                             : g.vector_only ? "constexpr bool vec = true;  // the host checked A and B are 16-byte aligned"
                                             : "const bool vec = p.vectorized != 0;";
-  TemplateVars vars{
-      {"kernel", plan.kernel_name},
-      {"description", describe(plan)},
-      {"param_fields", layout.fields_text()},
-      {"epilogue_signature", epilogue_signature(plan, contract)},
-      {"epilogue_body", epilogue_body(plan)},
+  TemplateVars vars = common_vars(plan, contract, layout);
+  vars.insert({
       {"bm", std::to_string(g.tile.bm)},
       {"bn", std::to_string(g.tile.bn)},
       {"bk", std::to_string(g.tile.bk)},
@@ -486,7 +487,7 @@ KernelSource emit_gemm(const GemmPlan& g) {
       {"fragment_draws", emit_fragment_draws(g)},
       {"element_loads", emit_element_loads(g)},
       {"element", emit_element(g, contract, g.simt ? "acc[0][jg * 4 + e]" : "acc[mi][ni][e]", "          ")},
-  };
+  });
   if (!g.simt) {
     vars.emplace("operand_t", std::string(storage_type_name(plan.spec->mainloop.a)));
     vars.emplace("operand_bits", g.operand_bytes == 4 ? "unsigned" : "unsigned short");
