@@ -19,9 +19,10 @@ constexpr std::array<FamilyGetter, 2> k_families = {
 
 }  // namespace
 
-void KernelFamily::fill_opaque(const ParamField& field, const OpaqueContext&, std::span<unsigned char>) const {
-  EPIFUSE_ASSERT(false, "the {} family declares opaque parameter '{}' but does not fill it", to_string(kind()),
+std::optional<TensorMap2d> KernelFamily::tensor_map(const ParamField& field, const OpaqueContext&) const {
+  EPIFUSE_ASSERT(false, "the {} family declares opaque parameter '{}' but does not describe it", to_string(kind()),
                  field.name);
+  return std::nullopt;
 }
 
 const KernelFamily& family_for(MainloopKind kind) {

@@ -32,6 +32,17 @@ struct WorkspaceNeeds {
   std::size_t zeroed = 0, scratch = 0;
 };
 
+/// A 2-D TMA descriptor as a family asks for it: a row-major matrix of `outer`
+/// rows of `inner` elements, rows `row_bytes` apart, copied in boxes of
+/// box_inner x box_outer with the 128-byte swizzle. The runtime encodes it
+/// with the driver and caches it (codegen does not reach the driver).
+struct TensorMap2d {
+  std::uint64_t base = 0, inner = 0, outer = 0, row_bytes = 0;
+  unsigned box_inner = 0, box_outer = 0;
+  int element_bytes = 2;
+  friend bool operator==(const TensorMap2d&, const TensorMap2d&) = default;
+};
+
 /// What the launch knows when it fills an opaque parameter.
 struct OpaqueContext {
   const KernelSource& source;
@@ -63,9 +74,10 @@ class KernelFamily {
   virtual LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int multiprocessors) const = 0;
   /// The scratch a launch of `source` at `shape` needs (none by default).
   virtual WorkspaceNeeds workspace(const KernelSource&, const Shape&) const { return {}; }
-  /// Fills a ParamRole::opaque field (a tensor map). Families that declare none keep this.
-  virtual void fill_opaque(const ParamField& field, const OpaqueContext& context,
-                           std::span<unsigned char> bytes) const;
+  /// The tensor map a ParamRole::opaque field holds; nullopt leaves it zero
+  /// (a launch that will take the general path, or a map that is never read).
+  /// Families that declare no opaque field keep this.
+  virtual std::optional<TensorMap2d> tensor_map(const ParamField& field, const OpaqueContext& context) const;
 };
 
 /// The family of a mainloop kind; UserError naming the implemented ones when

@@ -1,5 +1,6 @@
 // The Jit: key -> cache -> (emit, NVRTC, load) -> launch.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
@@ -65,6 +66,37 @@ std::string gpu_unavailable_reason() {
   return {};
 }
 
+// Tensor maps (TMA descriptors) are encoded once per description and reused:
+// a wgmma launch fills two, and encoding is a driver call on the host. A few
+// dozen recent ones are kept, replaced round-robin.
+class TensorMapCache {
+ public:
+  void fill(CudaDriver& driver, const TensorMap2d& want, unsigned char* out) {
+    std::lock_guard lock(mutex_);
+    for (const Entry& e : entries_)
+      if (e.used && e.key == want) {
+        std::memcpy(out, e.map, sizeof e.map);
+        return;
+      }
+    Entry& e = entries_[next_++ % entries_.size()];
+    driver.encode_tensor_map_2d(e.map, want.element_bytes, want.base, want.inner, want.outer, want.row_bytes,
+                                want.box_inner, want.box_outer);
+    e.key = want;
+    e.used = true;
+    std::memcpy(out, e.map, sizeof e.map);
+  }
+
+ private:
+  struct Entry {
+    TensorMap2d key;
+    bool used = false;
+    alignas(64) unsigned char map[128] = {};
+  };
+  std::mutex mutex_;
+  std::array<Entry, 32> entries_{};
+  std::size_t next_ = 0;
+};
+
 struct Jit::Impl {
   std::string target_name;
   backend::Target target;
@@ -85,6 +117,7 @@ struct Jit::Impl {
   struct Workspace {
     backend::DeviceBuffer zeroed, scratch;
   };
+  mutable TensorMapCache tensor_maps;
   mutable std::mutex workspace_mutex;
   mutable std::unordered_map<void*, Workspace> workspaces;
 
@@ -314,9 +347,12 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
         put(f, f.index == 0 ? scratch->first : scratch->second);
         break;
       }
-      case ParamRole::opaque:
-        kernel.family->fill_opaque(f, {ks, b.inputs, b.outputs, shape}, {params + f.offset, f.size});
+      case ParamRole::opaque: {
+        EPIFUSE_ASSERT(f.size == 128, "an opaque parameter is a 128-byte tensor map");
+        const std::optional<TensorMap2d> map = kernel.family->tensor_map(f, {ks, b.inputs, b.outputs, shape});
+        if (map) tensor_maps.fill(*driver, *map, params + f.offset);  // else left zero
         break;
+      }
     }
   }
   EPIFUSE_ASSERT(!ks.requires_alignment || flag == nullptr, "a kernel that requires alignment has no vector flag");

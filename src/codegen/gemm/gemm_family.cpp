@@ -1,10 +1,5 @@
 // The GEMM family's face to the pipeline (Note [Kernel families]).
 #include <algorithm>
-#include <array>
-#include <cstring>
-#include <mutex>
-
-#include "backend/cuda_driver.hpp"
 
 #include "codegen/family.hpp"
 #include "codegen/gemm/gemm.hpp"
@@ -121,50 +116,6 @@ void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s
                 "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
                 wgmma_shared_bytes(t), k_max_shared);
 }
-
-// Tensor maps are encoded once per (pointer, extents, box) and reused: the
-// launch fills two per call, and the encoding is a driver call on the host.
-class TensorMapCache {
- public:
-  using Map = std::array<unsigned char, 128>;
-  void fill(unsigned char* out, std::uint64_t base, std::uint64_t inner, std::uint64_t outer, unsigned box_inner,
-            unsigned box_outer) {
-    // A base the copy engine cannot take sends the launch to the general
-    // kernel (KernelSource::requires_alignment), which has no tensor maps; an
-    // empty K is never loaded. Neither needs a real map.
-    if (base % 16 != 0 || inner == 0 || outer == 0 || (inner * 2) % 16 != 0) {
-      std::memset(out, 0, 128);
-      return;
-    }
-    const Key key{base, inner, outer, box_inner, box_outer};
-    std::lock_guard lock(mutex_);
-    for (const Entry& e : entries_)
-      if (e.used && e.key == key) {
-        std::memcpy(out, e.map.data(), 128);
-        return;
-      }
-    Entry& e = entries_[next_++ % entries_.size()];
-    backend::cuda().encode_tensor_map_2d(e.map.data(), 2, base, inner, outer, inner * 2, box_inner, box_outer);
-    e.key = key;
-    e.used = true;
-    std::memcpy(out, e.map.data(), 128);
-  }
-
- private:
-  struct Key {
-    std::uint64_t base, inner, outer;
-    unsigned box_inner, box_outer;
-    friend bool operator==(const Key&, const Key&) = default;
-  };
-  struct Entry {
-    Key key{};
-    bool used = false;
-    alignas(64) Map map{};
-  };
-  std::mutex mutex_;
-  std::array<Entry, 32> entries_{};
-  std::size_t next_ = 0;
-};
 
 class GemmFamily final : public KernelFamily {
  public:
@@ -284,21 +235,28 @@ class GemmFamily final : public KernelFamily {
     return emit_gemm(plan_gemm(plan));
   }
 
-  // Operand index 0 (A) or 1 (B); the field's index says which layout.
-  void fill_opaque(const ParamField& field, const OpaqueContext& c, std::span<unsigned char> bytes) const override {
+  // The field's index says which operand and layout (TensorMapIndex).
+  std::optional<TensorMap2d> tensor_map(const ParamField& field, const OpaqueContext& c) const override {
     const auto& t = std::get<WgmmaTile>(c.source.tile);
     const auto m = static_cast<std::uint64_t>(c.shape.m), n = static_cast<std::uint64_t>(c.shape.n),
                k = static_cast<std::uint64_t>(c.shape.k);
     const auto bm = static_cast<unsigned>(t.bm), bn = static_cast<unsigned>(t.bn);
-    EPIFUSE_ASSERT(bytes.size() == 128, "a tensor map is 128 bytes");
-    static TensorMapCache maps;
+    auto map = [&](std::uint64_t base, std::uint64_t inner, std::uint64_t outer, unsigned box_outer) {
+      // A base the copy engine cannot take sends the launch to the general
+      // kernel (KernelSource::requires_alignment), which has no maps; an empty
+      // K is never loaded. Neither needs a map.
+      return base % 16 != 0 || inner == 0 || outer == 0 || (inner * 2) % 16 != 0
+                 ? std::nullopt
+                 : std::optional<TensorMap2d>(TensorMap2d{base, inner, outer, inner * 2, 64, box_outer, 2});
+    };
     switch (field.index) {
-      case a_kmajor_map: maps.fill(bytes.data(), c.inputs[0], k, m, 64, bm); break;  // [M][K]
-      case a_mmajor_map: maps.fill(bytes.data(), c.inputs[0], m, k, 64, 64); break;  // [K][M]
-      case b_kmajor_map: maps.fill(bytes.data(), c.inputs[1], k, n, 64, bn / t.cluster); break;  // [N][K], a block's share
-      case b_nmajor_map: maps.fill(bytes.data(), c.inputs[1], n, k, 64, 64); break;  // [K][N]
+      case a_kmajor_map: return map(c.inputs[0], k, m, bm);              // [M][K]
+      case a_mmajor_map: return map(c.inputs[0], m, k, 64);              // [K][M]
+      case b_kmajor_map: return map(c.inputs[1], k, n, bn / t.cluster);  // [N][K], a block's share
+      case b_nmajor_map: return map(c.inputs[1], n, k, 64);              // [K][N]
       default: EPIFUSE_ASSERT(false, "unknown tensor map {}", field.index);
     }
+    return std::nullopt;
   }
 
   LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int multiprocessors) const override {
