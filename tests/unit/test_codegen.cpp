@@ -306,6 +306,11 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
   CHECK(std::holds_alternative<GemmTile>(emit_kernel(spec, {4096, 4096, 4095}, std::nullopt, KernelPath::fastest, "sm_90a").tile));
   const auto candidates = tile_candidates(spec, big, "sm_90a");
   CHECK(std::holds_alternative<WgmmaTile>(candidates.front()));
+  // Large problems compile only wgmma candidates; mid-size ones both kinds.
+  CHECK(std::all_of(candidates.begin(), candidates.end(), [](const TileConfig& c) { return std::holds_alternative<WgmmaTile>(c); }));
+  const auto mid = tile_candidates(spec, {1024, 1024, 1024}, "sm_90a");
+  CHECK(std::any_of(mid.begin(), mid.end(), [](const TileConfig& c) { return std::holds_alternative<GemmTile>(c); }));
+  CHECK(std::any_of(mid.begin(), mid.end(), [](const TileConfig& c) { return std::holds_alternative<WgmmaTile>(c); }));
   const auto ampere = tile_candidates(spec, big, "sm_80");
   CHECK(std::none_of(ampere.begin(), ampere.end(), [](const TileConfig& c) { return std::holds_alternative<WgmmaTile>(c); }));
   // The kernel: wgmma on both operands' descriptors, TMA maps as opaque parameters.
