@@ -38,13 +38,13 @@ inline std::vector<std::pair<std::string, KernelSpec>> coverage() {
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
     const std::string d(to_string(dt));
     for (OpKind op : {OpKind::relu, OpKind::gelu_tanh, OpKind::gelu_erf, OpKind::sigmoid, OpKind::silu,
-                      OpKind::tanh}) {
+                      OpKind::tanh, OpKind::exp, OpKind::log, OpKind::rsqrt}) {
       KernelSpec s;
       Value x = s.graph.input("x", dt);
       s.graph.output("y", s.graph.unary(op, x), dt);
       out.emplace_back("unary" + std::to_string(static_cast<int>(op)) + "_" + d, std::move(s));
     }
-    for (OpKind op : {OpKind::add, OpKind::sub, OpKind::mul, OpKind::max, OpKind::min})
+    for (OpKind op : {OpKind::add, OpKind::sub, OpKind::mul, OpKind::max, OpKind::min, OpKind::div})
       for (Broadcast b : {Broadcast::full, Broadcast::row, Broadcast::col, Broadcast::scalar}) {
         KernelSpec s;
         Value x = s.graph.input("x", dt);

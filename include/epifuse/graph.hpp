@@ -26,6 +26,8 @@ enum class OpKind : std::uint8_t {
   relu, gelu_tanh, gelu_erf, sigmoid, silu, tanh,
   dropout,                    // DESIGN §4
   cast,                       // round to a dtype (explicit rounding point)
+  div,                        // binary, broadcasting (after cast: the enum's values are signature bytes)
+  exp, log, rsqrt,            // unary
 };
 
 /// Dropout RNG mode (DESIGN §4).
@@ -83,6 +85,10 @@ class Graph {
   Value sigmoid(Value a) { return unary(OpKind::sigmoid, a); }
   Value silu(Value a) { return unary(OpKind::silu, a); }
   Value tanh(Value a) { return unary(OpKind::tanh, a); }
+  Value div(Value a, Value b) { return binary(OpKind::div, a, b); }
+  Value exp(Value a) { return unary(OpKind::exp, a); }
+  Value log(Value a) { return unary(OpKind::log, a); }
+  Value rsqrt(Value a) { return unary(OpKind::rsqrt, a); }
   /// `alpha * a`; alpha is a float32 kernel parameter, so it must be finite
   /// when rounded to float (|alpha| <= FLT_MAX).
   Value scale(Value a, double alpha);

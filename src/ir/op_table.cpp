@@ -8,7 +8,7 @@ namespace epifuse {
 
 namespace {
 // Order follows OpKind so that op_info() is an index.
-constexpr std::array<OpInfo, 14> k_ops = {{
+constexpr std::array<OpInfo, 18> k_ops = {{
     {OpKind::add, "add", 2, "a + b", Spelling::infix, "+", false},
     {OpKind::sub, "sub", 2, "a - b", Spelling::infix, "-", false},
     {OpKind::mul, "mul", 2, "a * b", Spelling::infix, "*", false},
@@ -26,6 +26,11 @@ constexpr std::array<OpInfo, 14> k_ops = {{
      "keep(seed, offset, stream, i) ? a*scale : 0, scale = float(1/(1-p)) (DESIGN §4)", Spelling::special, "",
      false},
     {OpKind::cast, "cast", 1, "round a to dtype (nearest even), back to fp32", Spelling::special, "", false},
+    {OpKind::div, "div", 2, "a / b (IEEE: x/0 = +-inf, 0/0 = NaN)", Spelling::infix, "/", false},
+    {OpKind::exp, "exp", 1, "e^a", Spelling::call, "ef_exp", true},
+    {OpKind::log, "log", 1, "natural log; log(0) = -inf, log(a < 0) = NaN", Spelling::call, "ef_log", true},
+    {OpKind::rsqrt, "rsqrt", 1, "1/sqrt(a); rsqrt(+0) = +inf, rsqrt(-0) = -inf, rsqrt(a < 0) = NaN", Spelling::call,
+     "ef_rsqrt", true},
 }};
 }  // namespace
 

@@ -179,6 +179,10 @@ float run_op(const Instr& in, const float* reg, std::uint64_t i, const LaunchArg
     case OpKind::sigmoid: return ref_ops::sigmoid(x);
     case OpKind::silu: return ref_ops::silu(x);
     case OpKind::tanh: return ref_ops::tanh(x);
+    case OpKind::div: return ref_ops::div(x, reg[in.b]);
+    case OpKind::exp: return ref_ops::exp(x);
+    case OpKind::log: return ref_ops::log(x);
+    case OpKind::rsqrt: return ref_ops::rsqrt(x);
     case OpKind::cast: return round_to(in.dtype, x);
     case OpKind::dropout: {
       const bool keep =

@@ -68,5 +68,14 @@ inline float tanh(float x) { return static_cast<float>(std::tanh(static_cast<dou
 inline float add(float a, float b) { return static_cast<float>(double{a} + double{b}); }
 inline float sub(float a, float b) { return static_cast<float>(double{a} - double{b}); }
 inline float mul(float a, float b) { return static_cast<float>(double{a} * double{b}); }
+// a / b likewise (53 >= 2*24 + 2 bits: rounding the double quotient to float is
+// the IEEE fp32 quotient).
+inline float div(float a, float b) { return static_cast<float>(double{a} / double{b}); }
+
+// exp, log, 1/sqrt in double, rounded once; IEEE special values (log(0) = -inf,
+// log of a negative and rsqrt of a negative are NaN, rsqrt(-0) = -inf).
+inline float exp(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
+inline float log(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
+inline float rsqrt(float x) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(x))); }
 
 }  // namespace epifuse::ref_ops

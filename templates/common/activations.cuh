@@ -67,3 +67,13 @@ __device__ __forceinline__ float ef_silu_fast(float x) {
 
 __device__ __forceinline__ float ef_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ float ef_tanh_fast(float x) { return ef_tanh_approx(x); }
+
+// exp, log, 1/sqrt: the accurate forms are libm's (expf, logf: 1-2 ulp) and a
+// correctly rounded sqrt and division; the fast forms are the hardware's
+// ex2.approx / lg2.approx (__expf, __logf) and rsqrt.approx.
+__device__ __forceinline__ float ef_exp(float x) { return expf(x); }
+__device__ __forceinline__ float ef_exp_fast(float x) { return __expf(x); }
+__device__ __forceinline__ float ef_log(float x) { return logf(x); }
+__device__ __forceinline__ float ef_log_fast(float x) { return __logf(x); }
+__device__ __forceinline__ float ef_rsqrt(float x) { return 1.0f / sqrtf(x); }
+__device__ __forceinline__ float ef_rsqrt_fast(float x) { return rsqrtf(x); }

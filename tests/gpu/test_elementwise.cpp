@@ -209,7 +209,7 @@ TEST_SUITE("gpu") {
     const float specials[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, -3.0f, -1.0f,
                               0.0f, 0.5f, 1.0f, 3.0f, -10.0f, 10.0f, 1e-3f};
     for (OpKind op : {OpKind::relu, OpKind::gelu_tanh, OpKind::gelu_erf, OpKind::sigmoid, OpKind::silu,
-                      OpKind::tanh})
+                      OpKind::tanh, OpKind::exp, OpKind::log, OpKind::rsqrt})
       for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
         KernelSpec spec;
         spec.graph.output("y", spec.graph.unary(op, spec.graph.input("x", dt)), dt);

@@ -127,6 +127,34 @@ TEST_CASE("NaN and infinities through the activations") {
   CHECK(big[2] == 3e38f);
 }
 
+TEST_CASE("exp, log, rsqrt and div: values and IEEE special cases") {
+  const std::vector<float> xs = {nan_, inf, -inf, 0.0f, -0.0f, -1.0f, 1.0f, 4.0f};
+  struct Row {
+    const char* name;
+    std::function<Value(Graph&, Value)> op;
+    std::vector<float> want;
+  };
+  const Row rows[] = {
+      {"exp", [](Graph& g, Value x) { return g.exp(x); }, {nan_, inf, 0.0f, 1.0f, 1.0f, 0.36787944f, 2.7182817f, 54.59815f}},
+      {"log", [](Graph& g, Value x) { return g.log(x); }, {nan_, inf, nan_, -inf, -inf, nan_, 0.0f, 1.3862944f}},
+      {"rsqrt", [](Graph& g, Value x) { return g.rsqrt(x); }, {nan_, 0.0f, nan_, inf, -inf, nan_, 1.0f, 0.5f}},
+      // x / x: 0/0 and inf/inf are NaN
+      {"div", [](Graph& g, Value x) { return g.div(g.scale(x, 3.0), x); }, {nan_, nan_, nan_, nan_, nan_, 3.0f, 3.0f, 3.0f}},
+  };
+  for (const auto& row : rows) {
+    const auto ys = apply(row.op, xs);
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      INFO(row.name << "(" << xs[i] << ") = " << ys[i]);
+      CHECK(same(ys[i], row.want[i]));
+    }
+  }
+  // 1/x at zero keeps the zero's sign; the quotient is the fp32 IEEE one.
+  const auto inv = apply([](Graph& g, Value x) { return g.div(g.exp(g.scale(x, 0.0)), x); }, {0.0f, -0.0f, 3.0f});
+  CHECK(inv[0] == inf);
+  CHECK(inv[1] == -inf);
+  CHECK(inv[2] == 1.0f / 3.0f);
+}
+
 TEST_CASE("binary ops, NaN through max and min, broadcasting") {
   KernelSpec s;
   Graph& g = s.graph;
