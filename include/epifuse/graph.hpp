@@ -28,6 +28,7 @@ enum class OpKind : std::uint8_t {
   cast,                       // round to a dtype (explicit rounding point)
   div,                        // binary, broadcasting (after cast: the enum's values are signature bytes)
   exp, log, rsqrt,            // unary
+  row_max, row_sum, row_mean, // reductions over a full value's row (N): one value per row (`col`)
 };
 
 /// Dropout RNG mode (DESIGN §4).
@@ -89,6 +90,16 @@ class Graph {
   Value exp(Value a) { return unary(OpKind::exp, a); }
   Value log(Value a) { return unary(OpKind::log, a); }
   Value rsqrt(Value a) { return unary(OpKind::rsqrt, a); }
+  /// Reductions along the row: the operand must be full; the result is one
+  /// value per row, used by later ops with `col` broadcast (docs/row-reductions.md).
+  Value row_max(Value a) { return unary(OpKind::row_max, a); }
+  Value row_sum(Value a) { return unary(OpKind::row_sum, a); }
+  Value row_mean(Value a) { return unary(OpKind::row_mean, a); }
+  /// Composites, desugared here into the ops above (the graph keeps no
+  /// composite node): exp(x - row_max(x)) / row_sum(exp(x - row_max(x))), and
+  /// (x - m) - log(row_sum(exp(x - m))) with m = row_max(x).
+  Value softmax(Value x);
+  Value log_softmax(Value x);
   /// `alpha * a`; alpha is a float32 kernel parameter, so it must be finite
   /// when rounded to float (|alpha| <= FLT_MAX).
   Value scale(Value a, double alpha);

@@ -3,6 +3,7 @@
 
 #include "codegen/family.hpp"
 #include "epifuse/errors.hpp"
+#include "ir/op_table.hpp"
 
 namespace epifuse {
 
@@ -23,6 +24,15 @@ std::optional<TensorMap2d> KernelFamily::tensor_map(const ParamField& field, con
   EPIFUSE_ASSERT(false, "the {} family declares opaque parameter '{}' but does not describe it", to_string(kind()),
                  field.name);
   return std::nullopt;
+}
+
+const KernelFamily& family_for(const KernelSpec& spec) {
+  for (const Node& n : spec.graph.nodes())
+    if (n.kind == NodeKind::op && is_row_reduction(n.op))
+      throw UserError(fmt::format("code generation for row reductions ({}{}) is not implemented yet: the reference "
+                                  "evaluator (--device cpu) runs them (docs/row-reductions.md)",
+                                  op_info(n.op).name, n.name.empty() ? "" : fmt::format(" '{}'", n.name)));
+  return family_for(spec.mainloop.kind);
 }
 
 const KernelFamily& family_for(MainloopKind kind) {

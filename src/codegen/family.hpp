@@ -83,5 +83,8 @@ class KernelFamily {
 /// The family of a mainloop kind; UserError naming the implemented ones when
 /// there is none yet.
 const KernelFamily& family_for(MainloopKind kind);
+/// The family of a spec: its mainloop's, or UserError for a graph no family
+/// can generate yet (row reductions: docs/row-reductions.md).
+const KernelFamily& family_for(const KernelSpec& spec);
 
 }  // namespace epifuse

@@ -37,7 +37,7 @@ void dump(const KernelPlan& plan) {
 
 KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile,
                          KernelPath path, std::string_view target) {
-  const KernelFamily& family = family_for(spec.mainloop.kind);
+  const KernelFamily& family = family_for(spec);
   KernelPlan plan = plan_operands(spec, shape, path);
   plan.tile = family.resolve_tile(spec, shape, tile, target);
   plan_precision(plan);
@@ -47,7 +47,7 @@ KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const std::
 }
 
 std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target) {
-  return family_for(spec.mainloop.kind).tile_candidates(spec, shape, target);
+  return family_for(spec).tile_candidates(spec, shape, target);
 }
 
 }  // namespace epifuse

@@ -106,7 +106,22 @@ Value Graph::unary(OpKind op, Value a) {
   n.op = op;
   n.args = {a};
   n.broadcast = nodes_[a.id].broadcast;
+  if (is_row_reduction(op)) {
+    EPIFUSE_CHECK(n.broadcast == Broadcast::full, "{} reduces a full [M,N] value along its rows; its operand is {}",
+                  info.name, to_string(n.broadcast));
+    n.broadcast = Broadcast::col;
+  }
   return push_op(std::move(n));
+}
+
+Value Graph::softmax(Value x) {
+  const Value e = exp(sub(x, row_max(x)));
+  return div(e, row_sum(e));
+}
+
+Value Graph::log_softmax(Value x) {
+  const Value shifted = sub(x, row_max(x));
+  return sub(shifted, log(row_sum(exp(shifted))));
 }
 
 // Attributes become float32 kernel parameters: a double that rounds to

@@ -8,7 +8,7 @@ namespace epifuse {
 
 namespace {
 // Order follows OpKind so that op_info() is an index.
-constexpr std::array<OpInfo, 18> k_ops = {{
+constexpr std::array<OpInfo, 21> k_ops = {{
     {OpKind::add, "add", 2, "a + b", Spelling::infix, "+", false},
     {OpKind::sub, "sub", 2, "a - b", Spelling::infix, "-", false},
     {OpKind::mul, "mul", 2, "a * b", Spelling::infix, "*", false},
@@ -31,6 +31,10 @@ constexpr std::array<OpInfo, 18> k_ops = {{
     {OpKind::log, "log", 1, "natural log; log(0) = -inf, log(a < 0) = NaN", Spelling::call, "ef_log", true},
     {OpKind::rsqrt, "rsqrt", 1, "1/sqrt(a); rsqrt(+0) = +inf, rsqrt(-0) = -inf, rsqrt(a < 0) = NaN", Spelling::call,
      "ef_rsqrt", true},
+    {OpKind::row_max, "row_max", 1, "max of a's row, NaN propagates; one value per row", Spelling::special, "", false},
+    {OpKind::row_sum, "row_sum", 1, "sum of a's row (fp32; association unspecified); one value per row",
+     Spelling::special, "", false},
+    {OpKind::row_mean, "row_mean", 1, "row_sum(a) / N; one value per row", Spelling::special, "", false},
 }};
 }  // namespace
 

@@ -28,6 +28,10 @@ struct OpInfo {
 };
 
 std::span<const OpInfo> op_table();
+/// row_max, row_sum, row_mean: the result has one value per row.
+constexpr bool is_row_reduction(OpKind op) {
+  return op == OpKind::row_max || op == OpKind::row_sum || op == OpKind::row_mean;
+}
 const OpInfo& op_info(OpKind op);
 /// Looks an op up by its JSON spelling; nullptr when unknown.
 const OpInfo* find_op(std::string_view name);

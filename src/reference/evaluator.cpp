@@ -6,11 +6,13 @@
 #include <cstring>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/philox.cuh"
 #include "epifuse/errors.hpp"
 #include "epifuse/reference.hpp"
 #include "ir/names.hpp"
+#include "ir/op_table.hpp"
 #include "reference/ops.hpp"
 #include "reference/philox.hpp"
 
@@ -164,14 +166,14 @@ struct Program {
   std::vector<std::uint32_t> out_regs;
 };
 
-float run_op(const Instr& in, const float* reg, std::uint64_t i, const LaunchArgs& args) {
-  const float x = reg[in.a];
+// One op at one element: x and y its operands' values there.
+float run_op(const Instr& in, float x, float y, std::uint64_t i, const LaunchArgs& args) {
   switch (in.op) {
-    case OpKind::add: return ref_ops::add(x, reg[in.b]);
-    case OpKind::sub: return ref_ops::sub(x, reg[in.b]);
-    case OpKind::mul: return ref_ops::mul(x, reg[in.b]);
-    case OpKind::max: return ref_ops::max(x, reg[in.b]);
-    case OpKind::min: return ref_ops::min(x, reg[in.b]);
+    case OpKind::add: return ref_ops::add(x, y);
+    case OpKind::sub: return ref_ops::sub(x, y);
+    case OpKind::mul: return ref_ops::mul(x, y);
+    case OpKind::max: return ref_ops::max(x, y);
+    case OpKind::min: return ref_ops::min(x, y);
     case OpKind::scale: return ref_ops::mul(in.alpha, x);
     case OpKind::relu: return ref_ops::relu(x);
     case OpKind::gelu_tanh: return ref_ops::gelu_tanh(x);
@@ -179,11 +181,14 @@ float run_op(const Instr& in, const float* reg, std::uint64_t i, const LaunchArg
     case OpKind::sigmoid: return ref_ops::sigmoid(x);
     case OpKind::silu: return ref_ops::silu(x);
     case OpKind::tanh: return ref_ops::tanh(x);
-    case OpKind::div: return ref_ops::div(x, reg[in.b]);
+    case OpKind::div: return ref_ops::div(x, y);
     case OpKind::exp: return ref_ops::exp(x);
     case OpKind::log: return ref_ops::log(x);
     case OpKind::rsqrt: return ref_ops::rsqrt(x);
     case OpKind::cast: return round_to(in.dtype, x);
+    case OpKind::row_max:
+    case OpKind::row_sum:
+    case OpKind::row_mean: break;  // whole-row ops: row_reduce
     case OpKind::dropout: {
       const bool keep =
           in.rng == RngMode::triton
@@ -194,6 +199,19 @@ float run_op(const Instr& in, const float* reg, std::uint64_t i, const LaunchArg
   }
   EPIFUSE_ASSERT(false, "unhandled op {}", static_cast<int>(in.op));
   return 0.0f;
+}
+
+// A reduction over one row of its operand, in column order: max with NaN
+// propagating (the first NaN), sum and mean in double, rounded to float once.
+float row_reduce(OpKind op, const float* a, std::int64_t n) {
+  if (op == OpKind::row_max) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (std::int64_t c = 0; c < n; ++c) m = ref_ops::max(m, a[c]);
+    return m;
+  }
+  double sum = 0.0;
+  for (std::int64_t c = 0; c < n; ++c) sum += a[c];
+  return static_cast<float>(op == OpKind::row_mean ? sum / static_cast<double>(n) : sum);
 }
 
 }  // namespace
@@ -267,26 +285,43 @@ TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& 
     out_tensors.push_back(&it->second);
   }
 
-  // Run per element; i = r*N + c is the dropout element index (DESIGN §4).
-  const std::int64_t n_cols = shape.n, total = shape.m * shape.n;
-  std::vector<float> reg(prog.instrs.size());
-  for (std::int64_t e = 0; e < total; ++e) {
-    const std::int64_t i = options.reverse_traversal ? total - 1 - e : e;
-    const std::int64_t r = i / n_cols, c = i % n_cols;
-    for (std::size_t k = 0; k < prog.instrs.size(); ++k) {
+  // Run row by row: each instruction over the row's columns in program
+  // order, so a row reduction finds its operand's whole row computed (a
+  // reduction is one value, kept in every column of its register).
+  // i = r*N + c is the dropout element index (DESIGN §4).
+  const std::int64_t n_cols = shape.n, n_rows = shape.m;
+  const std::size_t n_instrs = prog.instrs.size();
+  std::vector<float> reg(n_instrs * static_cast<std::size_t>(n_cols));
+  auto row_of = [&](std::uint32_t k) { return reg.data() + static_cast<std::size_t>(k) * n_cols; };
+  for (std::int64_t rr = 0; rr < n_rows; ++rr) {
+    const std::int64_t r = options.reverse_traversal ? n_rows - 1 - rr : rr;
+    for (std::size_t k = 0; k < n_instrs; ++k) {
       const Instr& in = prog.instrs[k];
-      if (in.kind == NodeKind::op) {
-        reg[k] = run_op(in, reg.data(), static_cast<std::uint64_t>(i), args);
+      float* out = row_of(static_cast<std::uint32_t>(k));
+      if (in.kind == NodeKind::op && is_row_reduction(in.op)) {
+        std::fill(out, out + n_cols, row_reduce(in.op, row_of(in.a), n_cols));
         continue;
       }
-      switch (in.index) {
-        case Index::full: reg[k] = in.data[i]; break;
-        case Index::row: reg[k] = in.data[c]; break;
-        case Index::col: reg[k] = in.data[r]; break;
-        case Index::scalar: reg[k] = in.data[0]; break;
+      for (std::int64_t cc = 0; cc < n_cols; ++cc) {
+        const std::int64_t c = options.reverse_traversal ? n_cols - 1 - cc : cc;
+        const std::int64_t i = r * n_cols + c;
+        if (in.kind == NodeKind::op) {
+          out[c] = run_op(in, row_of(in.a)[c], op_info(in.op).arity > 1 ? row_of(in.b)[c] : 0.0f,
+                          static_cast<std::uint64_t>(i), args);
+          continue;
+        }
+        switch (in.index) {
+          case Index::full: out[c] = in.data[i]; break;
+          case Index::row: out[c] = in.data[c]; break;
+          case Index::col: out[c] = in.data[r]; break;
+          case Index::scalar: out[c] = in.data[0]; break;
+        }
       }
     }
-    for (std::size_t o = 0; o < out_tensors.size(); ++o) out_tensors[o]->set(i, reg[prog.out_regs[o]]);
+    for (std::size_t o = 0; o < out_tensors.size(); ++o) {
+      const float* v = row_of(prog.out_regs[o]);
+      for (std::int64_t c = 0; c < n_cols; ++c) out_tensors[o]->set(r * n_cols + c, v[c]);
+    }
   }
   return outputs;
 }

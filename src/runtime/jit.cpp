@@ -148,7 +148,7 @@ struct Jit::Impl {
   }
   CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape,
                     const std::optional<TileConfig>& tile) const {
-    const KernelFamily& family = family_for(spec.mainloop.kind);
+    const KernelFamily& family = family_for(spec);
     CacheKey k = base_key();
     k.signature = std::move(sig);
     k.tile = family.resolve_tile(spec, shape, tile, target_name);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 
+#include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/reference.hpp"
 
@@ -153,6 +154,63 @@ TEST_CASE("exp, log, rsqrt and div: values and IEEE special cases") {
   CHECK(inv[0] == inf);
   CHECK(inv[1] == -inf);
   CHECK(inv[2] == 1.0f / 3.0f);
+}
+
+// y = op(x) over rows of x (M rows of N), f32.
+std::vector<float> apply_rows(const std::function<Value(Graph&, Value)>& op, std::int64_t m, std::vector<float> xs) {
+  KernelSpec s;
+  Value x = s.graph.input("x", DType::f32);
+  s.graph.output("y", op(s.graph, x), DType::f32);
+  const auto n = static_cast<std::int64_t>(xs.size()) / m;
+  return values(evaluate(s, {m, n, 0}, {{"x", tensor(DType::f32, {m, n}, xs)}}, {}).at("y"));
+}
+
+TEST_CASE("row reductions and softmax: values, stability, -inf rows, NaN, and the builder's checks") {
+  // Two rows: max, sum and mean per row, broadcast back over the row.
+  const std::vector<float> xs = {1, 2, 3, 4, -1, -2, -3, 10};
+  const auto mx = apply_rows([](Graph& g, Value x) { return g.add(g.row_max(x), g.scale(x, 0.0)); }, 2, xs);
+  const auto sm = apply_rows([](Graph& g, Value x) { return g.add(g.row_sum(x), g.scale(x, 0.0)); }, 2, xs);
+  const auto mn = apply_rows([](Graph& g, Value x) { return g.add(g.row_mean(x), g.scale(x, 0.0)); }, 2, xs);
+  for (int c = 0; c < 4; ++c) {
+    CHECK(mx[c] == 4.0f);
+    CHECK(mx[4 + c] == 10.0f);
+    CHECK(sm[c] == 10.0f);
+    CHECK(sm[4 + c] == 4.0f);
+    CHECK(mn[c] == 2.5f);
+    CHECK(mn[4 + c] == 1.0f);
+  }
+  // softmax: as computed in double; rows sum to 1; huge magnitudes stay finite.
+  const std::vector<float> big = {1e4f, -1e4f, 0.0f, 1e4f, 0.5f, 1.0f, 1.5f, 2.0f};
+  const auto p = apply_rows([](Graph& g, Value x) { return g.softmax(x); }, 2, big);
+  CHECK(p[0] == 0.5f);
+  CHECK(p[1] == 0.0f);
+  CHECK(p[3] == 0.5f);
+  double z = 0;
+  for (int c = 4; c < 8; ++c) z += std::exp(static_cast<double>(big[c]) - 2.0);
+  for (int c = 4; c < 8; ++c) CHECK(p[c] == doctest::Approx(std::exp(static_cast<double>(big[c]) - 2.0) / z).epsilon(1e-6));
+  const auto lp = apply_rows([](Graph& g, Value x) { return g.log_softmax(x); }, 1, {0.5f, 1.0f, 1.5f, 2.0f});
+  for (int c = 0; c < 4; ++c) CHECK(lp[c] == doctest::Approx(std::log(p[4 + c])).epsilon(1e-6));
+  // A row of all -inf gives NaN, as PyTorch's softmax does; NaN spreads over its row only.
+  const auto special = apply_rows([](Graph& g, Value x) { return g.softmax(x); }, 2, {-inf, -inf, nan_, 1.0f});
+  CHECK(std::isnan(special[0]));
+  CHECK(std::isnan(special[1]));
+  CHECK(std::isnan(special[2]));
+  CHECK(std::isnan(special[3]));
+  const auto one = apply_rows([](Graph& g, Value x) { return g.softmax(x); }, 2, {-inf, 0.0f, 3.0f, 3.0f});
+  CHECK(one[0] == 0.0f);
+  CHECK(one[1] == 1.0f);
+  CHECK(one[2] == 0.5f);
+  // Reductions take full values only; their result is a column vector.
+  Graph g;
+  const Value row = g.input("bias", DType::f32, Broadcast::row);
+  CHECK_THROWS_WITH_AS(g.row_sum(row), doctest::Contains("row_sum reduces a full [M,N] value"), UserError);
+  const Value x = g.input("x", DType::f32);
+  CHECK(g.node(g.row_max(x)).broadcast == Broadcast::col);
+  CHECK(g.node(g.softmax(x)).broadcast == Broadcast::full);
+  // No kernel family generates them yet: a clear error, not a wrong kernel.
+  KernelSpec spec;
+  spec.graph.output("y", spec.graph.softmax(spec.graph.input("x", DType::f32)), DType::f32);
+  CHECK_THROWS_WITH_AS(emit_kernel(spec, {4, 64, 0}), doctest::Contains("row reductions"), UserError);
 }
 
 TEST_CASE("binary ops, NaN through max and min, broadcasting") {
