@@ -302,12 +302,14 @@ TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& 
         std::fill(out, out + n_cols, row_reduce(in.op, row_of(in.a), n_cols));
         continue;
       }
+      const bool op = in.kind == NodeKind::op;
+      const float* x = op ? row_of(in.a) : nullptr;
+      const float* y = op && op_info(in.op).arity > 1 ? row_of(in.b) : nullptr;
       for (std::int64_t cc = 0; cc < n_cols; ++cc) {
         const std::int64_t c = options.reverse_traversal ? n_cols - 1 - cc : cc;
         const std::int64_t i = r * n_cols + c;
-        if (in.kind == NodeKind::op) {
-          out[c] = run_op(in, row_of(in.a)[c], op_info(in.op).arity > 1 ? row_of(in.b)[c] : 0.0f,
-                          static_cast<std::uint64_t>(i), args);
+        if (op) {
+          out[c] = run_op(in, x[c], y ? y[c] : 0.0f, static_cast<std::uint64_t>(i), args);
           continue;
         }
         switch (in.index) {

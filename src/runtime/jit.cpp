@@ -148,7 +148,9 @@ struct Jit::Impl {
   }
   CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape,
                     const std::optional<TileConfig>& tile) const {
-    const KernelFamily& family = family_for(spec);
+    // By mainloop kind: the key is on the hit path; a graph no family can
+    // generate is refused when it is emitted (family_for(spec), on a miss).
+    const KernelFamily& family = family_for(spec.mainloop.kind);
     CacheKey k = base_key();
     k.signature = std::move(sig);
     k.tile = family.resolve_tile(spec, shape, tile, target_name);
