@@ -175,7 +175,8 @@ class GemmFamily final : public KernelFamily {
     if (wgmma_applies(spec, shape, target)) {
       for (const WgmmaTile t : {WgmmaTile{128, 256, 64, 4, 8}, WgmmaTile{128, 256, 64, 4, 8, 2},
                                 WgmmaTile{256, 128, 64, 4, 8}, WgmmaTile{256, 128, 64, 4, 8, 2},
-                                WgmmaTile{128, 128, 64, 6, 8}, WgmmaTile{128, 64, 64, 8, 8}})
+                                WgmmaTile{128, 128, 64, 6, 8}, WgmmaTile{128, 128, 64, 6, 8, 1, 1},
+                                WgmmaTile{128, 64, 64, 8, 8}})
         out.push_back(t);
       if (shape.m * shape.n >= k_wgmma_only_outputs) return out;
     }
