@@ -489,6 +489,26 @@ double median_ms(const std::function<void()>& fn, int repeats, int batch) {
   return ms[ms.size() / 2];
 }
 
+std::vector<double> median_ms_interleaved(const std::vector<std::function<void()>>& fns, int repeats, int batch) {
+  for (const auto& fn : fns)
+    for (int i = 0; i < 3; ++i) fn();
+  std::vector<std::vector<double>> ms(fns.size());
+  for (int r = 0; r < repeats; ++r)
+    for (std::size_t f = 0; f < fns.size(); ++f) {
+      EventTimer timer;
+      timer.start();
+      for (int b = 0; b < batch; ++b) fns[f]();
+      timer.stop();
+      ms[f].push_back(timer.elapsed_ms() / batch);
+    }
+  std::vector<double> out;
+  for (auto& m : ms) {
+    std::sort(m.begin(), m.end());
+    out.push_back(m.empty() ? 0.0 : m[m.size() / 2]);
+  }
+  return out;
+}
+
 Module::Module(const void* image) : module_(cuda().load_module(image)) {}
 Module::Module(Module&& o) noexcept : module_(std::exchange(o.module_, nullptr)) {}
 Module& Module::operator=(Module&& o) noexcept {

@@ -236,6 +236,12 @@ class EventTimer {
 /// Median over `repeats` event-timed batches of `batch` calls of `fn` (after
 /// three warm-up calls), in ms per call: what bench and the tuner time with.
 double median_ms(const std::function<void()>& fn, int repeats, int batch = 1);
+/// Several functions timed in turns: each round times one batch of each, and
+/// each gets the median of its rounds. Functions compared this way see the
+/// same clocks: an H100 at its power limit runs a long loop of one kernel
+/// 10-20% slower than a short one (docs/PERF.md, session 5), so timing one
+/// baseline after another favoured whichever ran cooler.
+std::vector<double> median_ms_interleaved(const std::vector<std::function<void()>>& fns, int repeats, int batch = 1);
 
 /// A loaded cubin.
 class Module {

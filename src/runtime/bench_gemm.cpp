@@ -1,12 +1,15 @@
 // epifuse bench on a GEMM chain (docs/bench.md): the fused kernel against
 // cuBLASLt alone, cuBLASLt's own bias epilogue, cuBLASLt followed by the chain
 // as one elementwise kernel and as one kernel per op, and the fused kernel
-// without its dropout. Every row is timed as the fused kernel is (median_ms,
-// same repeats and batch) and reported in TFLOP/s and against cuBLAS alone.
+// without its dropout. Every row is run once when it is set up (the checks
+// compare what it wrote), then all rows are timed together in turns
+// (median_ms_interleaved, the same repeats and batch), so each sees the same
+// clocks, and reported in TFLOP/s and against cuBLAS alone.
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -73,7 +76,7 @@ class GemmBench {
 
   GemmBenchReport run() {
     g_.flops = 2.0 * static_cast<double>(shape_.m) * static_cast<double>(shape_.n) * static_cast<double>(shape_.k);
-    add_row("fused", "fused", to_string(r_.tile), 1, r_.fused_ms);
+    add_row("fused", "fused", to_string(r_.tile), 1, [this] { jit_.launch(fused_, fused_t_.bindings, shape_, opt_.args); });
     attempt("fused, dropout removed", [&] { fused_without_dropout(); });
     if (const std::string why = why_no_cublas(); !why.empty())
       g_.skipped.push_back(why);
@@ -84,21 +87,29 @@ class GemmBench {
   }
 
  private:
-  double time(const std::function<void()>& fn) const { return backend::median_ms(fn, opt_.repeats, opt_.batch); }
+  // Keeps what a row's function uses alive until the rows are timed.
+  template <class T>
+  std::shared_ptr<T> keep(T&& value) {
+    auto p = std::make_shared<T>(std::forward<T>(value));
+    keep_.push_back(p);
+    return p;
+  }
 
   CUdeviceptr input(std::string_view name) const {
     return input_pointer(fused_.source(), fused_t_.bindings, name);
   }
 
-  void add_row(std::string key, std::string label, std::string detail, int kernels, double ms) {
+  // A row, timed in finish() with the others; run once now so that its
+  // outputs are there for the checks.
+  void add_row(std::string key, std::string label, std::string detail, int kernels, std::function<void()> run) {
+    run();
     GemmRow row;
     row.key = std::move(key);
     row.label = std::move(label);
     row.detail = std::move(detail);
     row.kernels = kernels;
-    row.ms = ms;
-    row.tflops = ms > 0 ? g_.flops / (ms * 1e9) : 0;
     g_.rows.push_back(std::move(row));
+    runs_.push_back(std::move(run));
   }
 
   // A baseline that fails (no algorithm, a kernel that cannot be compiled)
@@ -124,8 +135,8 @@ class GemmBench {
     nodrop_kernel_ = jit_.compile(*nodrop_spec_, shape_, r_.tile);
     nodrop_t_ = bind_inputs(nodrop_kernel_->source(), *nodrop_spec_, shape_,
                             [&](const std::string& name) { return input(name); });
-    const double ms = time([&] { jit_.launch(*nodrop_kernel_, nodrop_t_.bindings, shape_, opt_.args); });
-    add_row("fused_no_dropout", "fused, dropout removed", to_string(nodrop_kernel_->source().tile), 1, ms);
+    add_row("fused_no_dropout", "fused, dropout removed", to_string(nodrop_kernel_->source().tile), 1,
+            [this] { jit_.launch(*nodrop_kernel_, nodrop_t_.bindings, shape_, opt_.args); });
   }
 
   std::string why_no_cublas() const {
@@ -144,24 +155,24 @@ class GemmBench {
     baseline::CublasLt& lt = *baseline::cublaslt_or_null();
     g_.cublaslt = fmt::format("{} ({})", lt.version_string(), lt.library_path());
     const CUdeviceptr a = input("a"), b = input("b");
-    DeviceBuffer d = matrix_buffer(shape_, gemm_dtype_);
-    const baseline::LtMatmul gemm(lt, {spec_.mainloop, shape_, gemm_dtype_});
-    const auto run_gemm = [&] { gemm.run(a, b, d.ptr()); };
-    const double ms = time(run_gemm);
+    const auto d = keep(matrix_buffer(shape_, gemm_dtype_));
+    const auto gemm = std::make_shared<const baseline::LtMatmul>(lt, baseline::LtMatmulConfig{spec_.mainloop, shape_, gemm_dtype_});
+    keep_.push_back(gemm);
+    const std::function<void()> run_gemm = [gemm, a, b, d] { gemm->run(a, b, d->ptr()); };
     add_row("cublas", "cuBLAS GEMM alone",
             fmt::format("cublasLtMatmul, {}, D {}, heuristic algorithm, workspace {} of {} MiB",
                         spec_.mainloop.math == GemmMath::tf32 ? "CUBLAS_COMPUTE_32F_FAST_TF32" : "CUBLAS_COMPUTE_32F",
-                        to_string(gemm_dtype_), gemm.workspace_used(), baseline::LtMatmul::k_workspace_bytes >> 20),
-            1, ms);
+                        to_string(gemm_dtype_), gemm->workspace_used(), baseline::LtMatmul::k_workspace_bytes >> 20),
+            1, run_gemm);
 
     attempt("cuBLASLt epilogue", [&] { lt_epilogue(lt, a, b); });
     if (chain_is_plain_gemm(spec_, gemm_dtype_)) {
       g_.skipped.push_back("cuBLAS + epifuse epilogue: the chain is the GEMM alone");
       g_.checks.push_back(compare_results("fused vs cublas", fused_t_.bindings.outputs.at(0),
-                                          spec_.graph.outputs().front().dtype, d.ptr(), gemm_dtype_, shape_));
+                                          spec_.graph.outputs().front().dtype, d->ptr(), gemm_dtype_, shape_));
       return;
     }
-    attempt("cuBLAS + epifuse epilogue", [&] { then_epilogue(run_gemm, d.ptr()); });
+    attempt("cuBLAS + epifuse epilogue", [&] { then_epilogue(run_gemm, d->ptr()); });
     if (opt_.unfused) attempt("unfused", [&] { then_one_kernel_per_op(run_gemm); });
   }
 
@@ -177,18 +188,19 @@ class GemmBench {
     config.epilogue = match->kind;
     config.bias = input(match->bias);
     config.bias_dtype = match->bias_dtype;
-    const baseline::LtMatmul gemm(lt, config);
-    DeviceBuffer d = matrix_buffer(shape_, gemm_dtype_);
-    const double ms = time([&] { gemm.run(a, b, d.ptr()); });
+    const auto gemm = std::make_shared<const baseline::LtMatmul>(lt, config);
+    keep_.push_back(gemm);
+    const auto d = keep(matrix_buffer(shape_, gemm_dtype_));
     const std::string label =
         match->not_covered.empty() ? "cuBLASLt epilogue" : fmt::format("cuBLASLt epilogue (no {})", join(match->not_covered));
-    add_row("cublaslt_epilogue", label, std::string(lt_epilogue_name(match->kind)), 1, ms);
+    add_row("cublaslt_epilogue", label, std::string(lt_epilogue_name(match->kind)), 1,
+            [gemm, a, b, d] { gemm->run(a, b, d->ptr()); });
     // The same values as the fused kernel without its dropouts.
     const bool nodrop = nodrop_kernel_ != nullptr;
     if (!match->output_is_activation || (spec_.graph.dropout_count() > 0 && !nodrop)) return;
     g_.checks.push_back(compare_results(nodrop ? "fused_no_dropout vs cublaslt_epilogue" : "fused vs cublaslt_epilogue",
                                         (nodrop ? nodrop_t_ : fused_t_).bindings.outputs.at(0),
-                                        spec_.graph.outputs().front().dtype, d.ptr(), gemm_dtype_, shape_));
+                                        spec_.graph.outputs().front().dtype, d->ptr(), gemm_dtype_, shape_));
   }
 
   // cuBLASLt, then the chain as one epifuse elementwise kernel reading D.
@@ -196,21 +208,21 @@ class GemmBench {
     const EpilogueAfterGemm ep = epilogue_after_gemm(spec_, gemm_dtype_);
     const Shape es{shape_.m, shape_.n, 0};
     auto kernel = jit_.compile(ep.spec, es);
-    const DeviceTensors t = bind_inputs(kernel->source(), ep.spec, es, [&](const std::string& name) {
+    const auto t = keep(bind_inputs(kernel->source(), ep.spec, es, [&](const std::string& name) {
       return name == ep.gemm_output ? d : input(name);
-    });
+    }));
     run_gemm();  // D holds the product while the epilogue is tuned
     if (opt_.tune) {
-      jit_.tune(ep.spec, es, t.bindings, opt_.args);
+      jit_.tune(ep.spec, es, t->bindings, opt_.args);
       kernel = jit_.compile(ep.spec, es);
     }
-    const double ms = time([&] {
-      run_gemm();
-      jit_.launch(*kernel, t.bindings, es, opt_.args);
-    });
-    add_row("cublas_then_epilogue", "cuBLAS + epifuse epilogue", to_string(kernel->source().tile), 2, ms);
+    add_row("cublas_then_epilogue", "cuBLAS + epifuse epilogue", to_string(kernel->source().tile), 2,
+            [this, run_gemm, kernel, t, es] {
+              run_gemm();
+              jit_.launch(*kernel, t->bindings, es, opt_.args);
+            });
     g_.checks.push_back(compare_results("fused vs cublas_then_epilogue", fused_t_.bindings.outputs.at(0),
-                                        spec_.graph.outputs().front().dtype, t.bindings.outputs.at(0),
+                                        spec_.graph.outputs().front().dtype, t->bindings.outputs.at(0),
                                         spec_.graph.outputs().front().dtype, shape_));
   }
 
@@ -225,25 +237,32 @@ class GemmBench {
       return;
     }
     const Shape es{shape_.m, shape_.n, 0};
-    std::vector<std::shared_ptr<const CompiledKernel>> kernels;
-    std::vector<DeviceTensors> bound;
+    const auto kernels = keep(std::vector<std::shared_ptr<const CompiledKernel>>{});
+    const auto bound = keep(std::vector<DeviceTensors>{});
     for (const KernelSpec& s : *specs) {
-      kernels.push_back(jit_.compile(s, es));
-      bound.push_back(upload(kernels.back()->source(), make_inputs(s, es, opt_.data_seed), s, es));
+      kernels->push_back(jit_.compile(s, es));
+      bound->push_back(upload(kernels->back()->source(), make_inputs(s, es, opt_.data_seed), s, es));
     }
-    const double ms = time([&] {
+    const int n = static_cast<int>(kernels->size()) + 1;
+    add_row("unfused", "cuBLAS + one kernel per op", fmt::format("{} kernels", n), n, [this, run_gemm, kernels, bound, es] {
       run_gemm();
-      for (std::size_t k = 0; k < kernels.size(); ++k) jit_.launch(*kernels[k], bound[k].bindings, es, opt_.args);
+      for (std::size_t k = 0; k < kernels->size(); ++k) jit_.launch(*(*kernels)[k], (*bound)[k].bindings, es, opt_.args);
     });
-    const int n = static_cast<int>(kernels.size()) + 1;
-    add_row("unfused", "cuBLAS + one kernel per op", fmt::format("{} kernels", n), n, ms);
-    r_.unfused_ms = ms;
     r_.unfused_kernels = n;
-    r_.speedup_vs_unfused = ms / r_.fused_ms;
   }
 
-  // Every row against cuBLAS alone; cuBLAS's row first.
+  // Every row timed in turns with the others, then against cuBLAS alone;
+  // cuBLAS's row first. The fused and unfused times replace the report's.
   void finish() {
+    const std::vector<double> ms = backend::median_ms_interleaved(runs_, opt_.repeats, opt_.batch);
+    for (std::size_t i = 0; i < g_.rows.size(); ++i) {
+      GemmRow& row = g_.rows[i];
+      row.ms = ms[i];
+      row.tflops = ms[i] > 0 ? g_.flops / (ms[i] * 1e9) : 0;
+      if (row.key == "fused") r_.fused_ms = ms[i];
+      if (row.key == "unfused") r_.unfused_ms = ms[i];
+    }
+    if (r_.unfused_ms && r_.fused_ms > 0) r_.speedup_vs_unfused = *r_.unfused_ms / r_.fused_ms;
     const auto cublas = std::find_if(g_.rows.begin(), g_.rows.end(), [](const GemmRow& r) { return r.key == "cublas"; });
     if (cublas == g_.rows.end()) return;
     std::rotate(g_.rows.begin(), cublas, cublas + 1);
@@ -260,6 +279,8 @@ class GemmBench {
   const BenchOptions& opt_;
   const DType gemm_dtype_;  // what the separate GEMM writes: the operands' dtype, as torch.matmul
   GemmBenchReport g_;
+  std::vector<std::function<void()>> runs_;     // one per row of g_.rows, timed in finish()
+  std::vector<std::shared_ptr<const void>> keep_;     // what the runs use
   std::optional<KernelSpec> nodrop_spec_;
   std::shared_ptr<const CompiledKernel> nodrop_kernel_;
   DeviceTensors nodrop_t_;
