@@ -32,7 +32,7 @@ inline KernelSpec add_mul(DType dt, double alpha = 0.5) {
 }
 
 // One spec per unary op, binary op with each broadcast kind, cast, dropout
-// mode, and a multi-output graph, over all three dtypes.
+// mode, add_scalar, and a multi-output graph, over all three dtypes.
 inline std::vector<std::pair<std::string, KernelSpec>> coverage() {
   std::vector<std::pair<std::string, KernelSpec>> out;
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
@@ -66,6 +66,13 @@ inline std::vector<std::pair<std::string, KernelSpec>> coverage() {
       g.output("pre", pre, DType::f32);
       g.output("z", g.silu(d0), DType::f16);
       out.emplace_back("multi_" + d, std::move(s));
+    }
+    {
+      KernelSpec s;  // add_scalar's c is a float literal of the code: small, negative, -0
+      Graph& g = s.graph;
+      Value x = g.input("x", dt);
+      g.output("y", g.add_scalar(g.add_scalar(g.add_scalar(x, 1e-6), -2.5), -0.0), dt);
+      out.emplace_back("add_scalar_" + d, std::move(s));
     }
     out.emplace_back("bias_gelu_dropout_add_" + d, bias_gelu_dropout_add(dt));
     out.emplace_back("bias_gelu_dropout_add_triton_" + d, bias_gelu_dropout_add(dt, 0.3, RngMode::triton));

@@ -29,6 +29,7 @@ enum class OpKind : std::uint8_t {
   div,                        // binary, broadcasting (after cast: the enum's values are signature bytes)
   exp, log, rsqrt,            // unary
   row_max, row_sum, row_mean, // reductions over a full value's row (N): one value per row (`col`)
+  add_scalar,                 // a + c, c a constant attribute (in Node::alpha)
 };
 
 /// Dropout RNG mode (DESIGN §4).
@@ -51,7 +52,7 @@ struct Node {
   DType dtype = DType::f32;       ///< inputs: storage dtype; cast: target; else f32
   Broadcast broadcast = Broadcast::full;  ///< shape class of the value
   int accumulator = 0;            ///< kind == accumulator: 0 (`acc`/`acc0`) or 1 (`acc1`)
-  double alpha = 1.0;             ///< scale
+  double alpha = 1.0;             ///< scale: alpha; add_scalar: c
   double p = 0.0;                 ///< dropout probability
   RngMode rng = RngMode::philox4; ///< dropout
   int stream = 0;                 ///< dropout: index among the graph's dropout nodes
@@ -100,9 +101,19 @@ class Graph {
   /// (x - m) - log(row_sum(exp(x - m))) with m = row_max(x).
   Value softmax(Value x);
   Value log_softmax(Value x);
+  /// Normalizations over the row, desugared likewise; `weight` and `bias` are
+  /// row vectors ([N], `row` broadcast), eps > 0 (checked as check_eps does):
+  /// x * rsqrt(add_scalar(row_mean(x*x), eps)) * weight, and
+  /// (x - m) * rsqrt(add_scalar(row_mean((x-m)*(x-m)), eps)) * weight + bias
+  /// with m = row_mean(x), the biased variance as torch.nn.LayerNorm's.
+  Value rmsnorm(Value x, Value weight, double eps);
+  Value layernorm(Value x, Value weight, Value bias, double eps);
   /// `alpha * a`; alpha is a float32 kernel parameter, so it must be finite
   /// when rounded to float (|alpha| <= FLT_MAX).
   Value scale(Value a, double alpha);
+  /// `a + c`; c is a constant of the generated code (a float literal, so it
+  /// is in the signature), and must be finite when rounded to float.
+  Value add_scalar(Value a, double c);
   /// Dropout with probability p in [0,1]; its stream is the number of dropout
   /// nodes made before it. The result is always full ([M,N]).
   Value dropout(Value a, double p, RngMode rng = RngMode::philox4);
@@ -115,6 +126,11 @@ class Graph {
   /// that report an attribute at its own location (the JSON layer).
   static void check_alpha(double alpha);
   static void check_probability(double p);
+  /// add_scalar's c: finite in float32.
+  static void check_constant(double c);
+  /// A norm's eps (`op` names the norm in the message): positive and finite
+  /// in float32, and still positive when rounded to float.
+  static void check_eps(std::string_view op, double eps);
 
   /// Marks a value as an output stored in `dtype`. Outputs must be full [M,N].
   void output(std::string name, Value v, DType dtype);

@@ -66,6 +66,7 @@ std::string spell(const KernelPlan& plan, std::size_t id, const Node& n, const s
   switch (n.op) {
     case OpKind::cast: return fmt::format("ef_round_to<{}>({})", storage_type_name(n.dtype), a);
     case OpKind::scale: return fmt::format("p.alpha{} * {}", position(plan.scales, id), a);
+    case OpKind::add_scalar: return fmt::format("({} + {})", a, float_literal(static_cast<float>(n.alpha)));
     case OpKind::dropout: return spell_dropout(plan, id, n, a);
     default: break;
   }

@@ -99,7 +99,7 @@ Value Graph::binary(OpKind op, Value a, Value b) {
 Value Graph::unary(OpKind op, Value a) {
   const auto& info = op_info(op);
   EPIFUSE_CHECK(info.arity == 1, "{} is not a unary op", info.name);
-  EPIFUSE_CHECK(op != OpKind::scale && op != OpKind::dropout && op != OpKind::cast,
+  EPIFUSE_CHECK(op != OpKind::scale && op != OpKind::dropout && op != OpKind::cast && op != OpKind::add_scalar,
                 "{} takes an attribute: use Graph::{}", info.name, info.name);
   check_operand(a, info.name);
   Node n;
@@ -124,11 +124,61 @@ Value Graph::log_softmax(Value x) {
   return sub(shifted, log(row_sum(exp(shifted))));
 }
 
+// A norm's weight and bias scale and shift each column, as torch's
+// normalized_shape [N] parameters do: row vectors.
+static void check_row_operand(const Graph& g, Value v, std::string_view op, std::string_view what) {
+  const Broadcast b = g.node(v).broadcast;
+  EPIFUSE_CHECK(b == Broadcast::row, "{}: {} must be a row vector ([N], broadcast row), got a {} value", op, what,
+                to_string(b));
+}
+
+static void check_full_operand(const Graph& g, Value x, std::string_view op) {
+  const Broadcast b = g.node(x).broadcast;
+  EPIFUSE_CHECK(b == Broadcast::full,
+                "{}: x must be a full [M,N] value (it is normalized along its rows), got a {} value", op,
+                to_string(b));
+}
+
+Value Graph::rmsnorm(Value x, Value weight, double eps) {
+  check_operand(x, "rmsnorm x");
+  check_operand(weight, "rmsnorm weight");
+  check_full_operand(*this, x, "rmsnorm");
+  check_row_operand(*this, weight, "rmsnorm", "weight");
+  check_eps("rmsnorm", eps);
+  const Value ms = row_mean(mul(x, x));
+  return mul(mul(x, rsqrt(add_scalar(ms, eps))), weight);
+}
+
+Value Graph::layernorm(Value x, Value weight, Value bias, double eps) {
+  check_operand(x, "layernorm x");
+  check_operand(weight, "layernorm weight");
+  check_operand(bias, "layernorm bias");
+  check_full_operand(*this, x, "layernorm");
+  check_row_operand(*this, weight, "layernorm", "weight");
+  check_row_operand(*this, bias, "layernorm", "bias");
+  check_eps("layernorm", eps);
+  const Value centered = sub(x, row_mean(x));
+  const Value var = row_mean(mul(centered, centered));
+  return add(mul(mul(centered, rsqrt(add_scalar(var, eps))), weight), bias);
+}
+
 // Attributes become float32 kernel parameters: a double that rounds to
 // infinity in float would turn every output into inf or NaN.
 void Graph::check_alpha(double alpha) {
   EPIFUSE_CHECK(limits::finite_in_float32(alpha),
                 "scale: alpha {} is not finite in float32 (|alpha| <= {})", alpha, FLT_MAX);
+}
+
+// c is written into the kernel as a float literal: it must stay finite there.
+void Graph::check_constant(double c) {
+  EPIFUSE_CHECK(limits::finite_in_float32(c), "add_scalar: c {} is not finite in float32 (|c| <= {})", c, FLT_MAX);
+}
+
+// eps is added in fp32: one that rounds to 0 (or below) in float would leave
+// a zero row's rsqrt at +inf.
+void Graph::check_eps(std::string_view op, double eps) {
+  EPIFUSE_CHECK(limits::finite_in_float32(eps) && static_cast<float>(eps) > 0.0f,
+                "{}: eps must be a positive number finite in float32 (added in fp32), got {}", op, eps);
 }
 
 void Graph::check_probability(double p) {
@@ -150,6 +200,17 @@ Value Graph::scale(Value a, double alpha) {
   const Value v = push_op(std::move(n));
   ++scale_count_;
   return v;
+}
+
+Value Graph::add_scalar(Value a, double c) {
+  check_operand(a, "add_scalar");
+  check_constant(c);
+  Node n;
+  n.op = OpKind::add_scalar;
+  n.args = {a};
+  n.alpha = c;
+  n.broadcast = nodes_[a.id].broadcast;
+  return push_op(std::move(n));
 }
 
 Value Graph::dropout(Value a, double p, RngMode rng) {

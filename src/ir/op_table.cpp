@@ -8,7 +8,7 @@ namespace epifuse {
 
 namespace {
 // Order follows OpKind so that op_info() is an index.
-constexpr std::array<OpInfo, 21> k_ops = {{
+constexpr std::array<OpInfo, 22> k_ops = {{
     {OpKind::add, "add", 2, "a + b", Spelling::infix, "+", false},
     {OpKind::sub, "sub", 2, "a - b", Spelling::infix, "-", false},
     {OpKind::mul, "mul", 2, "a * b", Spelling::infix, "*", false},
@@ -35,6 +35,8 @@ constexpr std::array<OpInfo, 21> k_ops = {{
     {OpKind::row_sum, "row_sum", 1, "sum of a's row (fp32; association unspecified); one value per row",
      Spelling::special, "", false},
     {OpKind::row_mean, "row_mean", 1, "row_sum(a) / N; one value per row", Spelling::special, "", false},
+    {OpKind::add_scalar, "add_scalar", 1, "a + c, c a constant of the code (a norm's eps)", Spelling::special, "",
+     false},
 }};
 }  // namespace
 

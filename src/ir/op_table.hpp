@@ -14,7 +14,7 @@ namespace epifuse {
 enum class Spelling : std::uint8_t {
   infix,    ///< `a <device> b`
   call,     ///< `<device>(a[, b])`, with `_fast` appended where approximable and allowed
-  special,  ///< spelled by the emitter from the node's attributes (scale, dropout, cast)
+  special,  ///< spelled by the emitter from the node's attributes (scale, dropout, cast, add_scalar)
 };
 
 struct OpInfo {

@@ -125,6 +125,7 @@ std::string render(const KernelSpec& spec, bool canonical) {
     put(")");
     // Attributes print round-trip exact so the signature tells them apart.
     if (n.op == OpKind::scale) put(" alpha={}", n.alpha);
+    if (n.op == OpKind::add_scalar) put(" c={}", n.alpha);
     if (n.op == OpKind::dropout) put(" p={} rng={} stream={}", n.p, to_string(n.rng), n.stream);
     if (n.op == OpKind::cast) put(" to={}", to_string(n.dtype));
     put(" : {}\n", to_string(n.broadcast));
@@ -175,7 +176,9 @@ std::string signature_bytes(const KernelSpec& spec) {
     if (n.kind != NodeKind::op) continue;
     put(static_cast<std::uint8_t>(n.op));
     for (Value a : n.args) put(ref[a.id]);
-    if (n.op == OpKind::scale) put(n.alpha);
+    // scale's alpha is a kernel parameter, add_scalar's c a literal in the
+    // code: both tell kernels apart here.
+    if (n.op == OpKind::scale || n.op == OpKind::add_scalar) put(n.alpha);
     if (n.op == OpKind::dropout) {
       put(n.p);
       put(static_cast<std::uint8_t>(n.rng));

@@ -5,8 +5,11 @@
 //   "gelu_tanh"                  apply an op of one operand and no attribute
 //   {"op": "dropout", "p": 0.1}  an op with its attributes ("rng" too)
 //   {"op": "mul", "arg": "gate"} a binary op with a declared input
+//   {"op": "layernorm", "args": ["w", "b"], "eps": 1e-5}
+//                                an op of more operands, each a declared input
 //   {"dropout": 0.1}             one-key form: the op's main attribute
-//   {"mul": "gate"}              (p, alpha, to) or a binary op's input
+//   {"mul": "gate"}              (p, alpha, to, c) or the op's other operands
+//   {"layernorm": ["w", "b"]}    (an input, or an array of inputs)
 #include "ir/names.hpp"
 #include "json/body.hpp"
 #include "json/op_attributes.hpp"
@@ -15,49 +18,74 @@ namespace epifuse::schema {
 
 namespace {
 
-// The second operand of a binary step: a declared input.
+// An operand after the current value: a declared input.
 Value input_operand(Scope& scope, const Json& v, const JsonPath& at) {
   const std::string name = read_string(v, at);
   const Value in = scope.input(name);
   if (!in.valid())
-    fail(at, "'{}' is not a declared input (a chain's binary op takes an input as its "
-             "second operand)", names::excerpt(name));
+    fail(at, "'{}' is not a declared input (a chain step's operands after the current value are "
+             "declared inputs)", names::excerpt(name));
   return in;
 }
 
-Value apply_binary(Scope& scope, OpKind op, Value current, Value in, const JsonPath& at) {
-  const Value args[] = {current, in};
-  return OpAttributes{}.apply(scope.graph(), op, args, at);
+// What a step of `op` writes for its operands after the current value.
+std::string operands_hint(const JsonOp& op) {
+  if (op.arity() == 2) return "\"arg\": INPUT";
+  std::string inputs;
+  for (int k = 1; k < op.arity(); ++k) inputs += k == 1 ? "INPUT" : ", INPUT";
+  return fmt::format("\"args\": [{}]", inputs);
+}
+
+// The current value, then the operands written at `at` (`v`): one input for an
+// op of two operands, an array of arity - 1 inputs for more.
+std::vector<Value> step_operands(Scope& scope, const JsonOp& op, Value current, const Json& v, const JsonPath& at) {
+  std::vector<Value> args = {current};
+  if (op.arity() == 2) {
+    args.push_back(input_operand(scope, v, at));
+    return args;
+  }
+  if (!v.is_array() || v.size() != static_cast<std::size_t>(op.arity() - 1))
+    fail(at, "{} takes {} inputs after the current value, as {}, got {}", op.name(), op.arity() - 1,
+         operands_hint(op), describe(v));
+  for (std::size_t k = 0; k < v.size(); ++k) args.push_back(input_operand(scope, v[k], at.index(k)));
+  return args;
 }
 
 Value step_from_string(Scope& scope, Value current, const std::string& s, const JsonPath& at) {
   const Value in = scope.input(s);
-  const OpInfo* op = find_op(s);
+  const auto op = find_json_op(s);
   if (in.valid() && op)
     fail(at, "'{}' is both a declared input and an op, so the step is ambiguous; rename the input", s);
-  if (in.valid()) return apply_binary(scope, OpKind::add, current, in, at);
+  if (in.valid()) {
+    const Value args[] = {current, in};
+    return OpAttributes{}.apply(scope.graph(), JsonOp{&op_info(OpKind::add), nullptr}, args, at);
+  }
   if (!op) fail(at, "'{}' is neither a declared input nor an op", names::excerpt(s));
-  if (op->arity == 2)
+  if (op->arity() == 2)
     fail(at, "{0} needs a second operand: write {{\"op\": \"{0}\", \"arg\": INPUT}}", s);
-  if (auto attr = primary_attribute(op->kind); !attr.empty())
-    fail(at, "{0} needs its '{1}': write {{\"op\": \"{0}\", \"{1}\": ...}} or {{\"{0}\": ...}}", s,
-         attr);
-  return OpAttributes{}.apply(scope.graph(), op->kind, std::span(&current, 1), at);
+  if (op->arity() > 2)
+    fail(at, "{0} needs {1} more operands: write {{\"op\": \"{0}\", {2}}}", s, op->arity() - 1, operands_hint(*op));
+  if (needs_attribute(*op)) {
+    const auto attr = primary_attribute(*op);
+    fail(at, "{0} needs its '{1}': write {{\"op\": \"{0}\", \"{1}\": ...}} or {{\"{0}\": ...}}", s, attr);
+  }
+  return OpAttributes{}.apply(scope.graph(), *op, std::span(&current, 1), at);
 }
 
-// {"op": NAME, attributes... or "arg"}
+// {"op": NAME, attributes... and "arg" or "args"}
 Value step_from_op_object(Scope& scope, Value current, const Json& e, const JsonPath& at) {
-  const OpInfo& info = read_op(*find(e, "op"), at.key("op"));
+  const JsonOp op = read_op(*find(e, "op"), at.key("op"));
+  const std::string_view operands_key = op.arity() == 2 ? "arg" : "args";
   std::vector<std::string_view> allowed = {"op"};
-  if (info.arity == 2) allowed.push_back("arg");
-  for (auto key : attribute_keys(info.kind)) allowed.push_back(key);
-  check_keys(e, at, allowed, fmt::format("chain op {}", info.name));
-  if (info.arity == 2)
-    return apply_binary(scope, info.kind, current,
-                        input_operand(scope, require(e, at, "arg"), at.key("arg")), at);
+  if (op.arity() > 1) allowed.push_back(operands_key);
+  for (auto key : attribute_keys(op)) allowed.push_back(key);
+  check_keys(e, at, allowed, fmt::format("chain op {}", op.name()));
+  std::vector<Value> args = {current};
+  if (op.arity() > 1)
+    args = step_operands(scope, op, current, require(e, at, operands_key), at.key(operands_key));
   OpAttributes attributes;
-  attributes.read_all(info.kind, e, at);
-  return attributes.apply(scope.graph(), info.kind, std::span(&current, 1), at);
+  attributes.read_all(op, e, at);
+  return attributes.apply(scope.graph(), op, args, at);
 }
 
 // {OP: VALUE}
@@ -66,17 +94,17 @@ Value step_from_one_key(Scope& scope, Value current, const Json& e, const JsonPa
   const std::string& key = only.key();
   const Json& value = only.value();
   const JsonPath value_at = at.key(key);
-  const OpInfo* info = find_op(key);
-  if (!info)
+  const auto op = find_json_op(key);
+  if (!op)
     fail(value_at, "unknown op '{}' (a chain step object is {{\"op\": NAME, ...}} or {{OP: VALUE}})",
          names::excerpt(key));
-  if (info->arity == 2)
-    return apply_binary(scope, info->kind, current, input_operand(scope, value, value_at), at);
-  const auto attr = primary_attribute(info->kind);
+  if (op->arity() > 1)
+    return OpAttributes{}.apply(scope.graph(), *op, step_operands(scope, *op, current, value, value_at), at);
+  const auto attr = primary_attribute(*op);
   if (attr.empty()) fail(value_at, "{0} takes no value: write the step as \"{0}\"", key);
   OpAttributes attributes;
-  attributes.read(info->kind, attr, value, value_at);
-  return attributes.apply(scope.graph(), info->kind, std::span(&current, 1), at);
+  attributes.read(*op, attr, value, value_at);
+  return attributes.apply(scope.graph(), *op, std::span(&current, 1), at);
 }
 
 Value apply_step(Scope& scope, Value current, const Json& e, const JsonPath& at) {

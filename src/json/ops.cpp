@@ -29,17 +29,17 @@ void read_ops(Scope& scope, const Json& ops, const JsonPath& at) {
     const JsonPath here = at.index(i);
     const Json& op = ops[i];
     expect_object(op, here);
-    const OpInfo& info = read_op(require(op, here, "op"), here.key("op"));
+    const JsonOp info = read_op(require(op, here, "op"), here.key("op"));
     std::vector<std::string_view> allowed = {"name", "op", "args"};
-    for (auto key : attribute_keys(info.kind)) allowed.push_back(key);
-    check_keys(op, here, allowed, fmt::format("op {}", info.name));
+    for (auto key : attribute_keys(info)) allowed.push_back(key);
+    check_keys(op, here, allowed, fmt::format("op {}", info.name()));
 
     const std::string name = read_string(require(op, here, "name"), here.key("name"));
     const Json& args = require(op, here, "args");
     expect_array(args, here.key("args"));
-    if (args.size() != static_cast<std::size_t>(info.arity))
-      fail(here.key("args"), "{} takes {} argument{}, got {}", info.name, info.arity,
-           info.arity == 1 ? "" : "s", args.size());
+    if (args.size() != static_cast<std::size_t>(info.arity()))
+      fail(here.key("args"), "{} takes {} argument{}, got {}", info.name(), info.arity(),
+           info.arity() == 1 ? "" : "s", args.size());
     std::vector<Value> operands;
     for (std::size_t a = 0; a < args.size(); ++a) {
       const JsonPath arg_at = here.key("args").index(a);
@@ -57,8 +57,8 @@ void read_ops(Scope& scope, const Json& ops, const JsonPath& at) {
     }
 
     OpAttributes attributes;
-    attributes.read_all(info.kind, op, here);
-    const Value v = attributes.apply(scope.graph(), info.kind, operands, here);
+    attributes.read_all(info, op, here);
+    const Value v = attributes.apply(scope.graph(), info, operands, here);
     scope.define(name, v, here.key("name"), here.str());
   }
 }

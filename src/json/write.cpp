@@ -69,6 +69,7 @@ Json op_json(const Node& n, const std::string& name, const std::vector<std::stri
   j["args"] = std::move(args);
   switch (n.op) {
     case OpKind::scale: j["alpha"] = n.alpha; break;
+    case OpKind::add_scalar: j["c"] = n.alpha; break;
     case OpKind::dropout:
       j["p"] = n.p;
       if (n.rng != RngMode::philox4) j["rng"] = to_string(n.rng);

@@ -153,7 +153,7 @@ struct Instr {
   const float* data = nullptr;      // leaves
   Index index = Index::full;        // leaves
   DType dtype = DType::f32;         // cast
-  float alpha = 1.0f;               // scale: the fp32 runtime scalar
+  float alpha = 1.0f;               // scale: the fp32 runtime scalar; add_scalar: c as the code's float literal
   RngMode rng = RngMode::philox4;   // dropout
   std::uint32_t stream = 0;         // dropout
   std::uint32_t thr = 0;            // dropout, philox4
@@ -175,6 +175,7 @@ float run_op(const Instr& in, float x, float y, std::uint64_t i, const LaunchArg
     case OpKind::max: return ref_ops::max(x, y);
     case OpKind::min: return ref_ops::min(x, y);
     case OpKind::scale: return ref_ops::mul(in.alpha, x);
+    case OpKind::add_scalar: return ref_ops::add(x, in.alpha);
     case OpKind::relu: return ref_ops::relu(x);
     case OpKind::gelu_tanh: return ref_ops::gelu_tanh(x);
     case OpKind::gelu_erf: return ref_ops::gelu_erf(x);

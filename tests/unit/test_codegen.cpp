@@ -81,6 +81,19 @@ TEST_CASE("float literals read back exactly") {
   CHECK(float_literal(1e-30f) == "1e-30f");
 }
 
+TEST_CASE("add_scalar's c is a float literal of the kernel, rounded to float, not a parameter") {
+  const auto text_of = [](double c) {
+    KernelSpec s;
+    s.graph.output("y", s.graph.add_scalar(s.graph.input("x", DType::f32), c), DType::f32);
+    return emit_kernel(s, {4, 64, 0}).text;
+  };
+  CHECK(text_of(1e-6).find("const float v1 = (v0 + 1e-06f);") != std::string::npos);
+  CHECK(text_of(-2.5).find("const float v1 = (v0 + -2.5f);") != std::string::npos);
+  CHECK(text_of(0.1).find("(v0 + 0.1f)") != std::string::npos);  // float(0.1), shortest
+  CHECK(text_of(-0.0).find("(v0 + -0.0f)") != std::string::npos);
+  CHECK(text_of(1e-6).find("alpha0") == std::string::npos);
+}
+
 TEST_CASE("row-vector alignment is part of the shape class") {
   const auto aligned = emit_kernel(bias_gelu_dropout_add(DType::f32), {4, 64, 0});
   const auto unaligned = emit_kernel(bias_gelu_dropout_add(DType::f32), {4, 65, 0});

@@ -4,11 +4,11 @@
 // How the expected values were computed, independently of epifuse: by the numpy
 // script at the end of this file (its own Philox4x32-10, checked against the
 // Random123 known answers, gives the dropout keep mask; GEMMs in float64; the
-// epilogue in float32 where the chain is pure arithmetic, float64 for tanh/exp; then
-// rounding to the output dtype). Pure-arithmetic chains (gemm, bias, relu, dropout,
-// scale, add) must match exactly; chains with gelu/sigmoid/silu may differ by the
-// last bits of fp32 math: within 1e-6 relative for f32 outputs and one unit in the
-// last place for f16/bf16 outputs.
+// epilogue in float32 where the chain is pure arithmetic, float64 for tanh/exp, the
+// softmaxes and the norms; then rounding to the output dtype). Pure-arithmetic chains
+// (gemm, bias, relu, dropout, scale, add) must match exactly; chains with
+// gelu/sigmoid/silu, exp or rsqrt may differ by the last bits of fp32 math: within
+// 1e-6 relative for f32 outputs and one unit in the last place for f16/bf16 outputs.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -102,7 +102,10 @@ constexpr std::uint64_t k_seed = 5;
 
 const std::set<std::string> k_covered = {
     "gemm", "gemm_bias_relu", "gemm_bias_relu_dropout", "gemm_tf32_bias_gelu", "add_mul", "bias_gelu_dropout_add",
-    "bias_gelu_dropout_add_chain", "gating", "swiglu"};
+    "bias_gelu_dropout_add_chain", "gating", "swiglu", "softmax", "scaled_masked_softmax_dropout", "add_rmsnorm",
+    "layernorm"};
+const std::vector<float> W4 = {1, -2, 0.5f, 3};  // a norm's weight [N=4]
+const std::vector<float> B4 = {0, 1, -1, 2};     // a norm's bias
 
 }  // namespace
 
@@ -196,6 +199,42 @@ TEST_CASE("examples: swiglu") {
                Match::close);
 }
 
+TEST_CASE("examples: softmax and scaled_masked_softmax_dropout") {
+  // Row softmax of the integer rows, by the script; exp makes them close, not exact.
+  auto e = run("softmax.json", {4, 4}, {{"x", X44}});
+  check_output(e.outputs.at("y"), DType::bf16, {4, 4},
+               {0.11376953125, 0.005645751953125, 0.041748046875, 0.83984375, 0.64453125, 0.2373046875,
+                0.031982421875, 0.0869140625, 0.005279541015625, 0.78125, 0.10595703125, 0.10595703125,
+                0.1025390625, 0.1025390625, 0.7578125, 0.03759765625},
+               Match::close);
+  // dropout(softmax(x * 0.0883883... + mask), 0.1): elements 1 and 14 dropped (k_seed).
+  auto m = run("scaled_masked_softmax_dropout.json", {4, 4}, {{"x", X44}, {"mask", R44}}, k_seed);
+  check_output(m.outputs.at("y"), DType::bf16, {4, 4},
+               {0.2392578125, 0.0, 0.0296630859375, 0.7734375, 0.9609375, 0.00592041015625, 0.03662109375,
+                0.10888671875, 0.1259765625, 0.53125, 0.4453125, 0.0081787109375, 0.5078125, 0.5078125, 0.0,
+                0.06298828125},
+               Match::close);
+}
+
+TEST_CASE("examples: add_rmsnorm stores the sum and its norm") {
+  auto e = run("add_rmsnorm.json", {4, 4}, {{"x", X44}, {"residual", R44}, {"weight", W4}});
+  // h = x + residual by hand (small integers: exact in bf16).
+  check_output(e.outputs.at("h"), DType::bf16, {4, 4}, {2, -2, -1, 5, 5, -1, -1, 1, -2, 4, 2, -2, 2, 2, 1, -1},
+               Match::exact);
+  check_output(e.outputs.at("y"), DType::bf16, {4, 4},
+               {0.6875, 1.375, -0.171875, 5.15625, 1.890625, 0.7578125, -0.189453125, 1.1328125, -0.7578125,
+                -3.03125, 0.37890625, -2.265625, 1.265625, -2.53125, 0.31640625, -1.8984375},
+               Match::close);
+}
+
+TEST_CASE("examples: layernorm") {
+  auto e = run("layernorm.json", {4, 4}, {{"x", X44}, {"weight", W4}, {"bias", B4}});
+  check_output(e.outputs.at("y"), DType::bf16, {4, 4},
+               {0.27734375, 3.78125, -1.140625, 6.15625, 1.34375, 0.10546875, -1.671875, 0.66015625, -1.5390625,
+                -1.5234375, -0.9296875, 2.421875, -0.2294921875, 1.4609375, -0.197265625, -1.4375},
+               Match::close);
+}
+
 // The script that computed the expected values (python3 with numpy; run it to
 // regenerate). It prints each array in the order the tests above use.
 /*
@@ -264,4 +303,16 @@ BIAS1 = np.array([0, 1, -1], float); BIAS2 = np.array([2, -1, 1], float)
 show("gating_y", f16(sigmoid(A23 @ B23 + BIAS1) * (A23 @ B23b + BIAS2)))
 acc0 = A23 @ B23; acc1 = A23 @ B23b
 show("swiglu_y", bf16(acc0 * sigmoid(acc0) * acc1))
+
+W4 = np.array([1, -2, 0.5, 3], float); B4 = np.array([0, 1, -1, 2], float)
+def softmax(z):
+    e = np.exp(z - z.max(axis=1, keepdims=True)); return e / e.sum(axis=1, keepdims=True)
+show("softmax_y", bf16(softmax(X44)))
+z = f32(f32(np.float32(0.08838834764831845) * f32(X44)) + f32(R44)).astype(np.float64)
+show("scaled_masked_softmax_dropout_y", bf16(np.where(mask, f32(softmax(z)) * scale, np.float32(0))))
+h = X44 + R44
+show("add_rmsnorm_h", bf16(h))
+show("add_rmsnorm_y", bf16(h / np.sqrt((h * h).mean(axis=1, keepdims=True) + 1e-6) * W4))
+m = X44.mean(axis=1, keepdims=True)
+show("layernorm_y", bf16((X44 - m) / np.sqrt(((X44 - m) ** 2).mean(axis=1, keepdims=True) + 1e-5) * W4 + B4))
 */

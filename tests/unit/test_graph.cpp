@@ -182,3 +182,102 @@ TEST_CASE("scale's alpha must be finite in float32") {
   CHECK_THROWS_AS(g.scale(x, std::nan("")), UserError);
   CHECK_THROWS_AS(g.dropout(x, std::nan("")), UserError);
 }
+
+TEST_CASE("add_scalar: c is in the signature (it is a literal of the code) and must be finite in float32") {
+  const auto plus = [](double c) {
+    KernelSpec s;
+    s.graph.output("y", s.graph.add_scalar(s.graph.input("x", DType::f32), c), DType::f32);
+    return s;
+  };
+  // Two graphs that differ only in c are two kernels: the signature and the
+  // cache key's bytes tell them apart; the same c gives the same kernel.
+  CHECK(signature(plus(1e-6)) != signature(plus(1e-5)));
+  CHECK(signature_bytes(plus(1e-6)) != signature_bytes(plus(1e-5)));
+  CHECK(signature_bytes(plus(1e-6)) != signature_bytes(plus(1e-6 * (1 + 1e-15))));
+  CHECK(signature_bytes(plus(1e-6)) == signature_bytes(plus(1e-6)));
+  CHECK(signature(plus(0.5)).find("add_scalar(in0) c=0.5 : full") != std::string::npos);
+  // Not the scale of the same number either.
+  KernelSpec scaled;
+  scaled.graph.output("y", scaled.graph.scale(scaled.graph.input("x", DType::f32), 0.5), DType::f32);
+  CHECK(signature_bytes(scaled) != signature_bytes(plus(0.5)));
+
+  Graph g;
+  Value x = g.input("x", DType::f32);
+  const Value col = g.row_mean(x);
+  CHECK(g.node(g.add_scalar(col, -2.0)).broadcast == Broadcast::col);
+  CHECK(g.node(g.add_scalar(x, std::numeric_limits<float>::max())).alpha == std::numeric_limits<float>::max());
+  CHECK_THROWS_WITH_AS(g.add_scalar(x, 1e39), doctest::Contains("add_scalar: c 1e+39 is not finite in float32"),
+                       UserError);
+  CHECK_THROWS_AS(g.add_scalar(x, -std::numeric_limits<double>::infinity()), UserError);
+  CHECK_THROWS_AS(g.add_scalar(x, std::nan("")), UserError);
+  CHECK_THROWS_WITH_AS(g.unary(OpKind::add_scalar, x), doctest::Contains("add_scalar takes an attribute"), UserError);
+}
+
+TEST_CASE("rmsnorm and layernorm desugar into primitives and check eps, weight, bias and x") {
+  const auto ops_of = [](const Graph& g) {
+    std::vector<OpKind> ops;
+    for (const Node& n : g.nodes())
+      if (n.kind == NodeKind::op) ops.push_back(n.op);
+    return ops;
+  };
+  KernelSpec rms;
+  {
+    Graph& g = rms.graph;
+    const Value x = g.input("x", DType::bf16);
+    const Value w = g.input("w", DType::bf16, Broadcast::row);
+    const Value y = g.rmsnorm(x, w, 1e-6);
+    g.output("y", y, DType::bf16);
+    CHECK(ops_of(g) == std::vector<OpKind>{OpKind::mul, OpKind::row_mean, OpKind::add_scalar, OpKind::rsqrt,
+                                           OpKind::mul, OpKind::mul});
+    CHECK(g.node(y).broadcast == Broadcast::full);
+  }
+  // The same ops written one by one are the same kernel.
+  KernelSpec by_hand;
+  {
+    Graph& g = by_hand.graph;
+    const Value x = g.input("x", DType::bf16);
+    const Value w = g.input("w", DType::bf16, Broadcast::row);
+    g.output("y", g.mul(g.mul(x, g.rsqrt(g.add_scalar(g.row_mean(g.mul(x, x)), 1e-6))), w), DType::bf16);
+  }
+  CHECK(signature(rms) == signature(by_hand));
+
+  // layernorm: the mean and the centered value are one node each.
+  Graph g;
+  const Value x = g.input("x", DType::f32);
+  const Value w = g.input("w", DType::f32, Broadcast::row);
+  const Value b = g.input("b", DType::f32, Broadcast::row);
+  const Value y = g.layernorm(x, w, b, 1e-5);
+  CHECK(ops_of(g) == std::vector<OpKind>{OpKind::row_mean, OpKind::sub, OpKind::mul, OpKind::row_mean,
+                                         OpKind::add_scalar, OpKind::rsqrt, OpKind::mul, OpKind::mul, OpKind::add});
+  const Node& centered = g.nodes()[4];
+  CHECK(centered.op == OpKind::sub);
+  CHECK(g.nodes()[5].args == std::vector<Value>{Value{4}, Value{4}});  // (x - m) * (x - m)
+  CHECK(g.node(y).args[0] == Value{10});
+  CHECK(g.nodes()[7].alpha == 1e-5);
+
+  // eps > 0 and finite, also once rounded to float; the message names eps and its value.
+  const std::size_t before = g.nodes().size();
+  CHECK_THROWS_WITH_AS(g.rmsnorm(x, w, 0.0),
+                       "rmsnorm: eps must be a positive number finite in float32 (added in fp32), got 0", UserError);
+  CHECK_THROWS_WITH_AS(g.layernorm(x, w, b, -1e-5), doctest::Contains("layernorm: eps must be a positive number"),
+                       UserError);
+  CHECK_THROWS_WITH_AS(g.layernorm(x, w, b, -1e-5), doctest::Contains("got -1e-05"), UserError);
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(), 1e39, 1e-50, -0.0}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(g.rmsnorm(x, w, bad), doctest::Contains("eps must be"), UserError);
+    CHECK_THROWS_WITH_AS(g.layernorm(x, w, b, bad), doctest::Contains("eps must be"), UserError);
+  }
+  CHECK_NOTHROW(g.rmsnorm(x, w, 1e-44));  // a float denormal is still > 0
+  const std::size_t after_ok = g.nodes().size();
+  CHECK(after_ok == before + 6);  // the failed calls made no nodes
+  // weight and bias are row vectors, x is full.
+  const Value col = g.input("c", DType::f32, Broadcast::col);
+  CHECK_THROWS_WITH_AS(g.rmsnorm(x, x, 1e-6),
+                       "rmsnorm: weight must be a row vector ([N], broadcast row), got a full value", UserError);
+  CHECK_THROWS_WITH_AS(g.layernorm(x, w, col, 1e-6), doctest::Contains("layernorm: bias must be a row vector"),
+                       UserError);
+  CHECK_THROWS_WITH_AS(g.layernorm(w, w, b, 1e-6), doctest::Contains("layernorm: x must be a full [M,N] value"),
+                       UserError);
+  CHECK_THROWS_WITH_AS(g.rmsnorm(x, Value{999}, 1e-6), doctest::Contains("rmsnorm weight"), UserError);
+  CHECK(g.nodes().size() == after_ok + 1);  // the input c only
+}

@@ -389,3 +389,162 @@ TEST_CASE("every example chain loads and round-trips") {
     CHECK(signature(reparse(s)) == signature(s));
   }
 }
+
+namespace {
+
+// x -> add_scalar -> softmax, log_softmax, rmsnorm and layernorm, each written
+// as a composite op; the API graph of the same, built with the builder.
+constexpr std::string_view k_composites = R"({
+  "epifuse": 1,
+  "inputs": {"x": {"dtype": "bf16"}, "w": {"dtype": "bf16", "broadcast": "row"},
+             "b": {"dtype": "f32", "broadcast": "row"}},
+  "ops": [
+    {"name": "s",  "op": "add_scalar",  "args": ["x"], "c": -0.25},
+    {"name": "p",  "op": "softmax",     "args": ["s"]},
+    {"name": "lp", "op": "log_softmax", "args": ["p"]},
+    {"name": "r",  "op": "rmsnorm",     "args": ["lp", "w"], "eps": 1e-3},
+    {"name": "y",  "op": "layernorm",   "args": ["r", "w", "b"]},
+    {"name": "z",  "op": "rmsnorm",     "args": ["y", "w"]}
+  ],
+  "outputs": {"y": {"dtype": "bf16"}, "z": {"dtype": "f32"}}
+})";
+
+KernelSpec composites_api() {
+  KernelSpec s;
+  Graph& g = s.graph;
+  const Value x = g.input("x", DType::bf16);
+  const Value w = g.input("w", DType::bf16, Broadcast::row);
+  const Value b = g.input("b", DType::f32, Broadcast::row);
+  const Value y = g.layernorm(g.rmsnorm(g.log_softmax(g.softmax(g.add_scalar(x, -0.25))), w, 1e-3), w, b, 1e-5);
+  g.output("y", y, DType::bf16);
+  g.output("z", g.rmsnorm(y, w, 1e-6), DType::f32);
+  return s;
+}
+
+// The message of the UserError that reading `text` throws.
+std::string error_of(std::string_view text) {
+  try {
+    (void)from_text(text);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+// A one-input spec around `body` (ops + outputs or a chain) with x, w, b declared.
+std::string with_norm_inputs(std::string_view body) {
+  return fmt::format(R"({{"epifuse": 1, "inputs": {{"x": {{"dtype": "f32"}},
+    "w": {{"dtype": "f32", "broadcast": "row"}}, "b": {{"dtype": "f32", "broadcast": "row"}}}}, {}}})",
+                     body);
+}
+
+}  // namespace
+
+TEST_CASE("composites and add_scalar in JSON: the builder's graph, defaults, names, round trip") {
+  const KernelSpec parsed = from_text(k_composites);
+  CHECK(signature(parsed) == signature(composites_api()));
+  // The op's name is the last node it made; the graph has no composite node.
+  const Graph& g = parsed.graph;
+  CHECK(g.node(g.find("p")).op == OpKind::div);
+  CHECK(g.node(g.find("lp")).op == OpKind::sub);
+  CHECK(g.node(g.find("y")).op == OpKind::add);
+  CHECK(g.node(g.find("s")).alpha == -0.25);
+  // Default eps: layernorm 1e-5 (torch.nn.LayerNorm), rmsnorm 1e-6.
+  std::vector<double> eps;
+  for (const Node& n : g.nodes())
+    if (n.kind == NodeKind::op && n.op == OpKind::add_scalar) eps.push_back(n.alpha);
+  CHECK(eps == std::vector<double>{-0.25, 1e-3, 1e-5, 1e-6});
+  // Written back as primitives, with add_scalar's c; it reads back to the same kernel.
+  const Json j = spec_to_json(parsed);
+  for (const Json& op : j["ops"]) {
+    CHECK(op["op"] != "softmax");
+    CHECK(op["op"] != "rmsnorm");
+  }
+  CHECK(j["ops"][0] == Json::parse(R"({"name": "s", "op": "add_scalar", "args": ["x"], "c": -0.25})"));
+  CHECK(signature(reparse(parsed)) == signature(parsed));
+  CHECK(spec_to_json(reparse(parsed)).dump() == j.dump());
+  // Every c survives the round trip exactly, and different c's are different kernels.
+  KernelSpec tiny;
+  tiny.graph.output("y", tiny.graph.add_scalar(tiny.graph.input("x", DType::f32), 0x1p-24 + 0x1p-50), DType::f32);
+  CHECK(reparse(tiny).graph.nodes()[1].alpha == 0x1p-24 + 0x1p-50);
+  CHECK(signature_bytes(reparse(tiny)) == signature_bytes(tiny));
+}
+
+TEST_CASE("the chain shorthand takes add_scalar, the softmaxes and the norms") {
+  const KernelSpec chained = from_text(with_norm_inputs(R"("chain": [
+      {"add_scalar": 0.5}, {"op": "add_scalar", "c": -1}, "softmax", "log_softmax",
+      {"op": "rmsnorm", "arg": "w", "eps": 1e-4}, {"rmsnorm": "w"},
+      {"op": "layernorm", "args": ["w", "b"], "eps": 0.5}, {"layernorm": ["w", "b"]}], "out": "bf16")"));
+  KernelSpec api;
+  Graph& g = api.graph;
+  const Value x = g.input("x", DType::f32);
+  const Value w = g.input("w", DType::f32, Broadcast::row);
+  const Value b = g.input("b", DType::f32, Broadcast::row);
+  Value v = g.log_softmax(g.softmax(g.add_scalar(g.add_scalar(x, 0.5), -1)));
+  v = g.rmsnorm(g.rmsnorm(v, w, 1e-4), w, 1e-6);
+  g.output("y", g.layernorm(g.layernorm(v, w, b, 0.5), w, b, 1e-5), DType::bf16);
+  CHECK(signature(chained) == signature(api));
+}
+
+TEST_CASE("composite and add_scalar errors name their JSON path") {
+  const auto ops = [](std::string_view op_list, std::string_view out = "y") {
+    return with_norm_inputs(fmt::format(R"("ops": [{}], "outputs": {{"{}": {{"dtype": "f32"}}}})", op_list, out));
+  };
+  // eps: at its own path, naming the value.
+  CHECK(error_of(ops(R"({"name": "h", "op": "relu", "args": ["x"]},
+                        {"name": "y", "op": "rmsnorm", "args": ["h", "w"], "eps": 0})")) ==
+        "ops[1].eps: rmsnorm: eps must be a positive number finite in float32 (added in fp32), got 0");
+  CHECK(error_of(ops(R"({"name": "y", "op": "layernorm", "args": ["x", "w", "b"], "eps": -1e-5})")) ==
+        "ops[0].eps: layernorm: eps must be a positive number finite in float32 (added in fp32), got -1e-05");
+  CHECK(error_of(ops(R"({"name": "y", "op": "layernorm", "args": ["x", "w", "b"], "eps": 1e-50})")) ==
+        "ops[0].eps: layernorm: eps must be a positive number finite in float32 (added in fp32), got 1e-50");
+  CHECK(error_of(ops(R"({"name": "y", "op": "rmsnorm", "args": ["x", "w"], "eps": "1e-6"})")) ==
+        "ops[0].eps: expected a number, got string \"1e-6\"");
+  // c: required, finite in float32.
+  CHECK(error_of(ops(R"({"name": "y", "op": "add_scalar", "args": ["x"]})")) ==
+        "ops[0]: add_scalar needs the constant 'c' (a finite number)");
+  CHECK(error_of(ops(R"({"name": "y", "op": "add_scalar", "args": ["x"], "c": 1e39})")) ==
+        "ops[0].c: add_scalar: c 1e+39 is not finite in float32 (|c| <= 3.4028235e+38)");
+  // Operands: count, and the norms' row vectors.
+  CHECK(error_of(ops(R"({"name": "y", "op": "rmsnorm", "args": ["x"]})")) ==
+        "ops[0].args: rmsnorm takes 2 arguments, got 1");
+  CHECK(error_of(ops(R"({"name": "y", "op": "layernorm", "args": ["x", "x", "b"]})")) ==
+        "ops[0]: layernorm: weight must be a row vector ([N], broadcast row), got a full value");
+  CHECK(error_of(ops(R"({"name": "y", "op": "softmax", "args": ["w"]})")) ==
+        "ops[0]: row_max reduces a full [M,N] value along its rows; its operand is row");
+  // Keys: only the op's own attributes.
+  CHECK(error_of(ops(R"({"name": "y", "op": "softmax", "args": ["x"], "eps": 1e-5})")) ==
+        "ops[0].eps: unknown key 'eps' in op softmax (allowed: name, op, args)");
+  CHECK(error_of(ops(R"({"name": "y", "op": "layernorm", "args": ["x", "w", "b"], "c": 1})")) ==
+        "ops[0].c: unknown key 'c' in op layernorm (allowed: name, op, args, eps)");
+  // An unknown op: the list of known ones has the composites too.
+  CHECK(error_of(ops(R"({"name": "y", "op": "rms_norm", "args": ["x", "w"]})"))
+            .find("ops[0].op: unknown op 'rms_norm' (known ops: add, ") == 0);
+  CHECK(error_of(ops(R"({"name": "y", "op": "rms_norm", "args": ["x", "w"]})"))
+            .find("add_scalar, softmax, log_softmax, rmsnorm, layernorm)") != std::string::npos);
+
+  // The chain shorthand.
+  const auto chain = [](std::string_view steps) { return with_norm_inputs(fmt::format(R"("chain": [{}])", steps)); };
+  CHECK(error_of(chain(R"("rmsnorm")")) ==
+        R"(chain[0]: rmsnorm needs a second operand: write {"op": "rmsnorm", "arg": INPUT})");
+  CHECK(error_of(chain(R"("relu", "layernorm")")) ==
+        R"(chain[1]: layernorm needs 2 more operands: write {"op": "layernorm", "args": [INPUT, INPUT]})");
+  CHECK(error_of(chain(R"("add_scalar")")) ==
+        R"(chain[0]: add_scalar needs its 'c': write {"op": "add_scalar", "c": ...} or {"add_scalar": ...})");
+  CHECK(error_of(chain(R"({"op": "layernorm", "args": "w"})")) ==
+        "chain[0].args: layernorm takes 2 inputs after the current value, as \"args\": [INPUT, INPUT], "
+        "got string \"w\"");
+  CHECK(error_of(chain(R"({"layernorm": ["w", "bb"]})")) ==
+        "chain[0].layernorm[1]: 'bb' is not a declared input (a chain step's operands after the current value are "
+        "declared inputs)");
+  CHECK(error_of(chain(R"({"op": "layernorm", "arg": "w"})")) ==
+        "chain[0].arg: unknown key 'arg' in chain op layernorm (allowed: op, args, eps)");
+  CHECK(error_of(chain(R"({"op": "rmsnorm", "arg": "w", "eps": 1e39})")) ==
+        "chain[0].eps: rmsnorm: eps must be a positive number finite in float32 (added in fp32), got 1e+39");
+  CHECK(error_of(chain(R"("relu", {"softmax": true})")) ==
+        R"(chain[1].softmax: softmax takes no value: write the step as "softmax")");
+  CHECK(error_of(chain(R"({"add_scalar": -1e39})")) ==
+        "chain[0].add_scalar: add_scalar: c -1e+39 is not finite in float32 (|c| <= 3.4028235e+38)");
+  CHECK(error_of(chain(R"({"rmsnorm": "x"})")) ==
+        "chain[0]: rmsnorm: weight must be a row vector ([N], broadcast row), got a full value");
+}

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 
 #include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
@@ -211,6 +212,84 @@ TEST_CASE("row reductions and softmax: values, stability, -inf rows, NaN, and th
   KernelSpec spec;
   spec.graph.output("y", spec.graph.softmax(spec.graph.input("x", DType::f32)), DType::f32);
   CHECK_THROWS_WITH_AS(emit_kernel(spec, {4, 64, 0}), doctest::Contains("row reductions"), UserError);
+}
+
+TEST_CASE("add_scalar adds c rounded to float, as the code's float literal does") {
+  const auto plus = [](double c) -> std::function<Value(Graph&, Value)> {
+    return [c](Graph& g, Value x) { return g.add_scalar(x, c); };
+  };
+  const std::vector<float> xs = {1.0f, -3.5f, 0.0f, -0.0f, 1e-8f, inf, -inf, nan_};
+  for (double c : {0.5, -0.1, 1e-6, 3e38}) {
+    const std::function<Value(Graph&, Value)> op = plus(c);
+    const auto ys = apply(op, xs);
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      INFO("add_scalar(" << xs[i] << ", " << c << ") = " << ys[i]);
+      CHECK(same(ys[i], xs[i] + static_cast<float>(c)));
+    }
+  }
+  // c = 2^-24 + 2^-50 is 2^-24 in float: 1 + 2^-24 is a tie and rounds to 1,
+  // where the double sum, above the tie, would round up to 1 + 2^-23.
+  CHECK(apply(plus(0x1p-24 + 0x1p-50), {1.0f})[0] == 1.0f);
+  // Signed zeros: -0 + -0 stays -0, -0 + +0 is +0.
+  CHECK(std::signbit(apply(plus(-0.0), {-0.0f})[0]));
+  CHECK(!std::signbit(apply(plus(0.0), {-0.0f})[0]));
+}
+
+// Rows of non-zero values at three scales (the middle one small enough that
+// eps dominates its mean square), from a fixed seed.
+std::vector<float> nonzero_rows(std::uint32_t seed, std::int64_t n, const std::vector<double>& row_scales) {
+  std::mt19937 rng(seed);
+  std::vector<float> out;
+  for (double scale : row_scales)
+    for (std::int64_t c = 0; c < n; ++c) {
+      const double magnitude = 0.1 + 2.9 * (static_cast<double>(rng()) / 4294967296.0);
+      out.push_back(static_cast<float>((rng() & 1 ? -1 : 1) * magnitude * scale));
+    }
+  return out;
+}
+
+TEST_CASE("rmsnorm and layernorm against double-precision computations on random data") {
+  const std::int64_t m = 3, n = 37;
+  const std::vector<float> xs = nonzero_rows(13, n, {1.0, 1e-3, 300.0});
+  const std::vector<float> w = nonzero_rows(14, n, {1.0}), b = nonzero_rows(15, n, {1.0});
+  const auto run = [&](bool layer, double eps) {
+    KernelSpec s;
+    Graph& g = s.graph;
+    const Value x = g.input("x", DType::f32);
+    const Value wv = g.input("w", DType::f32, Broadcast::row);
+    const Value bv = layer ? g.input("b", DType::f32, Broadcast::row) : Value{};
+    g.output("y", layer ? g.layernorm(x, wv, bv, eps) : g.rmsnorm(x, wv, eps), DType::f32);
+    TensorMap in = {{"x", tensor(DType::f32, {m, n}, xs)}, {"w", tensor(DType::f32, {n}, w)}};
+    if (layer) in.emplace("b", tensor(DType::f32, {n}, b));
+    return values(evaluate(s, {m, n, 0}, in, {}).at("y"));
+  };
+  for (double eps : {1e-6, 1e-5, 0.25}) {
+    CAPTURE(eps);
+    const auto rms = run(false, eps), ln = run(true, eps);
+    for (std::int64_t r = 0; r < m; ++r) {
+      const float* row = xs.data() + r * n;
+      double sq = 0, sum = 0;
+      for (std::int64_t c = 0; c < n; ++c) {
+        sq += double{row[c]} * row[c];
+        sum += row[c];
+      }
+      const double inv_rms = 1.0 / std::sqrt(sq / n + eps), mean = sum / n;
+      double var = 0;
+      for (std::int64_t c = 0; c < n; ++c) var += (row[c] - mean) * (row[c] - mean);
+      const double inv_std = 1.0 / std::sqrt(var / n + eps);
+      for (std::int64_t c = 0; c < n; ++c) {
+        CAPTURE(r);
+        CAPTURE(c);
+        // A few fp32 roundings on the way: within 2e-6 of the terms' magnitudes
+        // (layernorm's x - mean rounds at |x| + |mean|).
+        const double want_rms = row[c] * inv_rms * w[c];
+        CHECK(std::fabs(rms[r * n + c] - want_rms) <= 2e-6 * std::fabs(want_rms));
+        const double want_ln = (row[c] - mean) * inv_std * w[c] + b[c];
+        const double size = (std::fabs(row[c]) + std::fabs(mean)) * inv_std * std::fabs(w[c]) + std::fabs(b[c]);
+        CHECK(std::fabs(ln[r * n + c] - want_ln) <= 2e-6 * size);
+      }
+    }
+  }
 }
 
 TEST_CASE("binary ops, NaN through max and min, broadcasting") {
