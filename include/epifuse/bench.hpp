@@ -70,6 +70,8 @@ struct BenchReport {
   int unfused_kernels = 0;
   double speedup_vs_unfused = 0;
   std::vector<SweepRow> sweep;
+  /// Row kernels with a persistent grid: the same tile with one block per row.
+  std::optional<double> per_row_grid_ms;
   double compile_ms = 0;         ///< cold NVRTC compile of the fused kernel (or its disk read)
   bool compile_from_disk = false;  ///< the first compile found the kernel in the disk cache
   /// A fresh Jit (as a new process would) finding the fused kernel on disk: key,

@@ -45,15 +45,32 @@ struct WgmmaTile {
   std::string str() const;  ///< "h128x256x64s4g8"; "c2" appended for a cluster of 2, then "p" for ping-pong
 };
 
+/// Row family (graphs with row reductions; docs/row-reductions.md): one block
+/// of `threads` per row, VEC elements a vector. A thread keeps its `regs`
+/// vectors of each full input in registers (the row is read once); with regs 0
+/// it streams the row again for every reduction stage. The grid is persistent
+/// (multiprocessors x the kernel's occupancy blocks walk the rows) or, with
+/// persistent 0, one block per row.
+struct RowTile {
+  int threads = 256;
+  int vec = 0;         ///< 0: 16 bytes of the narrowest full tensor, lowered until it divides N
+  int regs = -1;       ///< vectors a thread holds; -1: as many as the row needs if that fits, else 0 (stream)
+  int persistent = 1;  ///< 1: grid of multiprocessors x occupancy; 0: one block per row
+  friend bool operator==(const RowTile&, const RowTile&) = default;
+  std::string str() const;  ///< "r256v8x2"; "x0" streams; "b" appended for one block per row
+};
+
 /// One alternative per kernel family or mainloop (a new one adds its tile type here).
-using TileConfig = std::variant<ElementwiseTile, GemmTile, WgmmaTile>;
+using TileConfig = std::variant<ElementwiseTile, GemmTile, WgmmaTile, RowTile>;
 
 /// "128x128x32w2x2s4g8" or "...g8k2" (GemmTile::str's form) as a GemmTile; UserError naming
 /// the expected form otherwise. Fields are checked by the family, not here.
 GemmTile parse_gemm_tile(const std::string& text);
 /// "h128x256x64s4g8" (WgmmaTile::str's form) as a WgmmaTile; UserError otherwise.
 WgmmaTile parse_wgmma_tile(const std::string& text);
-/// Either GEMM tile form: "h..." a WgmmaTile, anything else parse_gemm_tile.
+/// "r256v8x2" or "r256v8x0b" (RowTile::str's form, "x-1" auto) as a RowTile; UserError otherwise.
+RowTile parse_row_tile(const std::string& text);
+/// "h..." a WgmmaTile, "r..." a RowTile, anything else parse_gemm_tile.
 TileConfig parse_tile(const std::string& text);
 
 /// "t256v8g4": the tile's own str().

@@ -116,6 +116,13 @@ std::string epilogue_body(const KernelPlan& plan) {
   return body;
 }
 
+std::string spell_op(const KernelPlan& plan, std::size_t id) {
+  const Node& n = plan.spec->graph.nodes()[id];
+  const std::string a = fmt::format("v{}", n.args[0].id);
+  const std::string b = n.args.size() > 1 ? fmt::format("v{}", n.args[1].id) : std::string();
+  return spell(plan, id, n, a, b);
+}
+
 std::string epilogue_call(const KernelPlan& plan, const EpilogueContract& contract, const ValueProvider& provide) {
   std::string s = fmt::format("{}_epilogue(p", plan.kernel_name);
   for (const EpilogueArg& a : contract.args) s += ", " + provide(a);

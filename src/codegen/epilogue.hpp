@@ -42,6 +42,10 @@ std::string epilogue_signature(const KernelPlan& plan, const EpilogueContract& c
 /// from the op table, then one assignment per output.
 std::string epilogue_body(const KernelPlan& plan);
 
+/// The expression of op node `id` over its operands `v<arg>`, as the body
+/// spells it (the row family builds its stage functions from it).
+std::string spell_op(const KernelPlan& plan, std::size_t id);
+
 /// The expression a family passes for one argument at the element it emits.
 using ValueProvider = std::function<std::string(const EpilogueArg&)>;
 /// `<kernel>_epilogue(p, <provide(arg)>...)`, in the contract's order (no semicolon).

@@ -9,6 +9,7 @@ namespace epifuse {
 
 const KernelFamily& elementwise_family();
 const KernelFamily& gemm_family();
+const KernelFamily& row_family();  // not by mainloop kind: family_for(spec) picks it
 
 namespace {
 
@@ -27,11 +28,14 @@ std::optional<TensorMap2d> KernelFamily::tensor_map(const ParamField& field, con
 }
 
 const KernelFamily& family_for(const KernelSpec& spec) {
-  for (const Node& n : spec.graph.nodes())
-    if (n.kind == NodeKind::op && is_row_reduction(n.op))
-      throw UserError(fmt::format("code generation for row reductions ({}{}) is not implemented yet: the reference "
-                                  "evaluator (--device cpu) runs them (docs/row-reductions.md)",
-                                  op_info(n.op).name, n.name.empty() ? "" : fmt::format(" '{}'", n.name)));
+  for (const Node& n : spec.graph.nodes()) {
+    if (n.kind != NodeKind::op || !is_row_reduction(n.op)) continue;
+    EPIFUSE_CHECK(spec.mainloop.kind == MainloopKind::elementwise,
+                  "a {} mainloop cannot reduce rows ({}{}): a row reduction needs whole rows of the output in one "
+                  "block; run the GEMM, then the reduction as an elementwise chain (docs/row-reductions.md)",
+                  to_string(spec.mainloop.kind), op_info(n.op).name, n.name.empty() ? "" : fmt::format(" '{}'", n.name));
+    return row_family();
+  }
   return family_for(spec.mainloop.kind);
 }
 

@@ -22,6 +22,10 @@ struct LaunchGeometry {
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
   unsigned shared_bytes = 0;  // dynamic shared memory
+  /// > 0: a persistent grid over this many work items (rows): the launch sets
+  /// grid[0] to min(persistent_work, multiprocessors x the kernel's occupancy
+  /// at this block size), asked of the driver once per kernel.
+  std::int64_t persistent_work = 0;
 };
 
 /// Device scratch a launch needs (ParamRole::workspace): `zeroed` bytes that are
@@ -83,8 +87,9 @@ class KernelFamily {
 /// The family of a mainloop kind; UserError naming the implemented ones when
 /// there is none yet.
 const KernelFamily& family_for(MainloopKind kind);
-/// The family of a spec: its mainloop's, or UserError for a graph no family
-/// can generate yet (row reductions: docs/row-reductions.md).
+/// The family of a spec: the row family for an elementwise graph with a row
+/// reduction, else its mainloop's; UserError for a graph no family can
+/// generate (a GEMM whose chain reduces rows).
 const KernelFamily& family_for(const KernelSpec& spec);
 
 }  // namespace epifuse

@@ -62,8 +62,23 @@ WgmmaTile parse_wgmma_tile(const std::string& text) {
   return t;
 }
 
+std::string RowTile::str() const { return fmt::format("r{}v{}x{}{}", threads, vec, regs, persistent ? "" : "b"); }
+
+RowTile parse_row_tile(const std::string& text) {
+  RowTile t;
+  int used = 0;
+  const int n = std::sscanf(text.c_str(), "r%dv%dx%d%n", &t.threads, &t.vec, &t.regs, &used);
+  const std::string_view rest = n == 3 ? std::string_view(text).substr(static_cast<std::size_t>(used)) : "?";
+  if (rest == "b") t.persistent = 0;
+  EPIFUSE_CHECK(n == 3 && (rest.empty() || rest == "b"),
+                "row tile '{}': expected rTHREADSvVECxREGS[b], e.g. r256v8x2 (x0 streams the row, b one block a row)",
+                text);
+  return t;
+}
+
 TileConfig parse_tile(const std::string& text) {
   if (text.starts_with("h")) return parse_wgmma_tile(text);
+  if (text.starts_with("r")) return parse_row_tile(text);
   return parse_gemm_tile(text);
 }
 

@@ -158,6 +158,13 @@ BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const Be
   r.fused_of_copy = r.fused_gbps / r.copy_gbps;
 
   if (opt.sweep) sweep(r, jit, spec, shape, t, opt);  // elementwise tiles only
+  if (const auto* row = std::get_if<RowTile>(&r.tile); row && row->persistent) {
+    // The persistent grid against one block per row (docs/row-reductions.md).
+    RowTile per_row = *row;
+    per_row.persistent = 0;
+    auto k = jit.compile(spec, shape, per_row);
+    r.per_row_grid_ms = time_kernel(jit, *k, t, shape, opt, opt.repeats);
+  }
   if (spec.mainloop.kind == MainloopKind::elementwise) {
     if (opt.unfused) measure_unfused(r, jit, spec, shape, opt);
   } else {

@@ -38,6 +38,7 @@ std::vector<Value> copy_nodes(const Graph& from, Graph& to,
     }
     switch (n.op) {
       case OpKind::scale: map[i] = to.scale(args[0], n.alpha); break;
+      case OpKind::add_scalar: map[i] = to.add_scalar(args[0], n.alpha); break;
       case OpKind::dropout: map[i] = to.dropout(args[0], n.p, n.rng); break;
       case OpKind::cast: map[i] = to.cast(args[0], n.dtype); break;
       default:
@@ -138,6 +139,7 @@ std::optional<std::vector<KernelSpec>> one_kernel_per_op(const KernelSpec& spec,
     Value v;
     switch (n.op) {
       case OpKind::scale: v = s.graph.scale(args[0], n.alpha); break;
+      case OpKind::add_scalar: v = s.graph.add_scalar(args[0], n.alpha); break;
       case OpKind::dropout: v = s.graph.dropout(args[0], n.p, n.rng); break;
       case OpKind::cast: v = s.graph.cast(args[0], n.dtype); break;
       default:

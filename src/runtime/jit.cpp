@@ -1,10 +1,10 @@
 // The Jit: key -> cache -> (emit, NVRTC, load) -> launch.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
-#include <atomic>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -42,6 +42,10 @@ struct LoadedKernel final : CompiledKernel {
   std::optional<backend::Module> module;
   backend::CUfunction function = nullptr;
   backend::FunctionInfo info;
+  // Blocks of it one multiprocessor holds at its launch's block size and
+  // shared memory (cuOccupancyMaxActiveBlocksPerMultiprocessor), asked on the
+  // first launch with a persistent grid; -1 until then.
+  mutable std::atomic<int> occupancy{-1};
 
   const KernelSource& source() const override { return src; }
   const CacheKey& key() const override { return k; }
@@ -148,9 +152,8 @@ struct Jit::Impl {
   }
   CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape,
                     const std::optional<TileConfig>& tile) const {
-    // By mainloop kind: the key is on the hit path; a graph no family can
-    // generate is refused when it is emitted (family_for(spec), on a miss).
-    const KernelFamily& family = family_for(spec.mainloop.kind);
+    // family_for(spec): a walk over a few nodes (a row reduction picks the row family).
+    const KernelFamily& family = family_for(spec);
     CacheKey k = base_key();
     k.signature = std::move(sig);
     k.tile = family.resolve_tile(spec, shape, tile, target_name);
@@ -211,7 +214,7 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
     kernel->src = emit_kernel(spec, shape, k.tile, k.path, target_name);
     EPIFUSE_ASSERT(kernel->src.path == k.path && kernel->src.tile == k.tile, "key and source disagree");
     kernel->spec = owned ? std::move(owned) : std::make_shared<const KernelSpec>(spec);
-    kernel->family = &family_for(spec.mainloop.kind);
+    kernel->family = &family_for(spec);
     kernel->shape = shape;
     // Disk, then NVRTC (Note [Disk cache hits]).
     const std::string disk_key = disk ? key_bytes(k) : std::string();
@@ -395,7 +398,18 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
     launch(*sibling, b, shape, args, stream);
     return;
   }
-  const LaunchGeometry g = family.geometry(ks, shape, d.multiprocessors);
+  LaunchGeometry g = family.geometry(ks, shape, d.multiprocessors);
+  if (g.persistent_work > 0) {
+    // A persistent grid: as many blocks as the multiprocessors hold at once.
+    int occupancy = kernel.occupancy.load(std::memory_order_relaxed);
+    if (occupancy < 0) {
+      occupancy = std::max(1, d.driver->max_active_blocks_per_sm(kernel.function, static_cast<int>(g.block[0] * g.block[1] * g.block[2]),
+                                                                 g.shared_bytes));
+      kernel.occupancy.store(occupancy, std::memory_order_relaxed);
+    }
+    g.grid[0] = static_cast<unsigned>(
+        std::min<std::int64_t>(g.persistent_work, std::int64_t{d.multiprocessors} * occupancy));
+  }
   void* kernel_args[] = {params};
   d.driver->launch(kernel.function, {g.grid[0], g.grid[1], g.grid[2]}, {g.block[0], g.block[1], g.block[2]},
                    kernel_args, g.shared_bytes, static_cast<backend::CUstream>(stream));

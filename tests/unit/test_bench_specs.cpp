@@ -67,6 +67,21 @@ TEST_CASE("without_dropout: the chain with identity for dropout, same values as 
   CHECK_FALSE(without_dropout(vec));
 }
 
+TEST_CASE("without_dropout keeps add_scalar's constant (rmsnorm's eps)") {
+  KernelSpec with;
+  Graph& g = with.graph;
+  g.output("y", g.dropout(g.rmsnorm(g.input("x", DType::f32), g.input("w", DType::f32, Broadcast::row), 0.25), 0.5),
+           DType::f32);
+  KernelSpec plain;
+  plain.graph.output("y", plain.graph.rmsnorm(plain.graph.input("x", DType::f32),
+                                              plain.graph.input("w", DType::f32, Broadcast::row), 0.25),
+                     DType::f32);
+  const auto without = without_dropout(with);
+  REQUIRE(without);
+  CHECK(signature(*without) == signature(plain));
+  CHECK_FALSE(one_kernel_per_op(with, DType::f32));  // a reduction has no [M,N] kernel of its own
+}
+
 TEST_CASE("epilogue_after_gemm: the accumulator read as an [M,N] input gives the fused chain's values") {
   // f32 operands: the GEMM's output is the fp32 accumulator itself, so the
   // two-step result equals the fused one bit for bit, dropout masks included.

@@ -95,7 +95,7 @@ TEST_CASE("disk cache: keys differ in every field, tiles and tuned records round
 
   for (const TileConfig& t : {TileConfig{ElementwiseTile{512, 8, 4}}, TileConfig{GemmTile{32, 32, 64, 2, 2, 4, 8, 1}},
                               TileConfig{GemmTile{64, 128, 32, 2, 2, 6, 8, 4}}, TileConfig{WgmmaTile{256, 128, 64, 4, 16}},
-                              TileConfig{WgmmaTile{128, 128, 64, 5, 8, 2, 1}}}) {
+                              TileConfig{WgmmaTile{128, 128, 64, 5, 8, 2, 1}}, TileConfig{RowTile{512, 4, 3, 0}}}) {
     const auto back = tile_from_bytes(tile_bytes(t));
     REQUIRE(back);
     CHECK(*back == t);

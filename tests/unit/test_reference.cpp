@@ -208,10 +208,15 @@ TEST_CASE("row reductions and softmax: values, stability, -inf rows, NaN, and th
   const Value x = g.input("x", DType::f32);
   CHECK(g.node(g.row_max(x)).broadcast == Broadcast::col);
   CHECK(g.node(g.softmax(x)).broadcast == Broadcast::full);
-  // No kernel family generates them yet: a clear error, not a wrong kernel.
+  // The row family generates them for elementwise graphs; a GEMM's chain
+  // cannot reduce rows yet: a clear error, not a wrong kernel.
   KernelSpec spec;
   spec.graph.output("y", spec.graph.softmax(spec.graph.input("x", DType::f32)), DType::f32);
-  CHECK_THROWS_WITH_AS(emit_kernel(spec, {4, 64, 0}), doctest::Contains("row reductions"), UserError);
+  CHECK(emit_kernel(spec, {4, 64, 0}).text.find("ef_block_max") != std::string::npos);
+  KernelSpec gemm;
+  gemm.mainloop.kind = MainloopKind::gemm;
+  gemm.graph.output("y", gemm.graph.softmax(gemm.graph.accumulator()), DType::f32);
+  CHECK_THROWS_WITH_AS(emit_kernel(gemm, {64, 64, 64}), doctest::Contains("cannot reduce rows"), UserError);
 }
 
 TEST_CASE("add_scalar adds c rounded to float, as the code's float literal does") {

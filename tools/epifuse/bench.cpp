@@ -52,6 +52,7 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
   j["copy"] = {{"ms", r.copy_ms}, {"gbps", r.copy_gbps}};
   j["fused"] = {{"tile", to_string(r.tile)},    {"ms", r.fused_ms},        {"gbps", r.fused_gbps},
                 {"of_copy", r.fused_of_copy}, {"registers", r.registers}};
+  if (r.per_row_grid_ms) j["per_row_grid"] = {{"ms", *r.per_row_grid_ms}, {"gbps", r.bytes / (*r.per_row_grid_ms * 1e6)}};
   if (r.unfused_ms)
     j["unfused"] = {{"kernels", r.unfused_kernels}, {"ms", *r.unfused_ms}, {"speedup", r.speedup_vs_unfused}};
   j["sweep"] = nlohmann::ordered_json::array();
@@ -109,6 +110,9 @@ void print_report(const BenchReport& r) {
                            100.0);
   std::cout << fmt::format("  {:<28} {:>10.4f} {:>10.0f} {:>8.1f}%\n", "fused " + to_string(r.tile), r.fused_ms,
                            r.fused_gbps, 100 * r.fused_of_copy);
+  if (r.per_row_grid_ms)
+    std::cout << fmt::format("  {:<28} {:>10.4f} {:>10.0f} {:>8.1f}%\n", "same, one block per row", *r.per_row_grid_ms,
+                             r.bytes / (*r.per_row_grid_ms * 1e6), 100 * r.bytes / (*r.per_row_grid_ms * 1e6) / r.copy_gbps);
   if (r.unfused_ms)
     std::cout << fmt::format("  {:<28} {:>10.4f} {:>10.0f} {:>8.1f}%   fused is {:.2f}x faster\n",
                              fmt::format("unfused ({} kernels)", r.unfused_kernels), *r.unfused_ms,

@@ -1,0 +1,285 @@
+// Row family passes: plan_row cuts the graph into stages at its reductions,
+// emit_row fills templates/row.cu.in. Generated identifiers only: in<k>/out<k>
+// pointers, v<node> values, d<k> draws, a<node> a thread's partial reduction.
+#include <algorithm>
+
+#include "codegen/epilogue.hpp"
+#include "codegen/param_layout.hpp"
+#include "codegen/row/row.hpp"
+#include "codegen/template_engine.hpp"
+#include "epifuse/errors.hpp"
+#include "ir/op_table.hpp"
+
+namespace epifuse {
+
+namespace {
+
+// Note [Row stages]: a node's level is the number of reductions on its
+// longest path to a leaf; a reduction's level is its operand's plus one.
+// Stage s computes the op nodes of level <= s that its targets need (the
+// operands of the level-(s+1) reductions, or in the last stage the outputs),
+// reading reductions of level <= s as per-row scalars. A stage recomputes
+// what an earlier one computed (exp(x - max) in softmax's sum and in its
+// quotient) instead of keeping it: the kernel is bound by memory, and what a
+// thread keeps is the row's inputs, not every intermediate.
+std::vector<int> levels(const Graph& g) {
+  std::vector<int> level(g.nodes().size(), 0);
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.kind != NodeKind::op) continue;
+    int l = 0;
+    for (Value a : n.args) l = std::max(l, level[a.id]);
+    level[i] = is_row_reduction(n.op) ? l + 1 : l;
+  }
+  return level;
+}
+
+RowStage plan_stage(const KernelPlan& plan, const std::vector<int>& level, int s, bool last) {
+  const Graph& g = plan.spec->graph;
+  RowStage st;
+  st.outputs = last;
+  std::vector<Value> targets;
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.kind == NodeKind::op && is_row_reduction(n.op) && level[i] == s + 1) {
+      st.reductions.push_back(static_cast<std::uint32_t>(i));
+      targets.push_back(n.args[0]);
+    }
+  }
+  if (last)
+    for (const TensorPlan& t : plan.outputs) targets.push_back(t.value);
+  // Everything the targets need, stopping at reductions (per-row scalars here).
+  std::vector<bool> need(g.nodes().size(), false);
+  std::vector<Value> work = targets;
+  while (!work.empty()) {
+    const Value v = work.back();
+    work.pop_back();
+    if (need[v.id]) continue;
+    need[v.id] = true;
+    const Node& n = g.node(v);
+    if (n.kind == NodeKind::op && !is_row_reduction(n.op))
+      for (Value a : n.args) work.push_back(a);
+  }
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+    if (!need[i]) continue;
+    const Node& n = g.nodes()[i];
+    if (n.kind != NodeKind::op) continue;
+    if (is_row_reduction(n.op)) {
+      st.row_values.push_back(static_cast<std::uint32_t>(i));
+      continue;
+    }
+    st.nodes.push_back(static_cast<std::uint32_t>(i));
+    if (n.op == OpKind::dropout)
+      for (std::size_t k = 0; k < plan.dropouts.size(); ++k)
+        if (plan.dropouts[k].id == i) st.draws.push_back(k);
+  }
+  for (std::size_t k = 0; k < plan.inputs.size(); ++k)
+    if (need[plan.inputs[k].value.id]) st.inputs.push_back(k);
+  return st;
+}
+
+void layout_params(const RowPlan& r, ParamLayout& layout) {
+  layout.add_graph_tensors(*r.plan, 0);
+  layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
+  layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
+  layout.add(ParamRole::inv_n, 0, "n_inv", "double n_inv", 8, 8);
+  layout.add_rng_and_scalars(*r.plan);
+}
+
+std::string stage_function(const RowPlan& r, std::size_t s) {
+  const KernelPlan& plan = *r.plan;
+  const Graph& g = plan.spec->graph;
+  const RowStage& st = r.stages[s];
+  std::string sig = fmt::format("const {}_params& p", plan.kernel_name);
+  for (std::size_t k : st.inputs) sig += fmt::format(", float v{}", plan.inputs[k].value.id);
+  for (std::size_t k : st.draws) sig += fmt::format(", unsigned d{}", k);
+  for (std::uint32_t id : st.row_values) sig += fmt::format(", float v{}", id);
+  for (std::uint32_t id : st.reductions) sig += fmt::format(", float& a{}", id);
+  if (st.outputs)
+    for (std::size_t k = 0; k < plan.outputs.size(); ++k) sig += fmt::format(", float& o{}", k);
+  std::string body;
+  for (std::uint32_t id : st.nodes) body += fmt::format("  const float v{} = {};\n", id, spell_op(plan, id));
+  for (std::uint32_t id : st.reductions) body += fmt::format("  a{} = v{};\n", id, g.nodes()[id].args[0].id);
+  if (st.outputs)
+    for (std::size_t k = 0; k < plan.outputs.size(); ++k)
+      body += fmt::format("  o{} = v{};\n", k, plan.outputs[k].value.id);
+  return fmt::format("__device__ __forceinline__ void {}_stage{}({}) {{\n{}}}", plan.kernel_name, s, sig, body);
+}
+
+// The per-row loads before the stages: col inputs (one value a row), scalar
+// inputs, and with rows in registers the row of every full input.
+std::string emit_row_start(const RowPlan& r) {
+  const KernelPlan& plan = *r.plan;
+  std::string s;
+  for (const TensorPlan& t : plan.inputs) {
+    if (t.broadcast == Broadcast::col) s += fmt::format("    const float {0}_r = ef_to_float(p.{0}[row]);\n", t.field);
+    if (t.broadcast == Broadcast::scalar) s += fmt::format("    const float {0}_r = ef_to_float(p.{0}[0]);\n", t.field);
+  }
+  if (r.tile.regs > 0) {
+    for (const TensorPlan& t : plan.inputs) {
+      if (t.broadcast != Broadcast::full) continue;
+      s += fmt::format(
+          "    float {0}_x[ITEMS][VEC];  // this thread's vectors of the row, read once\n"
+          "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {{\n"
+          "      const int c0 = (it * THREADS + (int)threadIdx.x) * VEC;\n"
+          "      if (c0 < n) ef_load_vec<{1}, VEC>(p.{0} + base + c0, {0}_x[it]);\n"
+          "    }}\n",
+          t.field, storage_type_name(t.dtype));
+    }
+  }
+  if (s.empty()) return "    // no per-row loads";
+  s.pop_back();
+  return s;
+}
+
+// One stage: a loop over this thread's vectors of the row (unrolled over
+// ITEMS with the row in registers, else a strided loop that reads it again),
+// the stage function per element, then the block reductions, or the stores.
+std::string emit_stage(const RowPlan& r, std::size_t s) {
+  const KernelPlan& plan = *r.plan;
+  const Graph& g = plan.spec->graph;
+  const RowStage& st = r.stages[s];
+  const bool regs = r.tile.regs > 0;
+  std::string out = fmt::format("    // stage {}\n", s);
+  for (std::uint32_t id : st.reductions)
+    out += fmt::format("    float acc{} = {};\n", id, g.nodes()[id].op == OpKind::row_max ? "EF_NEG_INF" : "0.0f");
+  out += regs ? "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {\n"
+                "      const int c0 = (it * THREADS + (int)threadIdx.x) * VEC;\n      if (c0 >= n) continue;\n"
+              : "    for (int c0 = (int)threadIdx.x * VEC; c0 < n; c0 += THREADS * VEC) {\n";
+  // Leaves of the stage, as VEC-element arrays.
+  for (std::size_t k : st.inputs) {
+    const TensorPlan& t = plan.inputs[k];
+    const auto type = storage_type_name(t.dtype);
+    switch (t.broadcast) {
+      case Broadcast::full:
+        if (regs)
+          out += fmt::format("      const float (&{0}_v)[VEC] = {0}_x[it];\n", t.field);
+        else
+          out += fmt::format("      float {0}_v[VEC];\n      ef_load_vec<{1}, VEC>(p.{0} + base + c0, {0}_v);\n", t.field,
+                             type);
+        break;
+      case Broadcast::row:
+        out += fmt::format("      float {0}_v[VEC];\n      ef_load_vec<{1}, VEC>(p.{0} + c0, {0}_v);\n", t.field, type);
+        break;
+      case Broadcast::col:
+      case Broadcast::scalar:
+        out += fmt::format("      float {0}_v[VEC];\n#pragma unroll\n      for (int j = 0; j < VEC; ++j) {0}_v[j] = {0}_r;\n",
+                           t.field);
+        break;
+    }
+  }
+  for (std::size_t k : st.draws) {
+    const Node& n = g.node(plan.dropouts[k]);
+    out += fmt::format("      unsigned d{}[VEC];  // dropout stream {} ({})\n", k, n.stream, to_string(n.rng));
+    if (n.rng == RngMode::philox4 && r.quad_draws)
+      out += fmt::format(
+          "#pragma unroll\n      for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
+          "        const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {1}u, (unsigned long long)(base + c0 + j) >> 2);\n"
+          "        d{0}[j] = w.x;\n        d{0}[j + 1] = w.y;\n        d{0}[j + 2] = w.z;\n        d{0}[j + 3] = w.w;\n"
+          "      }}\n",
+          k, n.stream);
+    else if (n.rng == RngMode::philox4)
+      out += fmt::format(
+          "#pragma unroll\n      for (int j = 0; j < VEC; ++j) d{0}[j] = ef_philox4_draw(p.seed, p.offset, {1}u, "
+          "(unsigned long long)(base + c0 + j));\n",
+          k, n.stream);
+    else
+      out += fmt::format(
+          "#pragma unroll\n      for (int j = 0; j < VEC; ++j) d{}[j] = ef_triton_draw(p.seed, p.offset, "
+          "(unsigned long long)(base + c0 + j));\n",
+          k);
+  }
+  std::string call = fmt::format("{}_stage{}(p", plan.kernel_name, s);
+  for (std::size_t k : st.inputs) call += fmt::format(", {}_v[j]", plan.inputs[k].field);
+  for (std::size_t k : st.draws) call += fmt::format(", d{}[j]", k);
+  for (std::uint32_t id : st.row_values) call += fmt::format(", v{}", id);
+  for (std::uint32_t id : st.reductions) call += fmt::format(", a{}", id);
+  if (st.outputs) {
+    for (const TensorPlan& t : plan.outputs) out += fmt::format("      float {}_v[VEC];\n", t.field);
+    for (const TensorPlan& t : plan.outputs) call += fmt::format(", {}_v[j]", t.field);
+  }
+  call += ")";
+  out += "#pragma unroll\n      for (int j = 0; j < VEC; ++j) {\n";
+  for (std::uint32_t id : st.reductions) out += fmt::format("        float a{};\n", id);
+  out += fmt::format("        {};\n", call);
+  for (std::uint32_t id : st.reductions)
+    out += g.nodes()[id].op == OpKind::row_max ? fmt::format("        acc{0} = ef_max_nan(acc{0}, a{0});\n", id)
+                                               : fmt::format("        acc{0} += a{0};\n", id);
+  out += "      }\n";
+  if (st.outputs)
+    for (const TensorPlan& t : plan.outputs)
+      out += fmt::format("      ef_store_vec<{0}, VEC>(p.{1} + base + c0, {1}_v);\n", storage_type_name(t.dtype), t.field);
+  out += "    }\n";
+  for (std::uint32_t id : st.reductions) {
+    const OpKind op = g.nodes()[id].op;
+    if (op == OpKind::row_max)
+      out += fmt::format("    const float v{0} = ef_block_max<THREADS>(acc{0}, scratch);\n", id);
+    else if (op == OpKind::row_sum)
+      out += fmt::format("    const float v{0} = ef_block_sum<THREADS>(acc{0}, scratch);\n", id);
+    else
+      out += fmt::format("    const float v{0} = (float)((double)ef_block_sum<THREADS>(acc{0}, scratch) * p.n_inv);\n", id);
+  }
+  out.pop_back();
+  return out;
+}
+
+int alignment_needed(const RowPlan& r, const TensorPlan& t) {
+  if (r.vec == 1 || t.broadcast == Broadcast::col || t.broadcast == Broadcast::scalar) return 0;
+  return static_cast<int>(std::min<std::size_t>(16, r.vec * size_of(t.dtype)));
+}
+
+}  // namespace
+
+RowPlan plan_row(const KernelPlan& plan) {
+  RowPlan r;
+  r.plan = &plan;
+  r.tile = std::get<RowTile>(plan.tile);
+  const Graph& g = plan.spec->graph;
+  for (const TensorPlan& t : plan.outputs)
+    EPIFUSE_ASSERT(t.broadcast == Broadcast::full, "output '{}' is not [M,N]: the builder refuses that", t.binding);
+  const std::vector<int> level = levels(g);
+  int last = 0;
+  for (const TensorPlan& t : plan.outputs) last = std::max(last, level[t.value.id]);
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) last = std::max(last, level[i] - 1);
+  for (int s = 0; s <= last; ++s) r.stages.push_back(plan_stage(plan, level, s, s == last));
+  // The general path (a misaligned pointer) reads element by element.
+  r.vec = plan.path == KernelPath::general ? 1 : r.tile.vec;
+  r.vector_only = r.vec > 1;
+  r.quad_draws = r.vec % 4 == 0 && plan.shape.n % 4 == 0;
+  return r;
+}
+
+KernelSource emit_row(const RowPlan& r) {
+  const KernelPlan& plan = *r.plan;
+  KernelSource ks;
+  bind_graph_tensors(plan, ks, [&](const TensorPlan& t) { return alignment_needed(r, t); });
+  ks.tile = r.tile;
+  ks.requires_alignment = r.vector_only;
+  ParamLayout layout;
+  layout_params(r, layout);
+  std::string stage_functions, stages;
+  for (std::size_t s = 0; s < r.stages.size(); ++s) {
+    stage_functions += stage_function(r, s) + "\n\n";
+    stages += emit_stage(r, s) + "\n";
+  }
+  stage_functions.resize(stage_functions.size() - 2);
+  stages.pop_back();
+  TemplateVars vars{
+      {"kernel", plan.kernel_name},
+      {"description", describe_chain(plan)},
+      {"param_fields", layout.fields_text()},
+      {"stage_functions", stage_functions},
+      {"threads", std::to_string(r.tile.threads)},
+      {"vec", std::to_string(r.vec)},
+      // Registers hold the same elements at any vector width: ITEMS vectors of VEC.
+      {"items", std::to_string(r.tile.regs > 0 ? r.tile.regs * (r.tile.vec / r.vec) : 0)},
+      {"stage_count", std::to_string(r.stages.size())},
+      {"row_start", emit_row_start(r)},
+      {"stages", stages},
+  };
+  layout.finish(ks);
+  ks.text = render_template(embedded_template("row.cu.in"), vars, "row.cu.in");
+  return ks;
+}
+
+}  // namespace epifuse

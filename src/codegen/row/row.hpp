@@ -1,0 +1,50 @@
+#pragma once
+// The row kernel family (Note [Kernel families]; docs/row-reductions.md):
+// graphs with row reductions. One block walks a row at a time; the graph is
+// cut into stages at its reductions (a node's stage is the number of
+// reductions on its longest path to a leaf), each stage ends in block
+// reductions whose per-row results the next stage reads as scalars, and the
+// last stage writes the outputs. Its passes: plan_row (stages, vector width,
+// registers or streaming), then emit_row (templates/row.cu.in).
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "codegen/kernel_plan.hpp"
+
+namespace epifuse {
+
+/// One stage of a row kernel: what it reads and what it produces.
+struct RowStage {
+  std::vector<std::size_t> inputs;      // plan.inputs indices the stage reads
+  std::vector<std::size_t> draws;       // plan.dropouts indices it tests
+  std::vector<std::uint32_t> row_values;  // reduction nodes of earlier stages it reads (per-row scalars)
+  std::vector<std::uint32_t> reductions;  // reduction nodes whose operands this stage produces
+  std::vector<std::uint32_t> nodes;     // op nodes it computes, in graph order
+  bool outputs = false;                 // the last stage: it writes the graph's outputs
+};
+
+/// The family's own decisions, on top of the generic plan.
+struct RowPlan {
+  const KernelPlan* plan = nullptr;
+  RowTile tile;                 // vec and regs resolved
+  int vec = 1;                  // the kernel's vector width: tile.vec, or 1 on the general path
+  std::vector<RowStage> stages;
+  bool vector_only = false;     // vec > 1: the host checks every vectorised pointer's alignment
+  bool quad_draws = false;      // vec % 4 == 0 and N % 4 == 0: one Philox call per four elements
+};
+
+/// The row family's answer to family_for: whether a spec's graph has a row reduction.
+bool has_row_reduction(const KernelSpec& spec);
+/// The tile with vec and regs decided for N (RowTile's comments).
+RowTile resolve_row_tile(const KernelSpec& spec, const Shape& shape, RowTile tile);
+/// "row" when `shape` suits the resolved tile (N a multiple of vec, and the row
+/// within threads*vec*regs when the tile keeps it in registers), else a
+/// literal that names the mismatch (a launch of another class is refused).
+std::string_view row_shape_class(const RowTile& resolved, const Shape& shape);
+
+// The family's passes.
+RowPlan plan_row(const KernelPlan& plan);
+KernelSource emit_row(const RowPlan& plan);
+
+}  // namespace epifuse

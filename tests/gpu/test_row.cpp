@@ -1,0 +1,186 @@
+// GPU tier for the row family (docs/row-reductions.md): softmax, the
+// attention pattern with dropout, RMSNorm after a residual add and LayerNorm
+// against the reference evaluator on random non-zero data, every dtype and
+// the N (1 to 262144: rows in registers and streamed), every tile
+// candidate, the persistent grid against one block per row (identical bits),
+// misaligned pointers (the general path), and rows of extreme values.
+// Without a GPU the suite prints one visible line and passes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "epifuse/codegen.hpp"
+#include "epifuse/compare.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
+#include "epifuse/reference.hpp"
+
+using namespace epifuse;
+
+namespace {
+
+Jit* row_jit() {
+  static std::unique_ptr<Jit> jit;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    if (gpu_unavailable_reason().empty()) jit = std::make_unique<Jit>();
+  }
+  if (!jit) MESSAGE("row-family GPU tests skipped: " << gpu_unavailable_reason());
+  return jit.get();
+}
+
+KernelSpec softmax_spec(DType dt) {
+  KernelSpec s;
+  s.graph.output("y", s.graph.softmax(s.graph.input("x", dt)), dt);
+  return s;
+}
+
+// dropout(softmax(x * scale + mask)): the attention pattern.
+KernelSpec attention_spec(DType dt, double p) {
+  KernelSpec s;
+  Graph& g = s.graph;
+  const Value z = g.add(g.scale(g.input("x", dt), 0.125), g.input("mask", dt));
+  g.output("y", g.dropout(g.softmax(z), p), dt);
+  return s;
+}
+
+// rmsnorm(x + residual, weight), the sum also an output.
+KernelSpec add_rmsnorm_spec(DType dt) {
+  KernelSpec s;
+  Graph& g = s.graph;
+  const Value h = g.add(g.input("x", dt), g.input("residual", dt));
+  g.output("h", h, dt);
+  g.output("y", g.rmsnorm(h, g.input("weight", dt, Broadcast::row), 1e-6), dt);
+  return s;
+}
+
+KernelSpec layernorm_spec(DType dt) {
+  KernelSpec s;
+  Graph& g = s.graph;
+  g.output("y",
+           g.layernorm(g.input("x", dt), g.input("weight", dt, Broadcast::row), g.input("bias", dt, Broadcast::row), 1e-5),
+           dt);
+  return s;
+}
+
+void check(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t seed,
+           std::optional<TileConfig> tile = std::nullopt, std::size_t misalign = 0, TensorMap given = {}) {
+  const TensorMap inputs = make_inputs(spec, shape, seed, std::move(given));
+  const TensorMap want = evaluate(spec, shape, inputs, {});
+  const TensorMap got = run_on_device(jit, spec, shape, inputs, {}, tile, misalign);
+  for (const Output& o : spec.graph.outputs()) {
+    const Comparison c = compare(got.at(o.name), want.at(o.name), tolerance_for(o.dtype, spec.precision));
+    INFO("output " << o.name << " " << to_string(o.dtype) << " shape " << shape.m << "x" << shape.n << " tile "
+                   << (tile ? to_string(*tile) : "default") << " misalign " << misalign);
+    CHECK_MESSAGE(c.ok, c.message);
+  }
+}
+
+bool same_bits(const HostTensor& a, const HostTensor& b) { return a.bytes == b.bytes; }
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("row family: softmax matches the reference for every dtype and row length") {
+    Jit* jit = row_jit();
+    if (!jit) return;
+    std::uint64_t seed = 7000;
+    for (DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (std::int64_t n : {1, 7, 128, 1000, 4096, 65536, 262144}) {
+        const std::int64_t m = n >= 65536 ? 3 : 37;
+        check(*jit, softmax_spec(dt), {m, n, 0}, ++seed);
+      }
+  }
+
+  TEST_CASE("row family: every tile candidate, the persistent grid bit-equal to one block per row") {
+    Jit* jit = row_jit();
+    if (!jit) return;
+    const KernelSpec spec = attention_spec(DType::bf16, 0.1);
+    std::uint64_t seed = 7100;
+    for (std::int64_t n : {1000, 4096, 20000}) {
+      const Shape shape{41, n, 0};
+      for (const TileConfig& t : tile_candidates(spec, shape, jit->target())) check(*jit, spec, shape, ++seed, t);
+      const TensorMap inputs = make_inputs(spec, shape, ++seed);
+      const TensorMap a = run_on_device(*jit, spec, shape, inputs, {}, RowTile{256, 0, -1, 1});
+      const TensorMap b = run_on_device(*jit, spec, shape, inputs, {}, RowTile{256, 0, -1, 0});
+      const TensorMap c = run_on_device(*jit, spec, shape, inputs, {}, RowTile{256, 0, 0, 1});
+      CHECK(same_bits(a.at("y"), b.at("y")));
+      CHECK(same_bits(a.at("y"), c.at("y")));  // streaming reduces in the same order as registers
+    }
+  }
+
+  TEST_CASE("row family: attention softmax with dropout, masks equal the reference's") {
+    Jit* jit = row_jit();
+    if (!jit) return;
+    std::uint64_t seed = 7200;
+    for (DType dt : {DType::f32, DType::bf16})
+      for (std::int64_t n : {7, 128, 1000, 4096, 65536}) {
+        const KernelSpec spec = attention_spec(dt, 0.2);
+        const Shape shape{n >= 65536 ? 3 : 19, n, 0};
+        const TensorMap inputs = make_inputs(spec, shape, ++seed);
+        const TensorMap want = evaluate(spec, shape, inputs, {});
+        const TensorMap got = run_on_device(*jit, spec, shape, inputs, {});
+        std::int64_t differ = 0;
+        for (std::int64_t i = 0; i < got.at("y").numel(); ++i)
+          differ += (got.at("y").get(i) == 0.0f) != (want.at("y").get(i) == 0.0f);
+        INFO(to_string(dt) << " N " << n);
+        CHECK(differ == 0);
+        check(*jit, spec, shape, seed);
+      }
+  }
+
+  TEST_CASE("row family: rmsnorm after a residual add, and layernorm") {
+    Jit* jit = row_jit();
+    if (!jit) return;
+    std::uint64_t seed = 7300;
+    for (DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (std::int64_t n : {1, 7, 1000, 4096, 65536}) {
+        const Shape shape{n >= 65536 ? 3 : 23, n, 0};
+        check(*jit, add_rmsnorm_spec(dt), shape, ++seed);
+        check(*jit, layernorm_spec(dt), shape, ++seed);
+      }
+  }
+
+  TEST_CASE("row family: misaligned pointers take the general path") {
+    Jit* jit = row_jit();
+    if (!jit) return;
+    for (std::size_t mis : {1u, 3u}) {
+      check(*jit, softmax_spec(DType::bf16), {9, 4096, 0}, 7400 + mis, std::nullopt, mis);
+      check(*jit, add_rmsnorm_spec(DType::f16), {9, 1024, 0}, 7410 + mis, std::nullopt, mis);
+    }
+  }
+
+  TEST_CASE("row family: rows of large magnitudes, all -inf and NaN") {
+    Jit* jit = row_jit();
+    if (!jit) return;
+    const KernelSpec spec = softmax_spec(DType::f32);
+    const Shape shape{4, 1000, 0};
+    HostTensor x = HostTensor::zeros(DType::f32, {shape.m, shape.n});
+    const float inf = std::numeric_limits<float>::infinity();
+    for (std::int64_t c = 0; c < shape.n; ++c) {
+      x.set(c, c % 2 ? 1e4f : -1e4f);                                   // row 0: +-1e4
+      x.set(shape.n + c, -inf);                                          // row 1: all -inf -> NaN
+      x.set(2 * shape.n + c, c == 500 ? std::nanf("") : 0.001f * c);     // row 2: one NaN -> NaN
+      x.set(3 * shape.n + c, c == 999 ? inf : 1.0f);                     // row 3: +inf -> NaN where inf - inf
+    }
+    TensorMap given;
+    given.emplace("x", x);
+    check(*jit, spec, shape, 7500, std::nullopt, 0, given);
+  }
+
+  TEST_CASE("row family: bad row tiles and GEMM reductions are user errors") {
+    Jit* jit = row_jit();
+    if (!jit) return;
+    const KernelSpec spec = softmax_spec(DType::bf16);
+    CHECK_THROWS_AS(jit->compile(spec, {4, 128, 0}, ElementwiseTile{}), UserError);
+    CHECK_THROWS_AS(jit->compile(spec, {4, 128, 0}, RowTile{100, 0, -1, 1}), UserError);
+    CHECK_THROWS_AS(jit->compile(spec, {4, 128, 0}, RowTile{256, 3, -1, 1}), UserError);
+    KernelSpec gemm;
+    gemm.mainloop.kind = MainloopKind::gemm;
+    gemm.graph.output("y", gemm.graph.softmax(gemm.graph.accumulator()), DType::f16);
+    CHECK_THROWS_AS(jit->compile(gemm, {64, 64, 64}), UserError);
+  }
+}
