@@ -1,6 +1,7 @@
 // The row family's face to the pipeline (Note [Kernel families]).
 #include <algorithm>
 
+#include "codegen/elementwise/elementwise.hpp"
 #include "codegen/family.hpp"
 #include "codegen/row/row.hpp"
 #include "epifuse/errors.hpp"
@@ -20,16 +21,6 @@ int full_inputs(const KernelSpec& spec) {
   for (const Node& node : spec.graph.nodes())
     if (node.kind == NodeKind::input && node.broadcast == Broadcast::full) ++n;
   return std::max(n, 1);
-}
-
-// 16 bytes of the narrowest full tensor (input or output), in elements.
-int natural_vec(const KernelSpec& spec) {
-  std::size_t narrowest = 4;
-  for (const Node& node : spec.graph.nodes())
-    if (node.kind == NodeKind::input && node.broadcast == Broadcast::full)
-      narrowest = std::min(narrowest, size_of(node.dtype));
-  for (const Output& o : spec.graph.outputs()) narrowest = std::min(narrowest, size_of(o.dtype));
-  return static_cast<int>(16 / narrowest);
 }
 
 class RowFamily final : public KernelFamily {
@@ -102,7 +93,7 @@ bool has_row_reduction(const KernelSpec& spec) {
 }
 
 RowTile resolve_row_tile(const KernelSpec& spec, const Shape& shape, RowTile tile) {
-  if (tile.vec == 0) tile.vec = natural_vec(spec);
+  if (tile.vec == 0) tile.vec = natural_vector_width(spec);  // 16 bytes of the narrowest full tensor
   // A vector never straddles rows: lower vec until it divides N (1 always does).
   const std::int64_t n = std::max<std::int64_t>(shape.n, 1);
   while (tile.vec > 1 && n % tile.vec != 0) tile.vec /= 2;
