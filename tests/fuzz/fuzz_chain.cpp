@@ -34,6 +34,7 @@
 #include <xxhash.h>
 
 #include "codegen/family.hpp"
+#include "codegen/row/row.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
@@ -100,7 +101,18 @@ class Draw {
 
 // A tile as `--tile`/`--threads`/`--vec` could give it: each field from a set
 // that straddles the family's bounds (docs/limits.md, check_tile).
-TileConfig arbitrary_tile(MainloopKind kind, Draw& draw) {
+TileConfig arbitrary_tile(const KernelSpec& spec, Draw& draw) {
+  const MainloopKind kind = spec.mainloop.kind;
+  if (has_row_reduction(spec)) {
+    static constexpr int threads[] = {32, 128, 256, 1024, 0, 48, 2048};
+    static constexpr int vec[] = {0, 1, 2, 4, 8, 16, 3};
+    static constexpr int regs[] = {-1, 0, 1, 2, 16, 32, 33, -2};
+    static constexpr int persistent[] = {1, 0, 2};
+    const RowTile t{draw.one_of(threads), draw.one_of(vec), draw.one_of(regs), draw.one_of(persistent)};
+    if (t.persistent <= 1 && !(std::get<RowTile>(parse_tile(t.str())) == t))
+      fail("parse_tile(str()) is not the row tile");
+    return t;
+  }
   if (kind == MainloopKind::elementwise) {
     static constexpr int threads[] = {32, 64, 128, 256, 512, 1024, 0, 48, 2048};
     static constexpr int vec[] = {0, 1, 2, 4, 8, 16, 3, 32};
@@ -134,7 +146,7 @@ TileConfig arbitrary_tile(MainloopKind kind, Draw& draw) {
 // The launch side of a kernel that needs no GPU: geometry and scratch for an
 // H100's 132 multiprocessors. A UserError is a shape one launch cannot hold.
 void check_launch(const KernelSpec& spec, const KernelSource& source, const Shape& shape) {
-  const KernelFamily& family = family_for(spec.mainloop.kind);
+  const KernelFamily& family = family_for(spec);
   try {
     (void)family.geometry(source, shape, 132);
   } catch (const UserError&) {
@@ -177,7 +189,7 @@ void check_chain(std::string_view text) {
     for (const KernelPath path : {KernelPath::fastest, KernelPath::general})
       check_launch(*spec, emit_kernel(*spec, shape, tile, path, "sm_90a"), shape);
   }
-  const TileConfig tile = arbitrary_tile(spec->mainloop.kind, draw);
+  const TileConfig tile = arbitrary_tile(*spec, draw);
   try {
     const KernelSource chosen = emit_kernel(*spec, shape, tile, KernelPath::fastest, "sm_90a");
     check_launch(*spec, chosen, shape);
