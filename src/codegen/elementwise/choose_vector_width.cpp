@@ -8,8 +8,19 @@
 #include <atomic>
 
 #include "codegen/elementwise/elementwise.hpp"
+#include "epifuse/errors.hpp"
+#include "ir/limits.hpp"
 
 namespace epifuse {
+
+void check_threads_and_vec(std::string_view what, int threads, int vec) {
+  EPIFUSE_CHECK(threads >= limits::k_min_threads && threads <= limits::k_max_threads && threads % 32 == 0,
+                "{}: threads per block must be a multiple of 32 in [{}, {}], got {}", what, limits::k_min_threads,
+                limits::k_max_threads, threads);
+  EPIFUSE_CHECK(vec == 0 || std::find(limits::k_vec_widths.begin(), limits::k_vec_widths.end(), vec) !=
+                                limits::k_vec_widths.end(),
+                "{}: vec must be 0 (auto), 1, 2, 4, 8 or 16, got {}", what, vec);
+}
 
 int natural_vector_width(const KernelSpec& spec) {
   std::size_t narrowest = 4;

@@ -20,6 +20,9 @@ struct ElementwisePlan {
   bool vector_only = false;           // no scalar path: M*N % vec == 0 and the host checks alignment
 };
 
+/// The block-size and vector-width ranges every tile of threads over vectors
+/// obeys (elementwise and row tiles): UserError "<what>: ..." otherwise.
+void check_threads_and_vec(std::string_view what, int threads, int vec);
 /// 16 bytes of the narrowest full tensor, in elements.
 int natural_vector_width(const KernelSpec& spec);
 /// The tile with vec decided: `tile.vec`, else 16 bytes of the narrowest full

@@ -23,13 +23,7 @@ class ElementwiseFamily final : public KernelFamily {
                     to_string(*requested));
       tile = *t;
     }
-    EPIFUSE_CHECK(tile.threads >= limits::k_min_threads && tile.threads <= limits::k_max_threads &&
-                      tile.threads % 32 == 0,
-                  "tile: threads per block must be a multiple of 32 in [{}, {}], got {}", limits::k_min_threads,
-                  limits::k_max_threads, tile.threads);
-    EPIFUSE_CHECK(tile.vec == 0 || std::find(limits::k_vec_widths.begin(), limits::k_vec_widths.end(), tile.vec) !=
-                                       limits::k_vec_widths.end(),
-                  "tile: vec must be 0 (auto), 1, 2, 4, 8 or 16, got {}", tile.vec);
+    check_threads_and_vec("tile", tile.threads, tile.vec);
     EPIFUSE_CHECK(tile.blocks_per_sm >= 0 && tile.blocks_per_sm <= limits::k_max_blocks_per_sm,
                   "tile: blocks per SM must be in [0, {}], got {}", limits::k_max_blocks_per_sm, tile.blocks_per_sm);
     return resolve_elementwise_tile(spec, tile);

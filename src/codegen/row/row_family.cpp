@@ -36,13 +36,7 @@ class RowFamily final : public KernelFamily {
                     to_string(*requested));
       tile = *t;
     }
-    EPIFUSE_CHECK(tile.threads >= limits::k_min_threads && tile.threads <= limits::k_max_threads &&
-                      tile.threads % 32 == 0,
-                  "row tile: threads per block must be a multiple of 32 in [{}, {}], got {}", limits::k_min_threads,
-                  limits::k_max_threads, tile.threads);
-    EPIFUSE_CHECK(tile.vec == 0 || std::find(limits::k_vec_widths.begin(), limits::k_vec_widths.end(), tile.vec) !=
-                                       limits::k_vec_widths.end(),
-                  "row tile: vec must be 0 (auto), 1, 2, 4, 8 or 16, got {}", tile.vec);
+    check_threads_and_vec("row tile", tile.threads, tile.vec);
     EPIFUSE_CHECK(tile.regs >= -1 && tile.regs <= 32, "row tile: regs must be -1 (auto), 0 (stream) or up to 32, got {}",
                   tile.regs);
     EPIFUSE_CHECK(tile.persistent == 0 || tile.persistent == 1, "row tile: persistent is 0 or 1, got {}",
