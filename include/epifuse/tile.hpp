@@ -45,19 +45,32 @@ struct WgmmaTile {
   std::string str() const;  ///< "h128x256x64s4g8"; "c2" appended for a cluster of 2, then "p" for ping-pong
 };
 
-/// Row family (graphs with row reductions; docs/row-reductions.md): one block
-/// of `threads` per row, VEC elements a vector. A thread keeps its `regs`
-/// vectors of each full input in registers (the row is read once); with regs 0
-/// it streams the row again for every reduction stage. The grid is persistent
-/// (multiprocessors x the kernel's occupancy blocks walk the rows) or, with
-/// persistent 0, one block per row.
+/// Row family (graphs with row reductions; docs/row-reductions.md): `group`
+/// threads of a block per row (a block walks threads/group rows at once; a
+/// group of up to 32 reduces with warp shuffles alone), or with `cluster` > 1
+/// (sm_90) the `cluster` blocks of a thread-block cluster per row, reducing
+/// through distributed shared memory. VEC elements a vector. A thread keeps its
+/// `regs` vectors of each full input in registers (the row is read once); with
+/// regs 0 it streams the row again for every reduction stage. The grid is
+/// persistent (multiprocessors x the kernel's occupancy blocks walk the rows)
+/// or, with persistent 0, one block (group, cluster) per row.
 struct RowTile {
   int threads = 256;
   int vec = 0;         ///< 0: 16 bytes of the narrowest full tensor, lowered until it divides N
   int regs = -1;       ///< vectors a thread holds; -1: as many as the row needs if that fits, else 0 (stream)
   int persistent = 1;  ///< 1: grid of multiprocessors x occupancy; 0: one block per row
+  int group = 0;       ///< threads per row: 0 (the whole block), or a power of two up to 32
+  int cluster = 1;     ///< blocks per row: 1, or 2, 4, 8 (a thread-block cluster, sm_90; group 0)
+  /// 0, or the stages of a shared-memory ring (sm_90, group 0): a block's part
+  /// of a row is copied in by the bulk-copy engine, `ring - 1` rows ahead of
+  /// the one it reduces, and read from shared memory by every stage; `regs`
+  /// then sizes the ring (threads x vec x regs elements a block a row).
+  int ring = 0;
   friend bool operator==(const RowTile&, const RowTile&) = default;
-  std::string str() const;  ///< "r256v8x2"; "x0" streams; "b" appended for one block per row
+  /// "r256v8x2"; then "g32" for a group, "c4" for a cluster, "s2" for a ring, "b" for one block per row
+  std::string str() const;
+  int group_threads() const { return group > 0 ? group : threads; }  ///< threads of a block on one row
+  int row_threads() const { return group_threads() * cluster; }      ///< threads on one row in all
 };
 
 /// One alternative per kernel family or mainloop (a new one adds its tile type here).
@@ -68,7 +81,7 @@ using TileConfig = std::variant<ElementwiseTile, GemmTile, WgmmaTile, RowTile>;
 GemmTile parse_gemm_tile(const std::string& text);
 /// "h128x256x64s4g8" (WgmmaTile::str's form) as a WgmmaTile; UserError otherwise.
 WgmmaTile parse_wgmma_tile(const std::string& text);
-/// "r256v8x2" or "r256v8x0b" (RowTile::str's form, "x-1" auto) as a RowTile; UserError otherwise.
+/// "r256v8x2", "r256v8x4g32", "r512v8x8c8s2" (RowTile::str's form, "x-1" auto) as a RowTile; UserError otherwise.
 RowTile parse_row_tile(const std::string& text);
 /// "h..." a WgmmaTile, "r..." a RowTile, anything else parse_gemm_tile.
 TileConfig parse_tile(const std::string& text);

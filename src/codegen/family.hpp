@@ -26,6 +26,9 @@ struct LaunchGeometry {
   /// grid[0] to min(persistent_work, multiprocessors x the kernel's occupancy
   /// at this block size), asked of the driver once per kernel.
   std::int64_t persistent_work = 0;
+  /// A persistent grid is rounded down to a multiple of this (the blocks of a
+  /// thread-block cluster: a row family's cluster tile).
+  unsigned grid_multiple = 1;
 };
 
 /// Device scratch a launch needs (ParamRole::workspace): `zeroed` bytes that are

@@ -5,6 +5,7 @@
 
 #include "epifuse/tile.hpp"
 
+#include <cctype>
 #include <cstdio>
 
 #include "epifuse/errors.hpp"
@@ -62,16 +63,40 @@ WgmmaTile parse_wgmma_tile(const std::string& text) {
   return t;
 }
 
-std::string RowTile::str() const { return fmt::format("r{}v{}x{}{}", threads, vec, regs, persistent ? "" : "b"); }
+std::string RowTile::str() const {
+  std::string s = fmt::format("r{}v{}x{}", threads, vec, regs);
+  if (group > 0) s += fmt::format("g{}", group);
+  if (cluster != 1) s += fmt::format("c{}", cluster);
+  if (ring > 0) s += fmt::format("s{}", ring);
+  if (!persistent) s += "b";
+  return s;
+}
 
 RowTile parse_row_tile(const std::string& text) {
   RowTile t;
   int used = 0;
   const int n = std::sscanf(text.c_str(), "r%dv%dx%d%n", &t.threads, &t.vec, &t.regs, &used);
-  const std::string_view rest = n == 3 ? std::string_view(text).substr(static_cast<std::size_t>(used)) : "?";
-  if (rest == "b") t.persistent = 0;
-  EPIFUSE_CHECK(n == 3 && (rest.empty() || rest == "b"),
-                "row tile '{}': expected rTHREADSvVECxREGS[b], e.g. r256v8x2 (x0 streams the row, b one block a row)",
+  std::string_view rest = n == 3 ? std::string_view(text).substr(static_cast<std::size_t>(used)) : "?";
+  // Optional suffixes in order: gGROUP, cCLUSTER, sRING, b.
+  auto number_after = [&](char tag, int& field) {
+    if (rest.empty() || rest[0] != tag) return;
+    std::size_t k = 1;
+    while (k < rest.size() && k < 4 && std::isdigit(static_cast<unsigned char>(rest[k]))) ++k;
+    if (k == 1) return;  // no digits: left in `rest`, refused below
+    field = std::stoi(std::string(rest.substr(1, k - 1)));
+    rest.remove_prefix(k);
+  };
+  number_after('g', t.group);
+  number_after('c', t.cluster);
+  number_after('s', t.ring);
+  if (rest == "b") {
+    t.persistent = 0;
+    rest = {};
+  }
+  EPIFUSE_CHECK(n == 3 && rest.empty(),
+                "row tile '{}': expected rTHREADSvVECxREGS[gGROUP][cCLUSTER][sRING][b], e.g. r256v8x2, r256v8x4g32 "
+                "(32 threads a row), r1024v8x4c4 (a cluster of 4 blocks a row), r512v8x8c8s2 (a 2-stage shared-memory "
+                "ring); x0 streams the row, b one block a row",
                 text);
   return t;
 }

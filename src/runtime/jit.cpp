@@ -407,8 +407,9 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
                                                                  g.shared_bytes));
       kernel.occupancy.store(occupancy, std::memory_order_relaxed);
     }
-    g.grid[0] = static_cast<unsigned>(
-        std::min<std::int64_t>(g.persistent_work, std::int64_t{d.multiprocessors} * occupancy));
+    const std::int64_t blocks = std::min<std::int64_t>(g.persistent_work, std::int64_t{d.multiprocessors} * occupancy);
+    const std::int64_t granule = std::max(1u, g.grid_multiple);
+    g.grid[0] = static_cast<unsigned>(std::max(granule, blocks / granule * granule));
   }
   void* kernel_args[] = {params};
   d.driver->launch(kernel.function, {g.grid[0], g.grid[1], g.grid[2]}, {g.block[0], g.block[1], g.block[2]},

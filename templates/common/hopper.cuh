@@ -53,6 +53,14 @@ __device__ __forceinline__ void ef_tma_load_2d(unsigned smem, const ef_tensor_ma
       : "memory");
 }
 
+/// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from
+/// global memory to shared memory at `smem`, completing them on `bar`.
+__device__ __forceinline__ void ef_bulk_load(unsigned smem, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 // ---- wgmma ----
 
 /// A wgmma shared-memory matrix descriptor with the 128-byte swizzle: start

@@ -112,15 +112,32 @@ TEST_SUITE("gpu") {
     if (!jit) return;
     const KernelSpec spec = attention_spec(DType::bf16, 0.1);
     std::uint64_t seed = 7100;
-    for (std::int64_t n : {1000, 4096, 20000}) {
-      const Shape shape{41, n, 0};
+    for (std::int64_t n : {1000, 4096, 20000, 262144}) {
+      // 41 rows: the last block of a group tile has idle groups.
+      const Shape shape{n > 20000 ? 5 : 41, n, 0};
       for (const TileConfig& t : tile_candidates(spec, shape, jit->target())) check(*jit, spec, shape, ++seed, t);
       const TensorMap inputs = make_inputs(spec, shape, ++seed);
-      const TensorMap a = run_on_device(*jit, spec, shape, inputs, {}, RowTile{256, 0, -1, 1});
-      const TensorMap b = run_on_device(*jit, spec, shape, inputs, {}, RowTile{256, 0, -1, 0});
-      const TensorMap c = run_on_device(*jit, spec, shape, inputs, {}, RowTile{256, 0, 0, 1});
-      CHECK(same_bits(a.at("y"), b.at("y")));
-      CHECK(same_bits(a.at("y"), c.at("y")));  // streaming reduces in the same order as registers
+      auto y = [&](RowTile t) { return run_on_device(*jit, spec, shape, inputs, {}, t).at("y"); };
+      const HostTensor a = y(RowTile{256, 0, -1, 1});
+      CHECK(same_bits(a, y(RowTile{256, 0, -1, 0})));
+      CHECK(same_bits(a, y(RowTile{256, 0, 0, 1})));  // streaming reduces in the same order as registers
+      if (n <= 4096) {
+        const HostTensor g = y(RowTile{256, 0, -1, 1, 32, 1});
+        CHECK(same_bits(g, y(RowTile{256, 0, -1, 0, 32, 1})));
+      }
+      if (jit->target().starts_with("sm_9") || jit->target().starts_with("sm_1")) {
+        const int c = n > 20000 ? 8 : 2;
+        const HostTensor cl = y(RowTile{512, 0, -1, 1, 0, c});
+        CHECK(same_bits(cl, y(RowTile{512, 0, -1, 0, 0, c})));
+        CHECK(same_bits(cl, y(RowTile{512, 0, 0, 1, 0, c})));  // a streaming cluster too
+        // A shared-memory ring: three rows deep, each block a contiguous part of the row.
+        const RowTile ring{256, 0, -1, 1, 0, c, 3};
+        check(*jit, spec, shape, ++seed, ring);
+        const HostTensor rg = y(ring);
+        RowTile ring_per_row = ring;
+        ring_per_row.persistent = 0;
+        CHECK(same_bits(rg, y(ring_per_row)));
+      }
     }
   }
 
@@ -162,6 +179,8 @@ TEST_SUITE("gpu") {
     for (std::size_t mis : {1u, 3u}) {
       check(*jit, softmax_spec(DType::bf16), {9, 4096, 0}, 7400 + mis, std::nullopt, mis);
       check(*jit, add_rmsnorm_spec(DType::f16), {9, 1024, 0}, 7410 + mis, std::nullopt, mis);
+      if (jit->target().starts_with("sm_9"))  // a ring tile's general path streams the row
+        check(*jit, add_rmsnorm_spec(DType::bf16), {9, 4096, 0}, 7420 + mis, RowTile{256, 0, -1, 1, 0, 2, 2}, mis);
     }
   }
 

@@ -212,7 +212,7 @@ TEST_CASE("row reductions and softmax: values, stability, -inf rows, NaN, and th
   // cannot reduce rows yet: a clear error, not a wrong kernel.
   KernelSpec spec;
   spec.graph.output("y", spec.graph.softmax(spec.graph.input("x", DType::f32)), DType::f32);
-  CHECK(emit_kernel(spec, {4, 64, 0}).text.find("ef_block_max") != std::string::npos);
+  CHECK(emit_kernel(spec, {4, 64, 0}).text.find("red.max(") != std::string::npos);
   KernelSpec gemm;
   gemm.mainloop.kind = MainloopKind::gemm;
   gemm.graph.output("y", gemm.graph.softmax(gemm.graph.accumulator()), DType::f32);

@@ -49,6 +49,16 @@ TEST_SUITE("unit") {
     CHECK(parse_row_tile("r256v8x2") == RowTile{256, 8, 2, 1});
     CHECK(parse_row_tile("r128v0x-1b") == RowTile{128, 0, -1, 0});
     CHECK(std::get<RowTile>(parse_tile("r64v1x0")) == RowTile{64, 1, 0, 1});
+    CHECK(RowTile{256, 8, 4, 1, 32, 1}.str() == "r256v8x4g32");
+    CHECK(RowTile{1024, 8, 4, 0, 0, 4}.str() == "r1024v8x4c4b");
+    CHECK(parse_row_tile("r256v8x4g32") == RowTile{256, 8, 4, 1, 32, 1});
+    CHECK(parse_row_tile("r1024v8x4c4b") == RowTile{1024, 8, 4, 0, 0, 4});
+    CHECK(parse_row_tile("r256v8x4g8c2") == RowTile{256, 8, 4, 1, 8, 2});  // refused by the family, not the parser
+    CHECK_THROWS_AS(parse_row_tile("r256v8x4g"), UserError);
+    CHECK_THROWS_AS(parse_row_tile("r256v8x4c4g32"), UserError);  // suffixes in order
+    CHECK_THROWS_AS(parse_row_tile("r256v8x4q"), UserError);
+    CHECK(parse_row_tile("r512v8x8c8s2") == RowTile{512, 8, 8, 1, 0, 8, 2});
+    CHECK(RowTile{512, 8, 8, 0, 0, 1, 3}.str() == "r512v8x8s3b");
     CHECK_THROWS_WITH_AS(parse_row_tile("r256v8"), doctest::Contains("rTHREADSvVECxREGS"), UserError);
     CHECK_THROWS_AS(parse_row_tile("r256v8x2q"), UserError);
 
@@ -72,6 +82,59 @@ TEST_SUITE("unit") {
     CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4096, 0}, ElementwiseTile{}, ""), UserError);
     CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{100, 0, -1, 1}, ""), UserError);
     CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 0, 40, 1}, ""), UserError);
+    // Groups and clusters: a row's threads are group x cluster.
+    CHECK(resolve_row_tile(bf, {8, 1024, 0}, RowTile{256, 0, -1, 1, 32, 1}).regs == 4);
+    CHECK(resolve_row_tile(bf, {8, 262144, 0}, RowTile{1024, 0, -1, 1, 0, 8}).regs == 4);
+    CHECK(row.shape_class(bf, RowTile{256, 8, 4, 1, 32, 1}, {8, 1024, 0}) == "row");
+    CHECK(row.shape_class(bf, RowTile{256, 8, 4, 1, 32, 1}, {8, 2048, 0}) == "row/n_too_long");
+    CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 0, -1, 1, 24, 1}, ""), UserError);
+    CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 0, -1, 1, 64, 1}, ""), UserError);
+    CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 0, -1, 1, 0, 3}, ""), UserError);
+    CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 0, -1, 1, 32, 2}, ""), UserError);
+    CHECK_THROWS_WITH_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 0, -1, 1, 0, 2}, "sm_80"),
+                         doctest::Contains("sm_90"), UserError);
+    CHECK_NOTHROW(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 0, -1, 1, 0, 2}, "sm_90a"));
+    // Rings: sm_90, whole blocks, 16-byte vectors; the ring's N is split evenly between a cluster's blocks.
+    CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 0, -1, 1, 0, 1, 2}, "sm_80"), UserError);
+    CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 0, -1, 1, 32, 1, 2}, ""), UserError);
+    CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4100, 0}, RowTile{256, 0, -1, 1, 0, 1, 2}, ""), UserError);
+    const RowTile ring = std::get<RowTile>(row.resolve_tile(bf, {8, 262144, 0}, RowTile{512, 0, -1, 1, 0, 8, 2}, ""));
+    CHECK(ring.regs == 8);  // no register limit: the row sits in shared memory
+    CHECK(ring_bytes(bf, ring) == 2 * 512 * 8 * 8 * 2);
+    CHECK(row.shape_class(bf, ring, {8, 262144, 0}) == "row");
+    CHECK(row.shape_class(bf, ring, {8, 262144 - 8, 0}) == "row/n_not_ring");
+  }
+
+  TEST_CASE("row family: candidates hold the row in groups, blocks and clusters, in both grids") {
+    const KernelSpec bf = softmax_spec(DType::bf16);
+    auto has = [](const std::vector<TileConfig>& c, const std::string& s) {
+      return std::any_of(c.begin(), c.end(), [&](const TileConfig& t) { return to_string(t) == s; });
+    };
+    const std::vector<TileConfig> short_rows = tile_candidates(bf, {4096, 1024, 0}, "sm_90a");
+    CHECK(has(short_rows, "r256v8x4g32"));
+    CHECK(has(short_rows, "r256v8x4g32b"));
+    CHECK(has(short_rows, "r128v8x1"));
+    CHECK_FALSE(has(short_rows, "r256v8x16g8"));  // 64 floats a thread at most
+    CHECK_FALSE(has(short_rows, "r1024v8x1c2"));  // a cluster for a row one block holds
+    const std::vector<TileConfig> long_rows = tile_candidates(bf, {512, 262144, 0}, "sm_90a");
+    CHECK(has(long_rows, "r1024v8x4c8"));
+    CHECK(has(long_rows, "r1024v8x0"));
+    CHECK_FALSE(has(long_rows, "r1024v8x0c8"));
+    const std::vector<TileConfig> ampere = tile_candidates(bf, {512, 262144, 0}, "sm_80");
+    CHECK(std::none_of(ampere.begin(), ampere.end(), [](const TileConfig& t) { return std::get<RowTile>(t).cluster > 1; }));
+  }
+
+  TEST_CASE("row family: groups and clusters size the grid in blocks") {
+    const KernelSpec bf = softmax_spec(DType::bf16);
+    const Shape shape{1001, 1024, 0};
+    const LaunchGeometry g = family_for(bf).geometry(emit_kernel(bf, shape, RowTile{256, 0, -1, 0, 32, 1}), shape, 132);
+    CHECK(g.grid[0] == 126);  // 8 rows a block
+    const Shape long_shape{100, 262144, 0};
+    const LaunchGeometry c =
+        family_for(bf).geometry(emit_kernel(bf, long_shape, RowTile{1024, 0, -1, 1, 0, 8}, KernelPath::fastest, "sm_90a"),
+                                      long_shape, 132);
+    CHECK(c.persistent_work == 800);
+    CHECK(c.grid_multiple == 8);
   }
 
   TEST_CASE("row family: persistent grids leave the block count to the launch's occupancy") {
@@ -91,8 +154,8 @@ TEST_SUITE("unit") {
     // softmax: max, then the sum of exp(x - max), then the quotient.
     const std::string sm = emit_kernel(softmax_spec(DType::bf16), {8, 4096, 0}).text;
     CHECK(count(sm, "// stage ") == 3);
-    CHECK(count(sm, "ef_block_max<THREADS>") == 1);
-    CHECK(count(sm, "ef_block_sum<THREADS>") == 1);
+    CHECK(count(sm, "red.max(") == 1);
+    CHECK(count(sm, "red.sum(") == 1);
     CHECK(sm.find("ITEMS = 2") != std::string::npos);
     CHECK(sm.find("in0_x[ITEMS][VEC]") != std::string::npos);  // the row read once
     const std::string streamed = emit_kernel(softmax_spec(DType::f32), {8, 65536, 0}).text;

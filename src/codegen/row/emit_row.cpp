@@ -112,16 +112,32 @@ std::string emit_row_start(const RowPlan& r) {
   const KernelPlan& plan = *r.plan;
   std::string s;
   for (const TensorPlan& t : plan.inputs) {
-    if (t.broadcast == Broadcast::col) s += fmt::format("    const float {0}_r = ef_to_float(p.{0}[row]);\n", t.field);
+    if (t.broadcast == Broadcast::col)
+      s += fmt::format("    const float {0}_r = live ? ef_to_float(p.{0}[row]) : 0.0f;\n", t.field);
     if (t.broadcast == Broadcast::scalar) s += fmt::format("    const float {0}_r = ef_to_float(p.{0}[0]);\n", t.field);
   }
-  if (r.tile.regs > 0) {
+  if (r.ring > 0) {
+    s += "    const int slot = (int)(ring_row % RING);\n"
+         "    const unsigned parity = (unsigned)(ring_row / RING) & 1u;\n"
+         "    ++ring_row;\n"
+         "    __syncthreads();  // the slot refilled next was read in the last row\n"
+         "    if (threadIdx.x == 0 && row + (RING - 1) * red.units() < p.m)\n"
+         "      ring_issue(row + (RING - 1) * red.units(), (slot + RING - 1) % RING);\n"
+         "    ef_mbar_wait(ring_bar(slot), parity);\n";
+    std::size_t offset = 0;
+    for (const TensorPlan& t : plan.inputs) {
+      if (t.broadcast != Broadcast::full) continue;
+      s += fmt::format("    const {0}* {1}_s = reinterpret_cast<const {0}*>(ring + slot * RING_STAGE + {2} * ITEMS * THREADS * VEC);\n",
+                       storage_type_name(t.dtype), t.field, offset);
+      offset += size_of(t.dtype);
+    }
+  } else if (r.in_registers) {
     for (const TensorPlan& t : plan.inputs) {
       if (t.broadcast != Broadcast::full) continue;
       s += fmt::format(
           "    float {0}_x[ITEMS][VEC];  // this thread's vectors of the row, read once\n"
           "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {{\n"
-          "      const int c0 = (it * THREADS + (int)threadIdx.x) * VEC;\n"
+          "      const int c0 = (it * LANES + lane) * VEC;\n"
           "      if (c0 < n) ef_load_vec<{1}, VEC>(p.{0} + base + c0, {0}_x[it]);\n"
           "    }}\n",
           t.field, storage_type_name(t.dtype));
@@ -139,20 +155,27 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
   const KernelPlan& plan = *r.plan;
   const Graph& g = plan.spec->graph;
   const RowStage& st = r.stages[s];
-  const bool regs = r.tile.regs > 0;
+  const bool regs = r.in_registers;
   std::string out = fmt::format("    // stage {}\n", s);
   for (std::uint32_t id : st.reductions)
     out += fmt::format("    float acc{} = {};\n", id, g.nodes()[id].op == OpKind::row_max ? "EF_NEG_INF" : "0.0f");
+  if (r.ring > 0)  // this block's columns of the row, from the ring
+    out += "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {\n"
+           "      const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n      if (c >= chunk) continue;\n"
+           "      const int c0 = col0 + c;\n";
+  else
   out += regs ? "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {\n"
-                "      const int c0 = (it * THREADS + (int)threadIdx.x) * VEC;\n      if (c0 >= n) continue;\n"
-              : "    for (int c0 = (int)threadIdx.x * VEC; c0 < n; c0 += THREADS * VEC) {\n";
+                "      const int c0 = (it * LANES + lane) * VEC;\n      if (c0 >= n) continue;\n"
+              : "    for (int c0 = lane * VEC; c0 < n; c0 += LANES * VEC) {\n";
   // Leaves of the stage, as VEC-element arrays.
   for (std::size_t k : st.inputs) {
     const TensorPlan& t = plan.inputs[k];
     const auto type = storage_type_name(t.dtype);
     switch (t.broadcast) {
       case Broadcast::full:
-        if (regs)
+        if (r.ring > 0)
+          out += fmt::format("      float {0}_v[VEC];\n      ef_load_vec<{1}, VEC>({0}_s + c, {0}_v);\n", t.field, type);
+        else if (regs)
           out += fmt::format("      const float (&{0}_v)[VEC] = {0}_x[it];\n", t.field);
         else
           out += fmt::format("      float {0}_v[VEC];\n      ef_load_vec<{1}, VEC>(p.{0} + base + c0, {0}_v);\n", t.field,
@@ -213,11 +236,11 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
   for (std::uint32_t id : st.reductions) {
     const OpKind op = g.nodes()[id].op;
     if (op == OpKind::row_max)
-      out += fmt::format("    const float v{0} = ef_block_max<THREADS>(acc{0}, scratch);\n", id);
+      out += fmt::format("    const float v{0} = red.max(acc{0});\n", id);
     else if (op == OpKind::row_sum)
-      out += fmt::format("    const float v{0} = ef_block_sum<THREADS>(acc{0}, scratch);\n", id);
+      out += fmt::format("    const float v{0} = red.sum(acc{0});\n", id);
     else
-      out += fmt::format("    const float v{0} = (float)((double)ef_block_sum<THREADS>(acc{0}, scratch) * p.n_inv);\n", id);
+      out += fmt::format("    const float v{0} = (float)((double)red.sum(acc{0}) * p.n_inv);\n", id);
   }
   out.pop_back();
   return out;
@@ -246,6 +269,9 @@ RowPlan plan_row(const KernelPlan& plan) {
   r.vec = plan.path == KernelPath::general ? 1 : r.tile.vec;
   r.vector_only = r.vec > 1;
   r.quad_draws = r.vec % 4 == 0 && plan.shape.n % 4 == 0;
+  // A ring tile's general path (vectors of one element) streams the row instead.
+  r.ring = plan.path == KernelPath::general ? 0 : r.tile.ring;
+  r.in_registers = r.tile.regs > 0 && r.tile.ring == 0;
   return r;
 }
 
@@ -264,15 +290,58 @@ KernelSource emit_row(const RowPlan& r) {
   }
   stage_functions.resize(stage_functions.size() - 2);
   stages.pop_back();
+  std::string ring_setup, ring_issue;
+  if (r.ring > 0) {
+    std::size_t per_element = 0;
+    for (const TensorPlan& t : plan.inputs)
+      if (t.broadcast == Broadcast::full) per_element += size_of(t.dtype);
+    ks.shared_bytes = static_cast<std::size_t>(r.ring) * r.tile.threads * r.vec * r.tile.regs * per_element;
+    std::string copies;
+    std::size_t offset = 0, bytes = 0;
+    for (const TensorPlan& t : plan.inputs) {
+      if (t.broadcast != Broadcast::full) continue;
+      copies += fmt::format(
+          "      ef_bulk_load(base_smem + {0} * ITEMS * THREADS * VEC, p.{1} + r * p.n + col0, (unsigned)chunk * {2}u, bar);\n",
+          offset, t.field, size_of(t.dtype));
+      offset += size_of(t.dtype);
+      bytes += size_of(t.dtype);
+    }
+    ring_setup = fmt::format(
+        "  // The shared-memory ring (docs/row-reductions.md): this block's columns of a row\n"
+        "  // ({0} bytes each), RING rows deep; thread 0 copies a row in RING - 1 rows ahead.\n"
+        "  constexpr int RING = {1}, RING_STAGE = {0} * ITEMS * THREADS * VEC;\n"
+        "  extern __shared__ __align__(128) unsigned char ring[];\n"
+        "  __shared__ __align__(8) unsigned long long ring_bars[RING];\n"
+        "  const int chunk = (int)(p.n / CLUSTER), col0 = (CLUSTER > 1 ? (int)ef_row_cluster_rank() : 0) * chunk;\n"
+        "  auto ring_bar = [&](int s) {{ return (unsigned)__cvta_generic_to_shared(ring_bars + s); }};\n"
+        "  auto ring_issue = [&](long long r, int s) {{\n"
+        "    const unsigned bar = ring_bar(s), base_smem = (unsigned)__cvta_generic_to_shared(ring + s * RING_STAGE);\n"
+        "    ef_mbar_expect_tx(bar, (unsigned)chunk * {0}u);\n{2}"
+        "  }};\n"
+        "  if (threadIdx.x == 0) {{\n"
+        "    for (int s = 0; s < RING; ++s) ef_mbar_init(ring_bar(s), 1);\n"
+        "    ef_mbar_init_fence();\n"
+        "    for (int s = 0; s < RING - 1; ++s)\n"
+        "      if (red.unit() + s * red.units() < p.m) ring_issue(red.unit() + s * red.units(), s);\n"
+        "  }}\n"
+        "  long long ring_row = 0;  // rows this block has taken\n",
+        bytes, r.ring, copies);
+    // The barriers are initialised before any thread waits: the loop's first __syncthreads orders it.
+  }
   TemplateVars vars{
       {"kernel", plan.kernel_name},
+      {"ring_setup", ring_setup.empty() ? "  // no shared-memory ring" : ring_setup.substr(0, ring_setup.size() - 1)},
+      {"extra_includes", r.ring > 0 ? "#include \"common/hopper.cuh\"" : ""},
       {"description", describe_chain(plan)},
       {"param_fields", layout.fields_text()},
       {"stage_functions", stage_functions},
       {"threads", std::to_string(r.tile.threads)},
+      {"group", std::to_string(r.tile.group_threads())},
+      {"cluster", std::to_string(r.tile.cluster)},
+      {"cluster_dims", r.tile.cluster > 1 ? fmt::format("__cluster_dims__({}, 1, 1)", r.tile.cluster) : ""},
       {"vec", std::to_string(r.vec)},
       // Registers hold the same elements at any vector width: ITEMS vectors of VEC.
-      {"items", std::to_string(r.tile.regs > 0 ? r.tile.regs * (r.tile.vec / r.vec) : 0)},
+      {"items", std::to_string(r.in_registers || r.ring > 0 ? r.tile.regs * (r.tile.vec / r.vec) : 0)},
       {"stage_count", std::to_string(r.stages.size())},
       {"row_start", emit_row_start(r)},
       {"stages", stages},

@@ -32,6 +32,8 @@ struct RowPlan {
   std::vector<RowStage> stages;
   bool vector_only = false;     // vec > 1: the host checks every vectorised pointer's alignment
   bool quad_draws = false;      // vec % 4 == 0 and N % 4 == 0: one Philox call per four elements
+  int ring = 0;                 // tile.ring, or 0 on the general path (which streams instead)
+  bool in_registers = false;    // a register tile: the row's vectors read once into registers
 };
 
 /// The row family's answer to family_for: whether a spec's graph has a row reduction.
@@ -41,7 +43,9 @@ RowTile resolve_row_tile(const KernelSpec& spec, const Shape& shape, RowTile til
 /// "row" when `shape` suits the resolved tile (N a multiple of vec, and the row
 /// within threads*vec*regs when the tile keeps it in registers), else a
 /// literal that names the mismatch (a launch of another class is refused).
-std::string_view row_shape_class(const RowTile& resolved, const Shape& shape);
+std::string_view row_shape_class(const KernelSpec& spec, const RowTile& resolved, const Shape& shape);
+/// Dynamic shared memory of a resolved ring tile (0 without a ring).
+std::int64_t ring_bytes(const KernelSpec& spec, const RowTile& resolved);
 
 // The family's passes.
 RowPlan plan_row(const KernelPlan& plan);

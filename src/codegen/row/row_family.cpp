@@ -1,5 +1,8 @@
 // The row family's face to the pipeline (Note [Kernel families]).
 #include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <string>
 
 #include "codegen/elementwise/elementwise.hpp"
 #include "codegen/family.hpp"
@@ -16,6 +19,12 @@ namespace {
 // beyond this the kernel would spill, and streaming the row again is cheaper.
 constexpr int k_register_floats = 64;
 
+// Thread-block clusters and distributed shared memory: sm_90 and later.
+bool cluster_target(std::string_view target) {
+  int sm = 0;
+  return target.starts_with("sm_") && std::sscanf(std::string(target.substr(3)).c_str(), "%d", &sm) == 1 && sm >= 90;
+}
+
 int full_inputs(const KernelSpec& spec) {
   int n = 0;
   for (const Node& node : spec.graph.nodes())
@@ -28,7 +37,7 @@ class RowFamily final : public KernelFamily {
   MainloopKind kind() const override { return MainloopKind::elementwise; }
 
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
-                          std::string_view) const override {
+                          std::string_view target) const override {
     RowTile tile;
     if (requested) {
       const auto* t = std::get_if<RowTile>(&*requested);
@@ -41,23 +50,92 @@ class RowFamily final : public KernelFamily {
                   tile.regs);
     EPIFUSE_CHECK(tile.persistent == 0 || tile.persistent == 1, "row tile: persistent is 0 or 1, got {}",
                   tile.persistent);
-    return resolve_row_tile(spec, shape, tile);
+    EPIFUSE_CHECK(tile.group == 0 || (tile.group >= 1 && tile.group <= 32 && std::has_single_bit(unsigned(tile.group))),
+                  "row tile {}: group (threads a row) is 0 (the whole block) or a power of two up to 32, got {}",
+                  tile.str(), tile.group);
+    EPIFUSE_CHECK(tile.cluster == 1 || tile.cluster == 2 || tile.cluster == 4 || tile.cluster == 8,
+                  "row tile {}: cluster (blocks a row) is 1, 2, 4 or 8, got {}", tile.str(), tile.cluster);
+    EPIFUSE_CHECK(tile.cluster == 1 || tile.group == 0,
+                  "row tile {}: a cluster spreads a row over whole blocks; drop the group (g) or the cluster (c)",
+                  tile.str());
+    EPIFUSE_CHECK(tile.cluster == 1 || target.empty() || cluster_target(target),
+                  "row tile {}: thread-block clusters need sm_90 or later, not {}", tile.str(), target);
+    EPIFUSE_CHECK(tile.ring >= 0 && tile.ring <= 4, "row tile {}: ring (stages) is 0 (none) up to 4, got {}",
+                  tile.str(), tile.ring);
+    EPIFUSE_CHECK(tile.ring == 0 || tile.group == 0,
+                  "row tile {}: a shared-memory ring holds a block's row; drop the group (g) or the ring (s)", tile.str());
+    EPIFUSE_CHECK(tile.ring == 0 || target.empty() || cluster_target(target),
+                  "row tile {}: the shared-memory ring's bulk copies need sm_90 or later, not {}", tile.str(), target);
+    EPIFUSE_CHECK(tile.ring == 0 || tile.regs != 0,
+                  "row tile {}: a ring's regs size it (vectors a thread's part of a row); 0 would stream", tile.str());
+    const RowTile resolved = resolve_row_tile(spec, shape, tile);
+    if (resolved.ring > 0)
+      for (const Node& node : spec.graph.nodes())
+        EPIFUSE_CHECK(node.kind != NodeKind::input || node.broadcast != Broadcast::full ||
+                          resolved.vec * size_of(node.dtype) % 16 == 0,
+                      "row tile {}: a ring copies 16-byte pieces; N = {} needs a vector of 16 bytes of every [M,N] input",
+                      resolved.str(), shape.n);
+    return resolved;
   }
 
-  std::string_view shape_class(const KernelSpec&, const TileConfig& resolved, const Shape& shape) const override {
-    return row_shape_class(std::get<RowTile>(resolved), shape);
+  std::string_view shape_class(const KernelSpec& spec, const TileConfig& resolved, const Shape& shape) const override {
+    return row_shape_class(spec, std::get<RowTile>(resolved), shape);
   }
 
   KernelPath path_for(const KernelSpec&, const TileConfig&, const Shape&) const override {
     return KernelPath::fastest;
   }
 
-  // Rows in registers at four block sizes (the tuner finds the occupancy that
-  // hides the latency of a reduction's barriers), streaming for long rows,
-  // and one block per row as the baseline the persistent grid is measured against.
-  std::vector<TileConfig> tile_candidates(const KernelSpec&, const Shape&, std::string_view) const override {
-    return {RowTile{128, 0, -1, 1}, RowTile{256, 0, -1, 1}, RowTile{512, 0, -1, 1}, RowTile{1024, 0, -1, 1},
-            RowTile{256, 0, 0, 1},  RowTile{1024, 0, 0, 1}, RowTile{256, 0, -1, 0}};
+  // Rows in registers (Note [Row tiles]): small groups for short rows, whole
+  // blocks at four sizes (the tuner finds the occupancy that hides a
+  // reduction's latency), clusters for long rows on sm_90; streaming as the
+  // fallback for rows that fit nowhere. Each in both grids: persistent, and
+  // one block per row, which measured faster for some short rows.
+  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape,
+                                          std::string_view target) const override {
+    std::vector<RowTile> base;
+    for (int g : {8, 16, 32}) base.push_back(RowTile{256, 0, -1, 1, g, 1});
+    for (int t : {128, 256, 512, 1024}) base.push_back(RowTile{t, 0, -1, 1});
+    if (target.empty() || cluster_target(target))
+      for (int c : {2, 4, 8})
+        for (int t : {512, 1024}) base.push_back(RowTile{t, 0, -1, 1, 0, c});
+    base.push_back(RowTile{256, 0, 0, 1});
+    base.push_back(RowTile{1024, 0, 0, 1});
+    // Shared-memory rings, the next rows in flight while one is reduced: at
+    // most ~200 KB of a multiprocessor's 227, and some work for every thread.
+    std::vector<RowTile> rings;
+    if (target.empty() || cluster_target(target))
+      for (int t : {128, 256, 512})
+        for (int c : {1, 2, 4, 8})
+          for (int stages : {2, 3}) rings.push_back(RowTile{t, 0, -1, 1, 0, c, stages});
+    std::vector<TileConfig> out;
+    std::vector<RowTile> seen;
+    for (const RowTile& b : base) {
+      const RowTile r = resolve_row_tile(spec, shape, b);
+      // Only the two streaming tiles stream: a register tile that resolved to
+      // streaming (the row is too long for it) would repeat them.
+      if (r.regs == 0 && b.regs != 0) continue;
+      // A group or cluster that half the row would keep busy leaves threads
+      // idle: the narrower one is also a candidate.
+      if ((b.group > 0 || b.cluster > 1) && std::int64_t{b.row_threads()} * r.vec >= 2 * shape.n) continue;
+      for (int persistent : {1, 0}) {
+        RowTile t = r;
+        t.persistent = persistent;
+        if (std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
+        seen.push_back(t);
+        out.push_back(t);
+      }
+    }
+    for (const RowTile& b : rings) {
+      const RowTile r = resolve_row_tile(spec, shape, b);
+      if (row_shape_class(spec, r, shape) != "row") continue;
+      const std::int64_t chunk = shape.n / b.cluster;
+      if (chunk < std::int64_t{b.threads} * r.vec || r.regs > 32) continue;  // idle threads, or unrolled too far
+      if (ring_bytes(spec, r) > 200 * 1024) continue;
+      if (b.cluster > 1 && ring_bytes(spec, r) * b.cluster / b.ring < 48 * 1024) continue;  // one block holds it
+      out.push_back(r);
+    }
+    return out;
   }
 
   KernelSource emit(KernelPlan& plan) const override {
@@ -71,10 +149,14 @@ class RowFamily final : public KernelFamily {
     const auto& tile = std::get<RowTile>(source.tile);
     LaunchGeometry g;
     g.block[0] = static_cast<unsigned>(tile.threads);
+    g.grid_multiple = static_cast<unsigned>(tile.cluster);
+    g.shared_bytes = static_cast<unsigned>(source.shared_bytes);
+    const std::int64_t rows_per_block = tile.threads / tile.group_threads();
+    const std::int64_t blocks = (shape.m + rows_per_block - 1) / rows_per_block * tile.cluster;
     if (tile.persistent)
-      g.persistent_work = shape.m;
-    else
-      g.grid[0] = static_cast<unsigned>(std::min<std::int64_t>(shape.m, 0x7fffffff));
+      g.persistent_work = blocks;
+    else  // the kernel's loop takes the rows beyond the grid's limit
+      g.grid[0] = static_cast<unsigned>(std::min<std::int64_t>(blocks, 0x7fffffff / tile.cluster * tile.cluster));
     return g;
   }
 };
@@ -92,16 +174,29 @@ RowTile resolve_row_tile(const KernelSpec& spec, const Shape& shape, RowTile til
   const std::int64_t n = std::max<std::int64_t>(shape.n, 1);
   while (tile.vec > 1 && n % tile.vec != 0) tile.vec /= 2;
   if (tile.regs < 0) {
-    const std::int64_t per_pass = std::int64_t{tile.threads} * tile.vec;
+    const std::int64_t per_pass = std::int64_t{tile.row_threads()} * tile.vec;
     const std::int64_t items = (n + per_pass - 1) / per_pass;
-    tile.regs = items * tile.vec * full_inputs(spec) <= k_register_floats ? static_cast<int>(items) : 0;
+    // A ring holds the row in shared memory: no register limit (its bytes are checked at load).
+    tile.regs = tile.ring > 0 || items * tile.vec * full_inputs(spec) <= k_register_floats ? static_cast<int>(items) : 0;
   }
   return tile;
 }
 
-std::string_view row_shape_class(const RowTile& resolved, const Shape& shape) {
+std::int64_t ring_bytes(const KernelSpec& spec, const RowTile& resolved) {
+  if (resolved.ring == 0) return 0;
+  std::int64_t per_element = 0;
+  for (const Node& node : spec.graph.nodes())
+    if (node.kind == NodeKind::input && node.broadcast == Broadcast::full) per_element += size_of(node.dtype);
+  return std::int64_t{resolved.ring} * resolved.threads * resolved.vec * std::max(resolved.regs, 0) * per_element;
+}
+
+std::string_view row_shape_class(const KernelSpec&, const RowTile& resolved, const Shape& shape) {
   if (resolved.vec > 1 && shape.n % resolved.vec != 0) return "row/n_not_vec";
-  if (resolved.regs > 0 && shape.n > std::int64_t{resolved.threads} * resolved.vec * resolved.regs) return "row/n_too_long";
+  // A ring copies each block's part of a row whole: N / cluster columns, vectors of them.
+  if (resolved.ring > 0 && (shape.n % resolved.cluster != 0 || shape.n / resolved.cluster % resolved.vec != 0))
+    return "row/n_not_ring";
+  if (resolved.regs > 0 && shape.n > std::int64_t{resolved.row_threads()} * resolved.vec * resolved.regs)
+    return "row/n_too_long";
   return "row";
 }
 
