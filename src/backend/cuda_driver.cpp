@@ -58,6 +58,8 @@ struct CudaDriver::Api {
   CUresult (*FuncGetAttribute)(int*, int, CUfunction);
   CUresult (*FuncSetAttribute)(CUfunction, int, int);
   CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
+  // cuOccupancyMaxActiveClusters (CUDA 11.8+; null on older drivers); its config as LaunchConfig.
+  CUresult (*OccupancyMaxActiveClusters)(int*, CUfunction, const void*) = nullptr;
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, CUstream, void**, void**);
   CUresult (*MemAlloc)(CUdeviceptr*, size_t);
@@ -106,6 +108,7 @@ struct CudaDriver::Api {
     EPIFUSE_CU_SYM(MemcpyDtoH, "cuMemcpyDtoH_v2");
     EPIFUSE_CU_SYM(MemcpyDtoD, "cuMemcpyDtoD_v2");
     EPIFUSE_CU_SYM(MemsetD8, "cuMemsetD8_v2");
+    OccupancyMaxActiveClusters = l.get_or_null<decltype(OccupancyMaxActiveClusters)>("cuOccupancyMaxActiveClusters");
     TensorMapEncodeTiled = l.get_or_null<decltype(TensorMapEncodeTiled)>("cuTensorMapEncodeTiled");
     EPIFUSE_CU_SYM(StreamCreate, "cuStreamCreate");
     EPIFUSE_CU_SYM(StreamDestroy, "cuStreamDestroy_v2");
@@ -274,6 +277,21 @@ FunctionInfo CudaDriver::function_info(CUfunction f) {
 
 void CudaDriver::set_max_dynamic_shared(CUfunction f, int bytes) {
   check(api_->FuncSetAttribute(f, kFuncMaxDynamicSharedSizeBytes, bytes), "cuFuncSetAttribute");
+}
+
+int CudaDriver::max_active_clusters(CUfunction f, int cluster, int block_size, size_t dynamic_shared_bytes) {
+  if (!api_->OccupancyMaxActiveClusters) return 0;
+  // CUlaunchConfig's layout (cuda.h, stable since 11.8); the cluster size is the kernel's own (__cluster_dims__).
+  struct LaunchConfig {
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+    CUstream stream;
+    void* attrs;
+    unsigned num_attrs;
+  } config{static_cast<unsigned>(cluster), 1, 1, static_cast<unsigned>(block_size), 1, 1,
+           static_cast<unsigned>(dynamic_shared_bytes), nullptr, nullptr, 0};
+  int clusters = 0;
+  check(api_->OccupancyMaxActiveClusters(&clusters, f, &config), "cuOccupancyMaxActiveClusters");
+  return clusters;
 }
 
 int CudaDriver::max_active_blocks_per_sm(CUfunction f, int block_size,

@@ -110,6 +110,9 @@ class CudaDriver {
   /// Opts `f` in to `bytes` of dynamic shared memory (needed above 48 KiB).
   void set_max_dynamic_shared(CUfunction f, int bytes);
   /// cuOccupancyMaxActiveBlocksPerMultiprocessor: for persistent grids.
+  /// Clusters of `cluster` blocks (the kernel's __cluster_dims__) the whole GPU
+  /// holds at once; 0 when the driver cannot say (before CUDA 11.8).
+  int max_active_clusters(CUfunction f, int cluster, int block_size, size_t dynamic_shared_bytes);
   int max_active_blocks_per_sm(CUfunction f, int block_size, size_t dynamic_shared_bytes = 0);
   /// cuLaunchKernel; `args` holds one pointer per kernel parameter.
   void launch(CUfunction f, Dim3 grid, Dim3 block, void** args, unsigned shared_bytes = 0,

@@ -42,8 +42,9 @@ struct LoadedKernel final : CompiledKernel {
   std::optional<backend::Module> module;
   backend::CUfunction function = nullptr;
   backend::FunctionInfo info;
-  // Blocks of it one multiprocessor holds at its launch's block size and
-  // shared memory (cuOccupancyMaxActiveBlocksPerMultiprocessor), asked on the
+  // Blocks of it the whole GPU holds at once at its launch's block size and
+  // shared memory (multiprocessors x cuOccupancyMaxActiveBlocksPerMultiprocessor,
+  // or cuOccupancyMaxActiveClusters x the cluster's blocks), asked on the
   // first launch with a persistent grid; -1 until then.
   mutable std::atomic<int> occupancy{-1};
 
@@ -251,10 +252,11 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
       kernel->function = kernel->module->function(kernel->src.name);
       kernel->info = driver->function_info(kernel->function);
       const int shared = static_cast<int>(kernel->src.shared_bytes);
-      if (shared > 48 * 1024) {  // above 48 KB a kernel must opt in
+      const int total = shared + kernel->info.static_shared_bytes;
+      if (total > 48 * 1024) {  // above 48 KB (static and dynamic together) a kernel must opt in
         const int most = driver->device(0).max_shared_per_block_optin;
-        EPIFUSE_CHECK(shared <= most, "tile {} needs {} bytes of shared memory per block; this GPU allows {}",
-                      to_string(kernel->src.tile), shared, most);
+        EPIFUSE_CHECK(total <= most, "tile {} needs {} bytes of shared memory per block; this GPU allows {}",
+                      to_string(kernel->src.tile), total, most);
         driver->set_max_dynamic_shared(kernel->function, shared);
       }
     }
@@ -400,14 +402,24 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
   }
   LaunchGeometry g = family.geometry(ks, shape, d.multiprocessors);
   if (g.persistent_work > 0) {
-    // A persistent grid: as many blocks as the multiprocessors hold at once.
+    // A persistent grid: as many blocks as the GPU holds at once. Clusters
+    // are placed whole within a GPC, so multiprocessors x blocks per
+    // multiprocessor would overcount them (measured: a second, partial wave
+    // made cluster-of-8 rows 1.6x slower); the driver counts clusters itself.
     int occupancy = kernel.occupancy.load(std::memory_order_relaxed);
+    const int threads = static_cast<int>(g.block[0] * g.block[1] * g.block[2]);
     if (occupancy < 0) {
-      occupancy = std::max(1, d.driver->max_active_blocks_per_sm(kernel.function, static_cast<int>(g.block[0] * g.block[1] * g.block[2]),
-                                                                 g.shared_bytes));
+      if (g.grid_multiple > 1) {
+        const int clusters = d.driver->max_active_clusters(kernel.function, static_cast<int>(g.grid_multiple), threads,
+                                                           g.shared_bytes);
+        occupancy = clusters > 0 ? clusters * static_cast<int>(g.grid_multiple) : 0;
+      }
+      if (occupancy <= 0)
+        occupancy = d.multiprocessors * std::max(1, d.driver->max_active_blocks_per_sm(kernel.function, threads, g.shared_bytes));
       kernel.occupancy.store(occupancy, std::memory_order_relaxed);
     }
-    const std::int64_t blocks = std::min<std::int64_t>(g.persistent_work, std::int64_t{d.multiprocessors} * occupancy);
+    // `occupancy` is the grid's blocks in all (not per multiprocessor).
+    const std::int64_t blocks = std::min<std::int64_t>(g.persistent_work, occupancy);
     const std::int64_t granule = std::max(1u, g.grid_multiple);
     g.grid[0] = static_cast<unsigned>(std::max(granule, blocks / granule * granule));
   }

@@ -130,8 +130,11 @@ TEST_SUITE("gpu") {
         const HostTensor cl = y(RowTile{512, 0, -1, 1, 0, c});
         CHECK(same_bits(cl, y(RowTile{512, 0, -1, 0, 0, c})));
         CHECK(same_bits(cl, y(RowTile{512, 0, 0, 1, 0, c})));  // a streaming cluster too
-        // A shared-memory ring: three rows deep, each block a contiguous part of the row.
-        const RowTile ring{256, 0, -1, 1, 0, c, 3};
+      }
+      if (jit->target().starts_with("sm_9") && n <= 20000) {
+        // A shared-memory ring: three rows deep, each block a contiguous part of the row
+        // (N = 1000 does not split into whole vectors for two blocks: one block then).
+        const RowTile ring{256, 0, -1, 1, 0, n % 16 == 0 ? 2 : 1, 3};
         check(*jit, spec, shape, ++seed, ring);
         const HostTensor rg = y(ring);
         RowTile ring_per_row = ring;

@@ -98,6 +98,11 @@ TEST_SUITE("unit") {
     CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 0, -1, 1, 0, 1, 2}, "sm_80"), UserError);
     CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 0, -1, 1, 32, 1, 2}, ""), UserError);
     CHECK_THROWS_AS(row.resolve_tile(bf, {8, 4100, 0}, RowTile{256, 0, -1, 1, 0, 1, 2}, ""), UserError);
+    CHECK_THROWS_WITH_AS(row.resolve_tile(bf, {8, 1000, 0}, RowTile{256, 0, -1, 1, 0, 2, 2}, ""),
+                         doctest::Contains("does not split"), UserError);
+    // A requested tile that cannot hold the row is refused, not emitted with part of the row left out.
+    CHECK_THROWS_WITH_AS(row.resolve_tile(bf, {8, 8192, 0}, RowTile{256, 8, 2, 1}, ""),
+                         doctest::Contains("holds rows of up to 4096"), UserError);
     const RowTile ring = std::get<RowTile>(row.resolve_tile(bf, {8, 262144, 0}, RowTile{512, 0, -1, 1, 0, 8, 2}, ""));
     CHECK(ring.regs == 8);  // no register limit: the row sits in shared memory
     CHECK(ring_bytes(bf, ring) == 2 * 512 * 8 * 8 * 2);

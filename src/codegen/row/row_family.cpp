@@ -69,6 +69,16 @@ class RowFamily final : public KernelFamily {
     EPIFUSE_CHECK(tile.ring == 0 || tile.regs != 0,
                   "row tile {}: a ring's regs size it (vectors a thread's part of a row); 0 would stream", tile.str());
     const RowTile resolved = resolve_row_tile(spec, shape, tile);
+    // A kernel emitted for a row it cannot hold would leave part of it out.
+    const std::string_view fit = row_shape_class(spec, resolved, shape);
+    EPIFUSE_CHECK(fit != "row/n_too_long",
+                  "row tile {}: holds rows of up to {} columns (threads x cluster x vec x regs), not N = {}; use more regs, "
+                  "x-1 (as many as N needs) or x0 (stream)",
+                  resolved.str(), std::int64_t{resolved.row_threads()} * resolved.vec * resolved.regs, shape.n);
+    EPIFUSE_CHECK(fit != "row/n_not_ring",
+                  "row tile {}: a ring splits a row evenly between the cluster's {} blocks in whole vectors of {}; "
+                  "N = {} does not split so",
+                  resolved.str(), resolved.cluster, resolved.vec, shape.n);
     if (resolved.ring > 0)
       for (const Node& node : spec.graph.nodes())
         EPIFUSE_CHECK(node.kind != NodeKind::input || node.broadcast != Broadcast::full ||
@@ -107,7 +117,8 @@ class RowFamily final : public KernelFamily {
     if (target.empty() || cluster_target(target))
       for (int t : {128, 256, 512})
         for (int c : {1, 2, 4, 8})
-          for (int stages : {2, 3}) rings.push_back(RowTile{t, 0, -1, 1, 0, c, stages});
+          for (int stages : {1, 2, 3})  // one stage: one block per row, the other blocks of the multiprocessor in flight
+            rings.push_back(RowTile{t, 0, -1, stages > 1 ? 1 : 0, 0, c, stages});
     std::vector<TileConfig> out;
     std::vector<RowTile> seen;
     for (const RowTile& b : base) {
@@ -132,7 +143,7 @@ class RowFamily final : public KernelFamily {
       const std::int64_t chunk = shape.n / b.cluster;
       if (chunk < std::int64_t{b.threads} * r.vec || r.regs > 32) continue;  // idle threads, or unrolled too far
       if (ring_bytes(spec, r) > 200 * 1024) continue;
-      if (b.cluster > 1 && ring_bytes(spec, r) * b.cluster / b.ring < 48 * 1024) continue;  // one block holds it
+      if (b.cluster > 1 && ring_bytes(spec, r) * b.cluster / b.ring <= 64 * 1024) continue;  // one block holds it
       out.push_back(r);
     }
     return out;
