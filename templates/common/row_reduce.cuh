@@ -69,6 +69,13 @@ struct EfRowReducer {
       return gridDim.x;
   }
 
+  // Before a block stores into a peer's shared memory the peer must be
+  // running: one cluster barrier at the start (without it, a cluster of 8
+  // blocks of 128 threads faulted on the first store).
+  __device__ __forceinline__ void start() const {
+    if constexpr (CLUSTER > 1) asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+  }
+
   template <class Op>
   __device__ __forceinline__ float reduce(float v) {
     constexpr int width = GROUP < 32 ? GROUP : 32;

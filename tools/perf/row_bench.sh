@@ -5,6 +5,7 @@
 # LayerNorm (bf16). Each line is one `epifuse bench --json` run (tuned tile, persistent
 # grid and one-block-per-row grid); the summary is printed by tools/perf/summarize.py rows.
 #   [EPIFUSE_BIN=build/epifuse] tools/perf/row_bench.sh [OUT.jsonl] [CHAINS...]
+#   NS: the row lengths (default 1024 4096 16384 65536 262144)
 #   CHAINS default: softmax_bf16 softmax_f32 attention_bf16 add_rmsnorm_bf16 layernorm_bf16
 set -u
 cd "$(dirname "$0")/../.."
@@ -21,7 +22,7 @@ cp $ex/add_rmsnorm.json "$tmp/add_rmsnorm_bf16.json"
 cp $ex/layernorm.json "$tmp/layernorm_bf16.json"
 : > "$tmp/out.jsonl"
 for c in "${chains[@]}"; do
-  for n in 1024 4096 16384 65536 262144; do
+  for n in ${NS:-1024 4096 16384 65536 262144}; do
     m=$(((1 << 27) / n))
     echo "row_bench: $c M=$m N=$n" >&2
     line=$("$bin" bench "$tmp/$c.json" --shape "$m,$n" --no-sweep --no-unfused --repeats "${REPEATS:-20}" --json 2>"$tmp/err.txt")
