@@ -98,7 +98,19 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
   if (st.outputs)
     for (std::size_t k = 0; k < plan.outputs.size(); ++k) sig += fmt::format(", float& o{}", k);
   std::string body;
-  for (std::uint32_t id : st.nodes) body += fmt::format("  const float v{} = {};\n", id, spell_op(plan, id));
+  for (std::uint32_t id : st.nodes) {
+    const Node& n = g.nodes()[id];
+    // A quotient by a per-row value (softmax's sum) multiplies by its
+    // reciprocal, which the compiler computes once a row: an IEEE division an
+    // element cost ~10 instructions, and the attention pattern is bound by
+    // issue (docs/PERF.md, row family). Within a rounding of the quotient; a
+    // divisor below FLT_MIN (whose reciprocal overflows) divides.
+    if (n.op == OpKind::div && g.node(n.args[1]).kind == NodeKind::op && is_row_reduction(g.node(n.args[1]).op))
+      body += fmt::format("  const float v{0} = fabsf(v{2}) >= 1.17549435e-38f ? v{1} * (1.0f / v{2}) : v{1} / v{2};\n", id,
+                          n.args[0].id, n.args[1].id);
+    else
+      body += fmt::format("  const float v{} = {};\n", id, spell_op(plan, id));
+  }
   for (std::uint32_t id : st.reductions) body += fmt::format("  a{} = v{};\n", id, g.nodes()[id].args[0].id);
   if (st.outputs)
     for (std::size_t k = 0; k < plan.outputs.size(); ++k)
