@@ -48,7 +48,7 @@ void add_tile_options(CLI::App& sub, TileOptions& opt) {
   sub.add_option("--blocks-per-sm", opt.blocks_per_sm,
                  "Grid: 0 covers every vector once; k > 0 is a grid-stride grid of k blocks per SM")
       ->check(CLI::Range(0, limits::k_max_blocks_per_sm));
-  sub.add_option("--tile", opt.gemm, "GEMM tile BMxBNxBKwWMxWNsSTAGESgGROUP (e.g. 128x128x32w2x2s4g8), wgmma tile h128x256x64s4g8, or row tile r256v0x-1 (default: tuned)");
+  sub.add_option("--tile", opt.gemm, "GEMM tile BMxBNxBKwWMxWNsSTAGESgGROUP (e.g. 128x128x32w2x2s4g8), wgmma tile h128x256x64s4g8, or row tile rTHREADSvVECxREGS[gG][cC][sS][b], e.g. r256v0x-1, r256v8x4g32, r512v8x8c8s1b (default: tuned)");
 }
 
 }  // namespace epifuse::cli

@@ -72,7 +72,7 @@ void add_tune(CLI::App& app) {
   sub->add_option("chain", opt->chain, "JSON op chain")->required();
   sub->add_option("--shape", opt->shapes, "M,N (elementwise) or M,N,K (GEMM kinds), repeatable; default the chain's shape");
   sub->add_option("--tile", opt->tiles,
-                  "tile to time instead of the built-in candidates (GEMM BMxBNxBKwWMxWNsSTAGESgGROUP[kSPLIT], wgmma hBMxBNx64sSgG[c2][p], row rTHREADSvVECxREGS[b]); repeatable");
+                  "tile to time instead of the built-in candidates (GEMM BMxBNxBKwWMxWNsSTAGESgGROUP[kSPLIT], wgmma hBMxBNx64sSgG[c2][p], row rTHREADSvVECxREGS[gG][cC][sS][b]); repeatable");
   add_json_flag(*sub);
   sub->footer("The choice lives in this process's JIT for now; a disk cache will keep it across runs (issue 14).");
   sub->callback([opt] { tune_command(*opt); });
