@@ -5,13 +5,18 @@ On a GPU machine with PyTorch (and matplotlib for the chart):
 
     python3 tools/compare_torch.py examples/chains/bias_gelu_dropout_add.json \
         --shape 16384,4096 --shape 32768,8192 --dtype f32 --dtype bf16 --png out.png
+    python3 tools/compare_torch.py examples/chains/softmax.json --dtype bf16 \
+        --shape 131072,1024 --shape 512,262144
     python3 tools/compare_torch.py examples/chains/gemm_bias_relu_dropout.json \
         --shape 4096,4096,4096 --dtype f16 --dtype bf16
 
 Elementwise chains (--shape M,N): for every (dtype, shape) it times the chain
 in PyTorch eager, torch.compile (default mode) and `epifuse bench --json`
 (which measures its own copy ceiling in the same process), on tensors of the
-same sizes, and prints GB/s and ratios. Bytes counted are the fewest any fused
+same sizes, and prints GB/s and ratios. Row chains (softmax, the norms, their
+reductions) use torch.softmax, F.rms_norm and F.layer_norm; a chain that is
+softmax(x) alone also gets a plain Triton softmax written here (one row per
+program). peer/copy is the fastest peer against epifuse's copy ceiling. Bytes counted are the fewest any fused
 kernel must move: each input read once, each output written once.
 
 GEMM chains (--shape M,N,K): torch.matmul alone (cuBLAS), eager PyTorch
@@ -126,11 +131,53 @@ def torch_fn(doc, p_override=None):
             elif op == "tanh": r = torch.tanh(a[0])
             elif op == "dropout": r = F.dropout(a[0], p=attrs["p"], training=True)
             elif op == "cast": r = a[0].to(TORCH_DTYPE[attrs["to"]]).to(a[0].dtype)
+            # Row reductions (issue 13) as PyTorch users write them: its fused softmax and norms.
+            elif op == "softmax": r = torch.softmax(a[0], dim=-1)
+            elif op == "log_softmax": r = torch.log_softmax(a[0], dim=-1)
+            elif op == "rmsnorm": r = F.rms_norm(a[0], (a[0].shape[-1],), a[1], eps=attrs.get("eps", 1e-6))
+            elif op == "layernorm":
+                r = F.layer_norm(a[0], (a[0].shape[-1],), a[1], a[2], eps=attrs.get("eps", 1e-5))
+            elif op == "row_max": r = a[0].amax(dim=-1, keepdim=True)
+            elif op == "row_sum": r = a[0].sum(dim=-1, keepdim=True)
+            elif op == "row_mean": r = a[0].mean(dim=-1, keepdim=True)
+            elif op == "exp": r = torch.exp(a[0])
+            elif op == "log": r = torch.log(a[0])
+            elif op == "div": r = a[0] / a[1]
+            elif op == "rsqrt": r = torch.rsqrt(a[0])
+            elif op == "add_scalar": r = a[0] + attrs.get("c", attrs.get("arg", 0.0))
             else: raise SystemExit(f"op {op} has no PyTorch spelling here")
             v[name] = r
         if gemm:  # outputs stored in their own dtype, as the fused kernel does
             return [v[x] if v[x].dtype == dt else v[x].to(dt) for x, dt in zip(outs.values(), out_dtypes)]
         return [v[x] for x in outs.values()]
+
+    return run
+
+
+def triton_softmax_fn(doc):
+    """A plain Triton softmax, one row per program (the Triton tutorial's form), for
+    chains that are exactly softmax(x); None otherwise."""
+    ops, outs = chain_ops(doc)
+    if [op for _, op, _, _ in ops] != ["softmax"]:
+        return None
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def softmax_rows(y_ptr, x_ptr, n, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * n + cols, mask=cols < n, other=-float("inf")).to(tl.float32)
+        e = tl.exp(x - tl.max(x, axis=0))
+        tl.store(y_ptr + row * n + cols, (e / tl.sum(e, axis=0)).to(y_ptr.dtype.element_ty), mask=cols < n)
+
+    def run(tensors):
+        x = tensors["x"]
+        m, n = x.shape
+        y = torch.empty_like(x)
+        block = triton.next_power_of_2(n)
+        softmax_rows[(m,)](y, x, n, BLOCK=block, num_warps=min(32, max(4, block // 2048)))
+        return [y]
 
     return run
 
@@ -215,6 +262,7 @@ def main_gemm(args):
         doc = load_chain(args.chain, dtype)
         fn = torch_fn(doc)
         compiled = torch.compile(fn)
+        triton_fn = triton_softmax_fn(doc)
         addmm = addmm_activation(doc)
         for shape in args.shape:
             dims = [int(v) for v in shape.split(",")]
@@ -307,6 +355,7 @@ def main():
         doc = load_chain(args.chain, dtype)
         fn = torch_fn(doc)
         compiled = torch.compile(fn)
+        triton_fn = triton_softmax_fn(doc)
         for shape in args.shape:
             m, n = (int(v) for v in shape.split(","))
             tensors, in_bytes = make_tensors(doc, m, n)
@@ -314,6 +363,7 @@ def main():
             eager_ms = do_bench(lambda: fn(tensors), return_mode="median")
             compiled(tensors)  # compile outside the timing
             compile_ms = do_bench(lambda: compiled(tensors), return_mode="median")
+            triton_ms = do_bench(lambda: triton_fn(tensors), return_mode="median") if triton_fn else None
             src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
             dst = torch.empty_like(src)
             copy_ms = do_bench(lambda: dst.copy_(src), return_mode="median")
@@ -323,17 +373,21 @@ def main():
             gb = lambda ms: nbytes / ms / 1e6
             rows.append({"dtype": dtype or "as-is", "shape": [m, n], "bytes": nbytes,
                          "eager_gbps": gb(eager_ms), "compile_gbps": gb(compile_ms), "torch_copy_gbps": gb(copy_ms),
+                         "triton_gbps": gb(triton_ms) if triton_ms else None,
                          "epifuse_gbps": ef["fused"]["gbps"], "epifuse_copy_gbps": ef["copy"]["gbps"],
                          "epifuse_of_copy": ef["fused"]["of_copy"], "epifuse_tile": ef["fused"]["tile"]})
 
-    hdr = f"{'dtype':>6} {'M,N':>12} {'eager':>8} {'compile':>8} {'epifuse':>8} {'copy':>8} " \
-          f"{'ef/eager':>9} {'ef/comp':>8} {'ef/copy':>8}"
+    hdr = f"{'dtype':>6} {'M,N':>12} {'eager':>8} {'compile':>8} {'triton':>8} {'epifuse':>8} {'copy':>8} " \
+          f"{'ef/eager':>9} {'ef/comp':>8} {'ef/copy':>8} {'peer/copy':>9}"
     print(f"GB/s moved (inputs read once + outputs written once) on {torch.cuda.get_device_name()}")
     print(hdr)
     for r in rows:
-        print(f"{r['dtype']:>6} {r['shape'][0]:>6},{r['shape'][1]:<5} {r['eager_gbps']:8.0f} {r['compile_gbps']:8.0f} "
-              f"{r['epifuse_gbps']:8.0f} {r['epifuse_copy_gbps']:8.0f} {r['epifuse_gbps'] / r['eager_gbps']:8.2f}x "
-              f"{r['epifuse_gbps'] / r['compile_gbps']:7.2f}x {100 * r['epifuse_of_copy']:7.1f}%")
+        peer = max(x for x in (r["eager_gbps"], r["compile_gbps"], r["triton_gbps"]) if x)
+        triton = f"{r['triton_gbps']:8.0f}" if r["triton_gbps"] else f"{'-':>8}"
+        print(f"{r['dtype']:>6} {r['shape'][0]:>6},{r['shape'][1]:<6} {r['eager_gbps']:8.0f} {r['compile_gbps']:8.0f} "
+              f"{triton} {r['epifuse_gbps']:8.0f} {r['epifuse_copy_gbps']:8.0f} {r['epifuse_gbps'] / r['eager_gbps']:8.2f}x "
+              f"{r['epifuse_gbps'] / r['compile_gbps']:7.2f}x {100 * r['epifuse_of_copy']:7.1f}% "
+              f"{100 * peer / r['epifuse_copy_gbps']:8.1f}%")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
@@ -344,10 +398,13 @@ def main():
         labels = [f"{r['dtype']}\n{r['shape'][0]}x{r['shape'][1]}" for r in rows]
         series = [("PyTorch eager", "eager_gbps"), ("torch.compile", "compile_gbps"),
                   ("epifuse", "epifuse_gbps"), ("copy ceiling", "epifuse_copy_gbps")]
-        width = 0.2
+        if any(r["triton_gbps"] for r in rows):
+            series.insert(2, ("Triton (row a program)", "triton_gbps"))
+        width = 0.8 / len(series)
         fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(rows)), 4))
         for k, (label, key) in enumerate(series):
-            ax.bar([i + (k - 1.5) * width for i in range(len(rows))], [r[key] for r in rows], width, label=label)
+            ax.bar([i + (k - (len(series) - 1) / 2) * width for i in range(len(rows))], [r[key] or 0 for r in rows], width,
+                   label=label)
         ax.set_xticks(range(len(rows)), labels)
         ax.set_ylabel("GB/s")
         ax.set_title(f"{os.path.basename(args.chain)} on {torch.cuda.get_device_name()}")
