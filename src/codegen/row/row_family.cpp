@@ -115,7 +115,7 @@ class RowFamily final : public KernelFamily {
     // most ~200 KB of a multiprocessor's 227, and some work for every thread.
     std::vector<RowTile> rings;
     if (target.empty() || cluster_target(target))
-      for (int t : {128, 256, 512})
+      for (int t : {128, 256, 512, 1024})
         for (int c : {1, 2, 4, 8})
           for (int stages : {1, 2, 3})  // one stage: one block per row, the other blocks of the multiprocessor in flight
             rings.push_back(RowTile{t, 0, -1, stages > 1 ? 1 : 0, 0, c, stages});
