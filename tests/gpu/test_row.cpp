@@ -205,6 +205,35 @@ TEST_SUITE("gpu") {
     check(*jit, spec, shape, 7500, std::nullopt, 0, given);
   }
 
+  TEST_CASE("row family: a quotient by a row sum, normal and below FLT_MIN") {
+    // The kernel multiplies by the reciprocal of a per-row divisor; a divisor
+    // whose reciprocal overflows (below FLT_MIN) must still divide.
+    Jit* jit = row_jit();
+    if (!jit) return;
+    KernelSpec spec;
+    const Value x = spec.graph.input("x", DType::f32);
+    spec.graph.output("y", spec.graph.div(x, spec.graph.row_sum(x)), DType::f32);
+    const Shape shape{3, 64, 0};
+    HostTensor in = HostTensor::zeros(DType::f32, {shape.m, shape.n});
+    for (std::int64_t c = 0; c < shape.n; ++c) {
+      in.set(c, 1.0f + 0.01f * c);                           // row 0: normal
+      in.set(shape.n + c, 1e-44f * (1 + c % 3));             // row 1: denormal sum (~1.3e-42)
+      in.set(2 * shape.n + c, c % 2 ? 3e-39f : 1e-45f);      // row 2: sum ~1e-37, above FLT_MIN
+    }
+    TensorMap given;
+    given.emplace("x", in);
+    for (const RowTile& t : {RowTile{64, 0, -1, 0}, RowTile{256, 0, -1, 1, 32, 1}, RowTile{64, 0, 0, 1}}) {
+      check(*jit, spec, shape, 7600, t, 0, given);
+      const TensorMap y = run_on_device(*jit, spec, shape, given, {}, t);
+      for (std::int64_t r = 0; r < shape.m; ++r) {
+        double sum = 0;
+        for (std::int64_t c = 0; c < shape.n; ++c) sum += y.at("y").get(r * shape.n + c);
+        INFO("row " << r << " tile " << t.str());
+        CHECK(std::abs(sum - 1.0) < 1e-4);  // finite, and a quotient: each row sums to 1
+      }
+    }
+  }
+
   TEST_CASE("row family: bad row tiles and GEMM reductions are user errors") {
     Jit* jit = row_jit();
     if (!jit) return;
