@@ -125,6 +125,11 @@ TEST_SUITE("unit") {
     CHECK(has(long_rows, "r1024v8x4c8"));
     CHECK(has(long_rows, "r1024v8x0"));
     CHECK_FALSE(has(long_rows, "r1024v8x0c8"));
+    // N odd: vectors of one element, too narrow for a ring's 16-byte copies; every candidate resolves.
+    for (const TileConfig& t : tile_candidates(bf, {64, 4097, 0}, "sm_90a")) {
+      CHECK(std::get<RowTile>(t).ring == 0);
+      CHECK_NOTHROW(family_for(bf).resolve_tile(bf, {64, 4097, 0}, t, "sm_90a"));
+    }
     const std::vector<TileConfig> ampere = tile_candidates(bf, {512, 262144, 0}, "sm_80");
     CHECK(std::none_of(ampere.begin(), ampere.end(), [](const TileConfig& t) { return std::get<RowTile>(t).cluster > 1; }));
   }

@@ -19,6 +19,16 @@ namespace {
 // beyond this the kernel would spill, and streaming the row again is cheaper.
 constexpr int k_register_floats = 64;
 
+// A ring's bulk copies move 16-byte pieces: a vector of every [M,N] input is
+// a multiple of 16 bytes (N odd lowers vec to 1, and then no ring fits).
+bool ring_vectors_fit(const KernelSpec& spec, const RowTile& resolved) {
+  if (resolved.ring == 0) return true;
+  for (const Node& node : spec.graph.nodes())
+    if (node.kind == NodeKind::input && node.broadcast == Broadcast::full && resolved.vec * size_of(node.dtype) % 16 != 0)
+      return false;
+  return true;
+}
+
 // Thread-block clusters and distributed shared memory: sm_90 and later.
 bool cluster_target(std::string_view target) {
   int sm = 0;
@@ -79,12 +89,12 @@ class RowFamily final : public KernelFamily {
                   "row tile {}: a ring splits a row evenly between the cluster's {} blocks in whole vectors of {}; "
                   "N = {} does not split so",
                   resolved.str(), resolved.cluster, resolved.vec, shape.n);
-    if (resolved.ring > 0)
-      for (const Node& node : spec.graph.nodes())
-        EPIFUSE_CHECK(node.kind != NodeKind::input || node.broadcast != Broadcast::full ||
-                          resolved.vec * size_of(node.dtype) % 16 == 0,
-                      "row tile {}: a ring copies 16-byte pieces; N = {} needs a vector of 16 bytes of every [M,N] input",
-                      resolved.str(), shape.n);
+    EPIFUSE_CHECK(resolved.ring == 0 || resolved.regs > 0,
+                  "row tile {}: N = {} needs more than 32 vectors a thread in this ring; use more threads or a cluster",
+                  resolved.str(), shape.n);
+    EPIFUSE_CHECK(ring_vectors_fit(spec, resolved),
+                  "row tile {}: a ring copies 16-byte pieces; N = {} needs a vector of 16 bytes of every [M,N] input",
+                  resolved.str(), shape.n);
     return resolved;
   }
 
@@ -139,9 +149,9 @@ class RowFamily final : public KernelFamily {
     }
     for (const RowTile& b : rings) {
       const RowTile r = resolve_row_tile(spec, shape, b);
-      if (row_shape_class(spec, r, shape) != "row") continue;
+      if (!ring_vectors_fit(spec, r) || row_shape_class(spec, r, shape) != "row") continue;
       const std::int64_t chunk = shape.n / b.cluster;
-      if (chunk < std::int64_t{b.threads} * r.vec || r.regs > 32) continue;  // idle threads, or unrolled too far
+      if (chunk < std::int64_t{b.threads} * r.vec || r.regs == 0) continue;  // idle threads, or over 32 vectors a thread
       if (ring_bytes(spec, r) > 200 * 1024) continue;
       if (b.cluster > 1 && ring_bytes(spec, r) * b.cluster / b.ring <= 64 * 1024) continue;  // one block holds it
       out.push_back(r);
@@ -188,7 +198,9 @@ RowTile resolve_row_tile(const KernelSpec& spec, const Shape& shape, RowTile til
     const std::int64_t per_pass = std::int64_t{tile.row_threads()} * tile.vec;
     const std::int64_t items = (n + per_pass - 1) / per_pass;
     // A ring holds the row in shared memory: no register limit (its bytes are checked at load).
-    tile.regs = tile.ring > 0 || items * tile.vec * full_inputs(spec) <= k_register_floats ? static_cast<int>(items) : 0;
+    // Either way at most 32 vectors a thread (the loops over them are unrolled).
+    const bool fits = tile.ring > 0 || items * tile.vec * full_inputs(spec) <= k_register_floats;
+    tile.regs = fits && items <= 32 ? static_cast<int>(items) : 0;
   }
   return tile;
 }
