@@ -58,6 +58,9 @@ struct KernelSource {
   std::vector<std::string> outputs;   ///< binding names of DeviceBindings::outputs, in order
   std::vector<float> scalars;         ///< values of the scalar parameters
   std::uint32_t shared_bytes = 0;     ///< dynamic shared memory per block
+  /// Blocks of the kernel's thread-block cluster (__cluster_dims__); above 8,
+  /// a non-portable size, the loader opts the kernel in.
+  std::uint32_t cluster_blocks = 1;
   std::vector<int> input_alignment;   ///< bytes each input must be aligned to for the fast path (0: none)
   std::vector<int> output_alignment;
   /// The kernel has no path for pointers aligned less than the above: a

@@ -66,8 +66,12 @@ struct RowTile {
   /// the one it reduces, and read from shared memory by every stage; `regs`
   /// then sizes the ring (threads x vec x regs elements a block a row).
   int ring = 0;
+  /// 1: a value a stage computes is kept in registers for the later stages
+  /// that use it, instead of recomputed from the inputs (rows in registers
+  /// or a ring only; docs/row-reductions.md)
+  int keep = 0;
   friend bool operator==(const RowTile&, const RowTile&) = default;
-  /// "r256v8x2"; then "g32" for a group, "c4" for a cluster, "s2" for a ring, "b" for one block per row
+  /// "r256v8x2"; then "g32" for a group, "c4" for a cluster, "s2" for a ring, "k" to keep, "b" for one block per row
   std::string str() const;
   int group_threads() const { return group > 0 ? group : threads; }  ///< threads of a block on one row
   int row_threads() const { return group_threads() * cluster; }      ///< threads on one row in all
@@ -81,7 +85,7 @@ using TileConfig = std::variant<ElementwiseTile, GemmTile, WgmmaTile, RowTile>;
 GemmTile parse_gemm_tile(const std::string& text);
 /// "h128x256x64s4g8" (WgmmaTile::str's form) as a WgmmaTile; UserError otherwise.
 WgmmaTile parse_wgmma_tile(const std::string& text);
-/// "r256v8x2", "r256v8x4g32", "r512v8x8c8s2" (RowTile::str's form, "x-1" auto) as a RowTile; UserError otherwise.
+/// "r256v8x2", "r256v8x4g32", "r512v8x8c8s2k" (RowTile::str's form, "x-1" auto) as a RowTile; UserError otherwise.
 RowTile parse_row_tile(const std::string& text);
 /// "h..." a WgmmaTile, "r..." a RowTile, anything else parse_gemm_tile.
 TileConfig parse_tile(const std::string& text);

@@ -30,6 +30,7 @@ enum FuncAttribute : int {
   kFuncLocalSizeBytes = 3,
   kFuncNumRegs = 4,
   kFuncMaxDynamicSharedSizeBytes = 8,
+  kFuncNonPortableClusterSizeAllowed = 14,
 };
 
 const char* const kUseCpu = "use --device cpu, or emit/compile with --target";
@@ -277,6 +278,10 @@ FunctionInfo CudaDriver::function_info(CUfunction f) {
 
 void CudaDriver::set_max_dynamic_shared(CUfunction f, int bytes) {
   check(api_->FuncSetAttribute(f, kFuncMaxDynamicSharedSizeBytes, bytes), "cuFuncSetAttribute");
+}
+
+void CudaDriver::allow_non_portable_cluster(CUfunction f) {
+  check(api_->FuncSetAttribute(f, kFuncNonPortableClusterSizeAllowed, 1), "cuFuncSetAttribute");
 }
 
 int CudaDriver::max_active_clusters(CUfunction f, int cluster, int block_size, size_t dynamic_shared_bytes) {

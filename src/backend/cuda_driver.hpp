@@ -109,6 +109,8 @@ class CudaDriver {
   int function_attribute(int attribute, CUfunction f);
   /// Opts `f` in to `bytes` of dynamic shared memory (needed above 48 KiB).
   void set_max_dynamic_shared(CUfunction f, int bytes);
+  /// Lets `f` run in clusters of more than 8 blocks (16 on an H100).
+  void allow_non_portable_cluster(CUfunction f);
   /// cuOccupancyMaxActiveBlocksPerMultiprocessor: for persistent grids.
   /// Clusters of `cluster` blocks (the kernel's __cluster_dims__) the whole GPU
   /// holds at once; 0 when the driver cannot say (before CUDA 11.8).

@@ -68,6 +68,7 @@ std::string RowTile::str() const {
   if (group > 0) s += fmt::format("g{}", group);
   if (cluster != 1) s += fmt::format("c{}", cluster);
   if (ring > 0) s += fmt::format("s{}", ring);
+  if (keep) s += "k";
   if (!persistent) s += "b";
   return s;
 }
@@ -77,7 +78,7 @@ RowTile parse_row_tile(const std::string& text) {
   int used = 0;
   const int n = std::sscanf(text.c_str(), "r%dv%dx%d%n", &t.threads, &t.vec, &t.regs, &used);
   std::string_view rest = n == 3 ? std::string_view(text).substr(static_cast<std::size_t>(used)) : "?";
-  // Optional suffixes in order: gGROUP, cCLUSTER, sRING, b.
+  // Optional suffixes in order: gGROUP, cCLUSTER, sRING, k, b.
   auto number_after = [&](char tag, int& field) {
     if (rest.empty() || rest[0] != tag) return;
     std::size_t k = 1;
@@ -89,14 +90,18 @@ RowTile parse_row_tile(const std::string& text) {
   number_after('g', t.group);
   number_after('c', t.cluster);
   number_after('s', t.ring);
+  if (rest.starts_with("k")) {
+    t.keep = 1;
+    rest.remove_prefix(1);
+  }
   if (rest == "b") {
     t.persistent = 0;
     rest = {};
   }
   EPIFUSE_CHECK(n == 3 && rest.empty(),
-                "row tile '{}': expected rTHREADSvVECxREGS[gGROUP][cCLUSTER][sRING][b], e.g. r256v8x2, r256v8x4g32 "
+                "row tile '{}': expected rTHREADSvVECxREGS[gGROUP][cCLUSTER][sRING][k][b], e.g. r256v8x2, r256v8x4g32 "
                 "(32 threads a row), r1024v8x4c4 (a cluster of 4 blocks a row), r512v8x8c8s2 (a 2-stage shared-memory "
-                "ring); x0 streams the row, b one block a row",
+                "ring); x0 streams the row, k keeps a stage's values for the next, b one block a row",
                 text);
   return t;
 }

@@ -45,7 +45,8 @@ std::string tile_bytes(const TileConfig& tile) {
         if constexpr (std::is_same_v<T, ElementwiseTile>) {
           for (int v : {t.threads, t.vec, t.blocks_per_sm}) put(out, static_cast<std::int32_t>(v));
         } else if constexpr (std::is_same_v<T, RowTile>) {
-          for (int v : {t.threads, t.vec, t.regs, t.persistent, t.group, t.cluster, t.ring}) put(out, static_cast<std::int32_t>(v));
+          for (int v : {t.threads, t.vec, t.regs, t.persistent, t.group, t.cluster, t.ring, t.keep})
+            put(out, static_cast<std::int32_t>(v));
         } else if constexpr (std::is_same_v<T, WgmmaTile>) {
           for (int v : {t.bm, t.bn, t.bk, t.stages, t.group_m, t.cluster, t.pingpong})
             put(out, static_cast<std::int32_t>(v));
@@ -87,7 +88,7 @@ std::optional<TileConfig> tile_from_bytes(std::string_view bytes) {
   }
   if (index == 3) {
     RowTile t;
-    if (!ints({&t.threads, &t.vec, &t.regs, &t.persistent, &t.group, &t.cluster, &t.ring})) return std::nullopt;
+    if (!ints({&t.threads, &t.vec, &t.regs, &t.persistent, &t.group, &t.cluster, &t.ring, &t.keep})) return std::nullopt;
     return t;
   }
   return std::nullopt;

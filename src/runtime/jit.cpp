@@ -259,6 +259,7 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
                       to_string(kernel->src.tile), total, most);
         driver->set_max_dynamic_shared(kernel->function, shared);
       }
+      if (kernel->src.cluster_blocks > 8) driver->allow_non_portable_cluster(kernel->function);
     }
     return kernel;
   });

@@ -193,4 +193,37 @@ TEST_SUITE("unit") {
     const std::string odd = emit_kernel(att, {8, 1002, 0}).text;
     CHECK(odd.find("ef_philox4_draw(p.seed") != std::string::npos);
   }
+
+  TEST_CASE("row family: keep (k) computes a value once and reads it in later stages") {
+    CHECK(parse_row_tile("r512v8x8c8s1kb") == RowTile{512, 8, 8, 0, 0, 8, 1, 1});
+    CHECK(RowTile{128, 8, 1, 1, 0, 1, 0, 1}.str() == "r128v8x1k");
+    CHECK(parse_row_tile("r16v8x4c16s1") == RowTile{16, 8, 4, 1, 0, 16, 1});
+    CHECK_THROWS_AS(parse_row_tile("r256v8x2bk"), UserError);  // suffixes in order
+    // softmax: exp(x - max) is computed in the sum's stage and kept for the quotient's.
+    const KernelSpec bf = softmax_spec(DType::bf16);
+    const std::string plain = emit_kernel(bf, {8, 4096, 0}, RowTile{256, 8, 2, 1}).text;
+    const std::string kept = emit_kernel(bf, {8, 4096, 0}, RowTile{256, 8, 2, 1, 0, 1, 0, 1}).text;
+    CHECK(count(plain, "ef_exp_fast(") == 2);
+    CHECK(count(kept, "ef_exp_fast(") == 1);
+    CHECK(count(kept, "[ITEMS][VEC];  // kept") == 1);
+    const std::string ring = emit_kernel(bf, {8, 4096, 0}, RowTile{256, 8, 2, 0, 0, 1, 1, 1}, KernelPath::fastest, "sm_90a").text;
+    CHECK(count(ring, "ef_exp_fast(") == 1);
+    // A streaming tile has no room for kept values; keep there is refused.
+    const KernelFamily& row = family_for(bf);
+    CHECK_THROWS_WITH_AS(row.resolve_tile(bf, {8, 65536, 0}, RowTile{256, 0, 0, 1, 0, 1, 0, 1}, ""),
+                         doctest::Contains("streaming"), UserError);
+    // Keep candidates only where a later stage reads a computed value (not for a plain rmsnorm).
+    const std::vector<TileConfig> c = tile_candidates(bf, {4096, 1024, 0}, "sm_90a");
+    CHECK(std::any_of(c.begin(), c.end(), [](const TileConfig& t) { return std::get<RowTile>(t).keep == 1; }));
+    KernelSpec rms;
+    rms.graph.output("y", rms.graph.rmsnorm(rms.graph.input("x", DType::bf16), rms.graph.input("w", DType::bf16, Broadcast::row), 1e-6),
+                     DType::bf16);
+    CHECK_FALSE(row_keeps_values(rms.graph));
+    CHECK(row_keeps_values(bf.graph));
+    const std::vector<TileConfig> r = tile_candidates(rms, {4096, 1024, 0}, "sm_90a");
+    CHECK(std::none_of(r.begin(), r.end(), [](const TileConfig& t) { return std::get<RowTile>(t).keep == 1; }));
+    // Clusters of 16 (non-portable) for the longest rows.
+    CHECK_NOTHROW(row.resolve_tile(bf, {8, 262144, 0}, RowTile{512, 0, -1, 1, 0, 16, 1}, "sm_90a"));
+    CHECK_THROWS_AS(row.resolve_tile(bf, {8, 262144, 0}, RowTile{512, 0, -1, 1, 0, 32, 1}, "sm_90a"), UserError);
+  }
 }

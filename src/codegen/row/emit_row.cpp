@@ -18,10 +18,14 @@ namespace {
 // longest path to a leaf; a reduction's level is its operand's plus one.
 // Stage s computes the op nodes of level <= s that its targets need (the
 // operands of the level-(s+1) reductions, or in the last stage the outputs),
-// reading reductions of level <= s as per-row scalars. A stage recomputes
-// what an earlier one computed (exp(x - max) in softmax's sum and in its
-// quotient) instead of keeping it: the kernel is bound by memory, and what a
-// thread keeps is the row's inputs, not every intermediate.
+// reading reductions of level <= s as per-row scalars. Without keep, a stage
+// recomputes what an earlier one computed (exp(x - max) in softmax's sum and
+// in its quotient): a thread holds the row's inputs only. With keep (a tile
+// whose row sits in registers or a ring), a value an earlier stage computed
+// is read from a register array instead: the attention pattern computes
+// x*scale + mask once instead of three times and exp once instead of twice,
+// and since the kept values usually replace inputs that die (softmax keeps
+// exp(x - max) where it held x), registers do not grow.
 std::vector<int> levels(const Graph& g) {
   std::vector<int> level(g.nodes().size(), 0);
   for (std::size_t i = 0; i < g.nodes().size(); ++i) {
@@ -34,47 +38,82 @@ std::vector<int> levels(const Graph& g) {
   return level;
 }
 
-RowStage plan_stage(const KernelPlan& plan, const std::vector<int>& level, int s, bool last) {
+// One stage's cut of the graph (Note [Row stages]).
+struct StageCut {
+  std::vector<std::uint32_t> reductions;  // reductions whose operands the stage produces
+  std::vector<bool> need;                 // nodes the stage reads or computes
+  std::vector<std::uint32_t> kept_in;     // op nodes an earlier stage computed, read from its array
+};
+
+std::vector<StageCut> cut_stages(const Graph& g, bool keep) {
+  const std::vector<int> level = levels(g);
+  int last = 0;
+  for (const Output& o : g.outputs()) last = std::max(last, level[o.value.id]);
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) last = std::max(last, level[i] - 1);
+  std::vector<int> computed_in(g.nodes().size(), -1);
+  std::vector<StageCut> cuts;
+  for (int s = 0; s <= last; ++s) {
+    StageCut st;
+    std::vector<Value> targets;
+    for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+      const Node& n = g.nodes()[i];
+      if (n.kind == NodeKind::op && is_row_reduction(n.op) && level[i] == s + 1) {
+        st.reductions.push_back(static_cast<std::uint32_t>(i));
+        targets.push_back(n.args[0]);
+      }
+    }
+    if (s == last)
+      for (const Output& o : g.outputs()) targets.push_back(o.value);
+    // Everything the targets need, stopping at reductions (per-row scalars
+    // here) and, with keep, at what an earlier stage computed.
+    st.need.assign(g.nodes().size(), false);
+    std::vector<Value> work = targets;
+    while (!work.empty()) {
+      const Value v = work.back();
+      work.pop_back();
+      if (st.need[v.id]) continue;
+      st.need[v.id] = true;
+      const Node& n = g.node(v);
+      if (n.kind != NodeKind::op || is_row_reduction(n.op)) continue;
+      if (keep && computed_in[v.id] >= 0) {
+        st.kept_in.push_back(v.id);
+        continue;
+      }
+      for (Value a : n.args) work.push_back(a);
+    }
+    std::sort(st.kept_in.begin(), st.kept_in.end());
+    for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+      const Node& n = g.nodes()[i];
+      if (st.need[i] && n.kind == NodeKind::op && !is_row_reduction(n.op) && computed_in[i] < 0)
+        computed_in[i] = s;
+    }
+    cuts.push_back(std::move(st));
+  }
+  return cuts;
+}
+
+RowStage plan_stage(const KernelPlan& plan, const StageCut& cut, bool last) {
   const Graph& g = plan.spec->graph;
   RowStage st;
   st.outputs = last;
-  std::vector<Value> targets;
+  st.reductions = cut.reductions;
+  st.kept_in = cut.kept_in;
   for (std::size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
-    if (n.kind == NodeKind::op && is_row_reduction(n.op) && level[i] == s + 1) {
-      st.reductions.push_back(static_cast<std::uint32_t>(i));
-      targets.push_back(n.args[0]);
-    }
-  }
-  if (last)
-    for (const TensorPlan& t : plan.outputs) targets.push_back(t.value);
-  // Everything the targets need, stopping at reductions (per-row scalars here).
-  std::vector<bool> need(g.nodes().size(), false);
-  std::vector<Value> work = targets;
-  while (!work.empty()) {
-    const Value v = work.back();
-    work.pop_back();
-    if (need[v.id]) continue;
-    need[v.id] = true;
-    const Node& n = g.node(v);
-    if (n.kind == NodeKind::op && !is_row_reduction(n.op))
-      for (Value a : n.args) work.push_back(a);
-  }
-  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
-    if (!need[i]) continue;
+    if (!cut.need[i]) continue;
     const Node& n = g.nodes()[i];
     if (n.kind != NodeKind::op) continue;
     if (is_row_reduction(n.op)) {
       st.row_values.push_back(static_cast<std::uint32_t>(i));
       continue;
     }
+    if (std::binary_search(cut.kept_in.begin(), cut.kept_in.end(), static_cast<std::uint32_t>(i))) continue;
     st.nodes.push_back(static_cast<std::uint32_t>(i));
     if (n.op == OpKind::dropout)
       for (std::size_t k = 0; k < plan.dropouts.size(); ++k)
         if (plan.dropouts[k].id == i) st.draws.push_back(k);
   }
   for (std::size_t k = 0; k < plan.inputs.size(); ++k)
-    if (need[plan.inputs[k].value.id]) st.inputs.push_back(k);
+    if (cut.need[plan.inputs[k].value.id]) st.inputs.push_back(k);
   return st;
 }
 
@@ -94,7 +133,9 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
   for (std::size_t k : st.inputs) sig += fmt::format(", float v{}", plan.inputs[k].value.id);
   for (std::size_t k : st.draws) sig += fmt::format(", unsigned d{}", k);
   for (std::uint32_t id : st.row_values) sig += fmt::format(", float v{}", id);
+  for (std::uint32_t id : st.kept_in) sig += fmt::format(", float v{}", id);
   for (std::uint32_t id : st.reductions) sig += fmt::format(", float& a{}", id);
+  for (std::uint32_t id : st.kept_out) sig += fmt::format(", float& k{}", id);
   if (st.outputs)
     for (std::size_t k = 0; k < plan.outputs.size(); ++k) sig += fmt::format(", float& o{}", k);
   std::string body;
@@ -112,6 +153,7 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
       body += fmt::format("  const float v{} = {};\n", id, spell_op(plan, id));
   }
   for (std::uint32_t id : st.reductions) body += fmt::format("  a{} = v{};\n", id, g.nodes()[id].args[0].id);
+  for (std::uint32_t id : st.kept_out) body += fmt::format("  k{0} = v{0};\n", id);
   if (st.outputs)
     for (std::size_t k = 0; k < plan.outputs.size(); ++k)
       body += fmt::format("  o{} = v{};\n", k, plan.outputs[k].value.id);
@@ -155,6 +197,9 @@ std::string emit_row_start(const RowPlan& r) {
           t.field, storage_type_name(t.dtype));
     }
   }
+  for (const RowStage& st : r.stages)
+    for (std::uint32_t id : st.kept_out)
+      s += fmt::format("    float k{}[ITEMS][VEC];  // kept from stage to stage (Note [Row stages])\n", id);
   if (s.empty()) return "    // no per-row loads";
   s.pop_back();
   return s;
@@ -228,7 +273,9 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
   for (std::size_t k : st.inputs) call += fmt::format(", {}_v[j]", plan.inputs[k].field);
   for (std::size_t k : st.draws) call += fmt::format(", d{}[j]", k);
   for (std::uint32_t id : st.row_values) call += fmt::format(", v{}", id);
+  for (std::uint32_t id : st.kept_in) call += fmt::format(", k{}[it][j]", id);
   for (std::uint32_t id : st.reductions) call += fmt::format(", a{}", id);
+  for (std::uint32_t id : st.kept_out) call += fmt::format(", k{}[it][j]", id);
   if (st.outputs) {
     for (const TensorPlan& t : plan.outputs) out += fmt::format("      float {}_v[VEC];\n", t.field);
     for (const TensorPlan& t : plan.outputs) call += fmt::format(", {}_v[j]", t.field);
@@ -265,6 +312,12 @@ int alignment_needed(const RowPlan& r, const TensorPlan& t) {
 
 }  // namespace
 
+bool row_keeps_values(const Graph& graph) {
+  for (const StageCut& cut : cut_stages(graph, true))
+    if (!cut.kept_in.empty()) return true;
+  return false;
+}
+
 RowPlan plan_row(const KernelPlan& plan) {
   RowPlan r;
   r.plan = &plan;
@@ -272,11 +325,6 @@ RowPlan plan_row(const KernelPlan& plan) {
   const Graph& g = plan.spec->graph;
   for (const TensorPlan& t : plan.outputs)
     EPIFUSE_ASSERT(t.broadcast == Broadcast::full, "output '{}' is not [M,N]: the builder refuses that", t.binding);
-  const std::vector<int> level = levels(g);
-  int last = 0;
-  for (const TensorPlan& t : plan.outputs) last = std::max(last, level[t.value.id]);
-  for (std::size_t i = 0; i < g.nodes().size(); ++i) last = std::max(last, level[i] - 1);
-  for (int s = 0; s <= last; ++s) r.stages.push_back(plan_stage(plan, level, s, s == last));
   // The general path (a misaligned pointer) reads element by element.
   r.vec = plan.path == KernelPath::general ? 1 : r.tile.vec;
   r.vector_only = r.vec > 1;
@@ -284,6 +332,17 @@ RowPlan plan_row(const KernelPlan& plan) {
   // A ring tile's general path (vectors of one element) streams the row instead.
   r.ring = plan.path == KernelPath::general ? 0 : r.tile.ring;
   r.in_registers = r.tile.regs > 0 && r.tile.ring == 0;
+  r.keep = r.tile.keep && (r.in_registers || r.ring > 0);
+  const std::vector<StageCut> cuts = cut_stages(g, r.keep);
+  for (std::size_t s = 0; s < cuts.size(); ++s) r.stages.push_back(plan_stage(plan, cuts[s], s + 1 == cuts.size()));
+  // Each kept value's array is written by the stage that computes it.
+  for (RowStage& st : r.stages)
+    for (std::uint32_t id : st.kept_in)
+      for (RowStage& earlier : r.stages)
+        if (std::find(earlier.nodes.begin(), earlier.nodes.end(), id) != earlier.nodes.end() &&
+            std::find(earlier.kept_out.begin(), earlier.kept_out.end(), id) == earlier.kept_out.end())
+          earlier.kept_out.push_back(id);
+  for (RowStage& st : r.stages) std::sort(st.kept_out.begin(), st.kept_out.end());
   return r;
 }
 
@@ -292,6 +351,7 @@ KernelSource emit_row(const RowPlan& r) {
   KernelSource ks;
   bind_graph_tensors(plan, ks, [&](const TensorPlan& t) { return alignment_needed(r, t); });
   ks.tile = r.tile;
+  ks.cluster_blocks = static_cast<std::uint32_t>(r.tile.cluster);
   ks.requires_alignment = r.vector_only;
   ParamLayout layout;
   layout_params(r, layout);

@@ -21,6 +21,8 @@ struct RowStage {
   std::vector<std::uint32_t> row_values;  // reduction nodes of earlier stages it reads (per-row scalars)
   std::vector<std::uint32_t> reductions;  // reduction nodes whose operands this stage produces
   std::vector<std::uint32_t> nodes;     // op nodes it computes, in graph order
+  std::vector<std::uint32_t> kept_in;   // op nodes an earlier stage computed, read from their arrays (keep)
+  std::vector<std::uint32_t> kept_out;  // op nodes it computes that a later stage reads (keep)
   bool outputs = false;                 // the last stage: it writes the graph's outputs
 };
 
@@ -34,10 +36,14 @@ struct RowPlan {
   bool quad_draws = false;      // vec % 4 == 0 and N % 4 == 0: one Philox call per four elements
   int ring = 0;                 // tile.ring, or 0 on the general path (which streams instead)
   bool in_registers = false;    // a register tile: the row's vectors read once into registers
+  bool keep = false;            // tile.keep with registers or a ring: a stage's values kept for later stages
 };
 
 /// The row family's answer to family_for: whether a spec's graph has a row reduction.
 bool has_row_reduction(const KernelSpec& spec);
+/// Whether a later stage uses a value an earlier one computes (softmax's
+/// exp(x - max)): only then does a keep tile differ from its plain one.
+bool row_keeps_values(const Graph& graph);
 /// The tile with vec and regs decided for N (RowTile's comments).
 RowTile resolve_row_tile(const KernelSpec& spec, const Shape& shape, RowTile tile);
 /// "row" when `shape` suits the resolved tile (N a multiple of vec, and the row

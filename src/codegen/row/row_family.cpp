@@ -63,8 +63,9 @@ class RowFamily final : public KernelFamily {
     EPIFUSE_CHECK(tile.group == 0 || (tile.group >= 1 && tile.group <= 32 && std::has_single_bit(unsigned(tile.group))),
                   "row tile {}: group (threads a row) is 0 (the whole block) or a power of two up to 32, got {}",
                   tile.str(), tile.group);
-    EPIFUSE_CHECK(tile.cluster == 1 || tile.cluster == 2 || tile.cluster == 4 || tile.cluster == 8,
-                  "row tile {}: cluster (blocks a row) is 1, 2, 4 or 8, got {}", tile.str(), tile.cluster);
+    EPIFUSE_CHECK(tile.cluster == 1 || tile.cluster == 2 || tile.cluster == 4 || tile.cluster == 8 || tile.cluster == 16,
+                  "row tile {}: cluster (blocks a row) is 1, 2, 4, 8 or 16 (16: non-portable, H100 and H200), got {}",
+                  tile.str(), tile.cluster);
     EPIFUSE_CHECK(tile.cluster == 1 || tile.group == 0,
                   "row tile {}: a cluster spreads a row over whole blocks; drop the group (g) or the cluster (c)",
                   tile.str());
@@ -78,7 +79,12 @@ class RowFamily final : public KernelFamily {
                   "row tile {}: the shared-memory ring's bulk copies need sm_90 or later, not {}", tile.str(), target);
     EPIFUSE_CHECK(tile.ring == 0 || tile.regs != 0,
                   "row tile {}: a ring's regs size it (vectors a thread's part of a row); 0 would stream", tile.str());
+    EPIFUSE_CHECK(tile.keep == 0 || tile.keep == 1, "row tile: keep is 0 or 1, got {}", tile.keep);
     const RowTile resolved = resolve_row_tile(spec, shape, tile);
+    EPIFUSE_CHECK(resolved.keep == 0 || resolved.regs > 0,
+                  "row tile {}: keep (k) holds a stage's values in registers beside the row; a streaming tile (x0) "
+                  "has no room for them",
+                  resolved.str());
     // A kernel emitted for a row it cannot hold would leave part of it out.
     const std::string_view fit = row_shape_class(spec, resolved, shape);
     EPIFUSE_CHECK(fit != "row/n_too_long",
@@ -117,7 +123,7 @@ class RowFamily final : public KernelFamily {
     for (int g : {8, 16, 32}) base.push_back(RowTile{256, 0, -1, 1, g, 1});
     for (int t : {128, 256, 512, 1024}) base.push_back(RowTile{t, 0, -1, 1});
     if (target.empty() || cluster_target(target))
-      for (int c : {2, 4, 8})
+      for (int c : {2, 4, 8, 16})
         for (int t : {512, 1024}) base.push_back(RowTile{t, 0, -1, 1, 0, c});
     base.push_back(RowTile{256, 0, 0, 1});
     base.push_back(RowTile{1024, 0, 0, 1});
@@ -126,9 +132,11 @@ class RowFamily final : public KernelFamily {
     std::vector<RowTile> rings;
     if (target.empty() || cluster_target(target))
       for (int t : {128, 256, 512, 1024})
-        for (int c : {1, 2, 4, 8})
+        for (int c : {1, 2, 4, 8, 16})
           for (int stages : {1, 2, 3})  // one stage: one block per row, the other blocks of the multiprocessor in flight
             rings.push_back(RowTile{t, 0, -1, stages > 1 ? 1 : 0, 0, c, stages});
+    // Keep (k) variants where a later stage uses a value an earlier one computes.
+    const bool keeps = row_keeps_values(spec.graph);
     std::vector<TileConfig> out;
     std::vector<RowTile> seen;
     for (const RowTile& b : base) {
@@ -139,12 +147,16 @@ class RowFamily final : public KernelFamily {
       // A group or cluster that half the row would keep busy leaves threads
       // idle: the narrower one is also a candidate.
       if ((b.group > 0 || b.cluster > 1) && std::int64_t{b.row_threads()} * r.vec >= 2 * shape.n) continue;
-      for (int persistent : {1, 0}) {
-        RowTile t = r;
-        t.persistent = persistent;
-        if (std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
-        seen.push_back(t);
-        out.push_back(t);
+      for (int keep : {0, 1}) {
+        if (keep && (r.regs == 0 || !keeps)) continue;
+        for (int persistent : {1, 0}) {
+          RowTile t = r;
+          t.persistent = persistent;
+          t.keep = keep;
+          if (std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
+          seen.push_back(t);
+          out.push_back(t);
+        }
       }
     }
     for (const RowTile& b : rings) {
@@ -155,6 +167,11 @@ class RowFamily final : public KernelFamily {
       if (ring_bytes(spec, r) > 200 * 1024) continue;
       if (b.cluster > 1 && ring_bytes(spec, r) * b.cluster / b.ring <= 64 * 1024) continue;  // one block holds it
       out.push_back(r);
+      if (keeps) {
+        RowTile k = r;
+        k.keep = 1;
+        out.push_back(k);
+      }
     }
     return out;
   }

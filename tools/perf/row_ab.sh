@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Two epifuse binaries (build-new/epifuse_base, build-new/epifuse) on explicit row tiles at
+# the long-row shapes, interleaved base/new/base/new (tools/perf/row_tune.sh first: it writes the chains).
+set -u
+tmp=/tmp/row_tune
+for spec in "softmax_bf16 65536 r1024v8x8s1b r512v8x8c2s1b r512v8x4c4s1b r256v8x4c8s2" \
+            "softmax_bf16 262144 r512v8x8c8s1b r256v8x8c16s1b r1024v8x4c8s2k r512v8x4c16s2" \
+            "softmax_f32 262144 r256v4x16c16s1b r1024v4x8c8 r256v4x8c16s2" \
+            "attention_bf16 65536 r256v8x8c4s1b r512v8x4c4s2k r256v8x4c8s1b" \
+            "attention_bf16 262144 r256v8x8c16s1b r512v8x8c8s1b r512v8x4c16s2k" \
+            "layernorm_bf16 262144 r512v8x8c8s1b r256v8x8c16s1b r1024v8x4c8s2k" \
+            "add_rmsnorm_bf16 262144 r512v8x4c16s1b r512v8x8c8s1b r1024v8x2c16s3k"; do
+  set -- $spec; c=$1 n=$2; shift 2
+  m=$(((1 << 27) / n)); args=(); for t in "$@"; do args+=(--tile "$t"); done
+  for b in base new base new; do
+    bin=build-new/epifuse; [ $b = base ] && bin=build-new/epifuse_base
+    $bin tune $tmp/$c.json --shape $m,$n "${args[@]}" 2>/dev/null | grep -E "^  r" | sed "s/^/$b $c $n /"
+  done
+done

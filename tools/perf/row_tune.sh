@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Every row-family candidate timed in one process per shape (`epifuse tune --json`),
+# for the same chains and shapes as row_bench.sh: the same-run A/B of tile features
+# (keep, clusters, rings), summarised by tools/perf/row_tune_summary.py.
+#   [EPIFUSE_BIN=build/epifuse] tools/perf/row_tune.sh OUT_DIR [CHAINS...]
+#   NS: the row lengths (default 1024 4096 16384 65536 262144)
+set -u
+cd "$(dirname "$0")/../.."
+bin=${EPIFUSE_BIN:-build/epifuse}
+out=${1:?usage: row_tune.sh OUT_DIR [CHAINS...]}; shift
+mkdir -p "$out"
+chains=("$@")
+((${#chains[@]})) || chains=(softmax_bf16 softmax_f32 attention_bf16 add_rmsnorm_bf16 layernorm_bf16)
+tmp=${TMPDIR:-/tmp}/row_tune; mkdir -p "$tmp"
+ex=examples/chains
+cp $ex/softmax.json "$tmp/softmax_bf16.json"
+sed -e 's/"bf16"/"f32"/g' $ex/softmax.json > "$tmp/softmax_f32.json"
+cp $ex/scaled_masked_softmax_dropout.json "$tmp/attention_bf16.json"
+cp $ex/add_rmsnorm.json "$tmp/add_rmsnorm_bf16.json"
+cp $ex/layernorm.json "$tmp/layernorm_bf16.json"
+for c in "${chains[@]}"; do
+  for n in ${NS:-1024 4096 16384 65536 262144}; do
+    m=$(((1 << 27) / n))
+    echo "row_tune: $c M=$m N=$n" >&2
+    "$bin" tune "$tmp/$c.json" --shape "$m,$n" --json > "$out/tune_${c}_${n}.json" 2> "$tmp/err.txt" || tail -3 "$tmp/err.txt" >&2
+  done
+done
