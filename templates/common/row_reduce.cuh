@@ -1,10 +1,12 @@
 // Row reductions of the row family (templates/row.cu.in): the partial values
 // of a row's threads combined into one value every one of them gets. A group
 // of up to 32 threads: warp shuffles alone. A whole block: shuffles, one slot
-// per warp in shared memory, then warp 0. A cluster of blocks: each block's
+// per warp in shared memory, then warp 0. A cluster of blocks: each warp's
 // value is stored into every block's shared memory (distributed shared
-// memory, sm_90), and after a cluster barrier each block combines them in
-// rank order, so that every block of the cluster gets the same bits.
+// memory, sm_90) with st.async, completing bytes on that block's mbarrier; a
+// block waits on its own mbarrier alone (no block or cluster barrier), and
+// every warp combines the WARPS x CLUSTER values in the same order, so that
+// every block of the cluster gets the same bits.
 #pragma once
 
 #define EF_NEG_INF __int_as_float(0xff800000)
@@ -36,17 +38,24 @@ __device__ __forceinline__ unsigned ef_row_cluster_count() {
   return r;
 }
 
-// `scratch`: THREADS / 32 + 1 floats; `cluster_slots`: 2 * CLUSTER floats.
+// `scratch`: THREADS / 32 + 1 floats; `cluster_slots`: 2 * (THREADS / 32) *
+// CLUSTER floats; `cluster_bars`: two mbarriers.
 // Block: two barriers a call; a call right after another is safe, since a
 // warp writes its slot only after every thread passed the barrier after which
-// the last result was read. Cluster: one cluster barrier a call, the slots
-// alternating between two halves; a block writes a peer's half only after
-// the barrier that the peer reaches only after reading that half's last values.
+// the last result was read. Cluster: the slots and mbarriers alternate between
+// two halves; a block writes a peer's half for call k + 2 only after it got
+// every value of call k + 1, which each of the peer's warps sends only after
+// it read that half's values of call k. Thread 0 re-arms a half's mbarrier
+// (expecting the next call's bytes) as soon as its wait on it returns, before
+// its warp sends anything of the next call, so no byte of call k + 2 comes
+// before the arming.
 template <int THREADS, int GROUP, int CLUSTER>
 struct EfRowReducer {
+  static constexpr int WARPS = THREADS / 32;
   float* scratch;
   float* cluster_slots;
-  unsigned phase = 0;
+  unsigned long long* cluster_bars;
+  unsigned phase = 0, parity = 0;  // the half used next; each half's mbarrier parity (bits 0 and 1)
 
   // This thread's index among the row's threads, the first row unit (block or
   // cluster) this block takes, and how many units the grid has.
@@ -70,10 +79,25 @@ struct EfRowReducer {
   }
 
   // Before a block stores into a peer's shared memory the peer must be
-  // running: one cluster barrier at the start (without it, a cluster of 8
-  // blocks of 128 threads faulted on the first store).
+  // running and its mbarriers armed: one cluster barrier at the start
+  // (without it, a cluster of 8 blocks of 128 threads faulted on the first store).
   __device__ __forceinline__ void start() const {
-    if constexpr (CLUSTER > 1) asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+    if constexpr (CLUSTER > 1) {
+      if (threadIdx.x == 0) {
+        for (int h = 0; h < 2; ++h)
+          asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar(h)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        for (int h = 0; h < 2; ++h) arm(h);
+      }
+      asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+    }
+  }
+  __device__ __forceinline__ unsigned bar(int h) const { return (unsigned)__cvta_generic_to_shared(cluster_bars + h); }
+  // One arrival, expecting the bytes a call brings: a float from each warp of each block.
+  __device__ __forceinline__ void arm(int h) const {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar(h)),
+                 "r"((unsigned)(WARPS * CLUSTER * 4))
+                 : "memory");
   }
 
   template <class Op>
@@ -81,6 +105,39 @@ struct EfRowReducer {
     constexpr int width = GROUP < 32 ? GROUP : 32;
 #pragma unroll
     for (int o = width / 2; o > 0; o >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if constexpr (CLUSTER > 1) {
+      // Lane r of every warp sends the warp's value to rank r's half.
+      const int h = (int)phase, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+      phase ^= 1u;
+      const float* slots = cluster_slots + h * WARPS * CLUSTER;
+      if (lane < CLUSTER) {
+        const unsigned local = (unsigned)__cvta_generic_to_shared(slots + warp * CLUSTER + ef_row_cluster_rank());
+        asm volatile(
+            "{\n\t.reg .b32 ra, rb;\n\t"
+            "mapa.shared::cluster.u32 ra, %0, %2;\n\t"
+            "mapa.shared::cluster.u32 rb, %1, %2;\n\t"
+            "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [ra], %3, [rb];\n}\n" ::"r"(local),
+            "r"(bar(h)), "r"((unsigned)lane), "r"(__float_as_uint(v))
+            : "memory");
+      }
+      const unsigned par = (parity >> h) & 1u;
+      parity ^= 1u << h;
+      asm volatile(
+          "{\n\t.reg .pred done;\n"
+          "EF_RED_WAIT_%=:\n\t"
+          "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
+          "@!done bra EF_RED_WAIT_%=;\n}\n" ::"r"(bar(h)),
+          "r"(par)
+          : "memory");
+      if (threadIdx.x == 0) arm(h);
+      // The same combine in every warp of every block: lane l takes values l, l + 32, ...
+      float w = Op::identity();
+#pragma unroll
+      for (int i = lane; i < WARPS * CLUSTER; i += 32) w = Op::combine(w, slots[i]);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) w = Op::combine(w, __shfl_xor_sync(0xffffffffu, w, o));
+      return w;
+    }
     if constexpr (GROUP > 32) {
       const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
       if (lane == 0) scratch[warp] = v;
@@ -93,22 +150,6 @@ struct EfRowReducer {
       }
       __syncthreads();
       v = scratch[THREADS / 32];
-    }
-    if constexpr (CLUSTER > 1) {
-      float* slots = cluster_slots + phase * CLUSTER;
-      phase ^= 1u;
-      if (threadIdx.x < CLUSTER) {
-        const unsigned local = (unsigned)__cvta_generic_to_shared(slots + ef_row_cluster_rank());
-        asm volatile(
-            "{\n\t.reg .b32 remote;\n\tmapa.shared::cluster.u32 remote, %0, %1;\n\t"
-            "st.shared::cluster.f32 [remote], %2;\n}\n" ::"r"(local),
-            "r"((unsigned)threadIdx.x), "f"(v)
-            : "memory");
-      }
-      asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-      v = slots[0];
-#pragma unroll
-      for (int r = 1; r < CLUSTER; ++r) v = Op::combine(v, slots[r]);
     }
     return v;
   }
