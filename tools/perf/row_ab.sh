@@ -9,7 +9,11 @@ for spec in "softmax_bf16 65536 r1024v8x8s1b r512v8x8c2s1b r512v8x4c4s1b r256v8x
             "attention_bf16 65536 r256v8x8c4s1b r512v8x4c4s2k r256v8x4c8s1b" \
             "attention_bf16 262144 r256v8x8c16s1b r512v8x8c8s1b r512v8x4c16s2k" \
             "layernorm_bf16 262144 r512v8x8c8s1b r256v8x8c16s1b r1024v8x4c8s2k" \
-            "add_rmsnorm_bf16 262144 r512v8x4c16s1b r512v8x8c8s1b r1024v8x2c16s3k"; do
+            "add_rmsnorm_bf16 262144 r512v8x4c16s1b r512v8x8c8s1b r1024v8x2c16s3k" \
+            "softmax_bf16 16384 r512v8x4s1kb r1024v8x2b" \
+            "attention_bf16 16384 r512v8x4s2k r256v8x8s1b" \
+            "layernorm_bf16 65536 r512v8x8c2s1b r1024v8x8s1b" \
+            "softmax_f32 65536 r256v4x16c4s1b r512v4x8c4s1b"; do
   set -- $spec; c=$1 n=$2; shift 2
   m=$(((1 << 27) / n)); args=(); for t in "$@"; do args+=(--tile "$t"); done
   for b in base new base new; do
