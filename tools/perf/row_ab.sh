@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Two epifuse binaries (build-new/epifuse_base, build-new/epifuse) on explicit row tiles at
-# the long-row shapes, interleaved base/new/base/new (tools/perf/row_tune.sh first: it writes the chains).
+# the long-row and block shapes, interleaved base/new/base/new.
 set -u
-tmp=/tmp/row_tune
+cd "$(dirname "$0")/../.."
+source tools/perf/row_chains.sh
+tmp=${TMPDIR:-/tmp}/row_ab; mkdir -p "$tmp"
+write_row_chains "$tmp"
 for spec in "softmax_bf16 65536 r1024v8x8s1b r512v8x8c2s1b r512v8x4c4s1b r256v8x4c8s2" \
             "softmax_bf16 262144 r512v8x8c8s1b r256v8x8c16s1b r1024v8x4c8s2k r512v8x4c16s2" \
             "softmax_f32 262144 r256v4x16c16s1b r1024v4x8c8 r256v4x8c16s2" \

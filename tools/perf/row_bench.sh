@@ -12,14 +12,10 @@ cd "$(dirname "$0")/../.."
 bin=${EPIFUSE_BIN:-build/epifuse}
 out=${1:-/dev/stdout}; shift || true
 chains=("$@")
-((${#chains[@]})) || chains=(softmax_bf16 softmax_f32 attention_bf16 add_rmsnorm_bf16 layernorm_bf16)
+source tools/perf/row_chains.sh
+((${#chains[@]})) || chains=("${row_chain_names[@]}")
 tmp=${TMPDIR:-/tmp}/row_bench; mkdir -p "$tmp"
-ex=examples/chains
-cp $ex/softmax.json "$tmp/softmax_bf16.json"
-sed -e 's/"bf16"/"f32"/g' $ex/softmax.json > "$tmp/softmax_f32.json"
-cp $ex/scaled_masked_softmax_dropout.json "$tmp/attention_bf16.json"
-cp $ex/add_rmsnorm.json "$tmp/add_rmsnorm_bf16.json"
-cp $ex/layernorm.json "$tmp/layernorm_bf16.json"
+write_row_chains "$tmp"
 : > "$tmp/out.jsonl"
 for c in "${chains[@]}"; do
   for n in ${NS:-1024 4096 16384 65536 262144}; do

@@ -364,10 +364,7 @@ KernelSource emit_row(const RowPlan& r) {
   stages.pop_back();
   std::string ring_setup, ring_issue;
   if (r.ring > 0) {
-    std::size_t per_element = 0;
-    for (const TensorPlan& t : plan.inputs)
-      if (t.broadcast == Broadcast::full) per_element += size_of(t.dtype);
-    ks.shared_bytes = static_cast<std::size_t>(r.ring) * r.tile.threads * r.vec * r.tile.regs * per_element;
+    ks.shared_bytes = static_cast<std::uint32_t>(ring_bytes(*plan.spec, r.tile));
     std::string copies;
     std::size_t offset = 0, bytes = 0;
     for (const TensorPlan& t : plan.inputs) {

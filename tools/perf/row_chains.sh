@@ -1,0 +1,11 @@
+# Sourced by row_bench.sh, row_tune.sh and row_ab.sh: the row family's benchmark chains
+# (issue 13's acceptance), written into "$tmp" as <name>.json, and the default names.
+row_chain_names=(softmax_bf16 softmax_f32 attention_bf16 add_rmsnorm_bf16 layernorm_bf16)
+write_row_chains() {  # directory
+  local ex=examples/chains
+  cp $ex/softmax.json "$1/softmax_bf16.json"
+  sed -e 's/"bf16"/"f32"/g' $ex/softmax.json > "$1/softmax_f32.json"
+  cp $ex/scaled_masked_softmax_dropout.json "$1/attention_bf16.json"
+  cp $ex/add_rmsnorm.json "$1/add_rmsnorm_bf16.json"
+  cp $ex/layernorm.json "$1/layernorm_bf16.json"
+}
