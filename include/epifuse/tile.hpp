@@ -68,10 +68,12 @@ struct RowTile {
   int ring = 0;
   /// 1: a value a stage computes is kept in registers for the later stages
   /// that use it, instead of recomputed from the inputs (rows in registers
-  /// or a ring only; docs/row-reductions.md)
+  /// or a ring only; docs/row-reductions.md); 2 (ring tiles): kept in the
+  /// ring's own bytes, over inputs no later stage reads
   int keep = 0;
   friend bool operator==(const RowTile&, const RowTile&) = default;
-  /// "r256v8x2"; then "g32" for a group, "c4" for a cluster, "s2" for a ring, "k" to keep, "b" for one block per row
+  /// "r256v8x2"; then "g32" for a group, "c4" for a cluster, "s2" for a ring, "k" to keep ("kr": in the ring),
+  /// "b" for one block per row
   std::string str() const;
   int group_threads() const { return group > 0 ? group : threads; }  ///< threads of a block on one row
   int row_threads() const { return group_threads() * cluster; }      ///< threads on one row in all

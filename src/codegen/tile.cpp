@@ -68,7 +68,7 @@ std::string RowTile::str() const {
   if (group > 0) s += fmt::format("g{}", group);
   if (cluster != 1) s += fmt::format("c{}", cluster);
   if (ring > 0) s += fmt::format("s{}", ring);
-  if (keep) s += "k";
+  if (keep) s += keep == 2 ? "kr" : "k";
   if (!persistent) s += "b";
   return s;
 }
@@ -90,7 +90,10 @@ RowTile parse_row_tile(const std::string& text) {
   number_after('g', t.group);
   number_after('c', t.cluster);
   number_after('s', t.ring);
-  if (rest.starts_with("k")) {
+  if (rest.starts_with("kr")) {
+    t.keep = 2;
+    rest.remove_prefix(2);
+  } else if (rest.starts_with("k")) {
     t.keep = 1;
     rest.remove_prefix(1);
   }
@@ -99,9 +102,9 @@ RowTile parse_row_tile(const std::string& text) {
     rest = {};
   }
   EPIFUSE_CHECK(n == 3 && rest.empty(),
-                "row tile '{}': expected rTHREADSvVECxREGS[gGROUP][cCLUSTER][sRING][k][b], e.g. r256v8x2, r256v8x4g32 "
+                "row tile '{}': expected rTHREADSvVECxREGS[gGROUP][cCLUSTER][sRING][k|kr][b], e.g. r256v8x2, r256v8x4g32 "
                 "(32 threads a row), r1024v8x4c4 (a cluster of 4 blocks a row), r512v8x8c8s2 (a 2-stage shared-memory "
-                "ring); x0 streams the row, k keeps a stage's values for the next, b one block a row",
+                "ring); x0 streams the row, k keeps a stage's values for the next (kr: in the ring's bytes), b one block a row",
                 text);
   return t;
 }

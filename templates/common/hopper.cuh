@@ -19,6 +19,11 @@ __device__ __forceinline__ void ef_mbar_init(unsigned bar, unsigned count) {
 __device__ __forceinline__ void ef_mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
+/// Orders this thread's generic-proxy accesses to shared memory before later
+/// async-proxy ones (a bulk copy refilling bytes the thread wrote).
+__device__ __forceinline__ void ef_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 /// Arrives once and expects `bytes` more from the copy engine in this phase.
 __device__ __forceinline__ void ef_mbar_expect_tx(unsigned bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");

@@ -76,6 +76,26 @@ __device__ __forceinline__ void ef_store_vec(T* __restrict__ ptr, const float (&
   }
 }
 
+// W fp32 values at `p` (aligned to 4 * W bytes; W = 1, 2 or 4) to or from
+// v[0..W): the row family's values kept in a ring's bytes.
+template <int W>
+__device__ __forceinline__ void ef_load_floats(const unsigned char* p, float* v) {
+  typedef typename EfChunk<4 * W>::type Chunk;
+  const Chunk raw = *reinterpret_cast<const Chunk*>(p);
+  const unsigned int* words = reinterpret_cast<const unsigned int*>(&raw);
+#pragma unroll
+  for (int j = 0; j < W; ++j) v[j] = __uint_as_float(words[j]);
+}
+template <int W>
+__device__ __forceinline__ void ef_store_floats(unsigned char* p, const float* v) {
+  typedef typename EfChunk<4 * W>::type Chunk;
+  Chunk raw;
+  unsigned int* words = reinterpret_cast<unsigned int*>(&raw);
+#pragma unroll
+  for (int j = 0; j < W; ++j) words[j] = __float_as_uint(v[j]);
+  *reinterpret_cast<Chunk*>(p) = raw;
+}
+
 // Row and column of each of VEC consecutive elements starting at (r0, c0) of
 // an [M,N] tensor; a vector may wrap rows (when N % VEC != 0, or N < VEC).
 template <int VEC, class I>

@@ -170,7 +170,8 @@ TEST_SUITE("unit") {
     CHECK(sm.find("in0_x[ITEMS][VEC]") != std::string::npos);  // the row read once
     const std::string streamed = emit_kernel(softmax_spec(DType::f32), {8, 65536, 0}).text;
     CHECK(streamed.find("ITEMS = 0") != std::string::npos);
-    CHECK(count(streamed, "ef_load_vec<float, VEC>(p.in0 + base + c0") == 3);  // read again each stage
+    // Read again each stage; the last stage's loop is there twice (dividing or not, below).
+    CHECK(count(streamed, "ef_load_vec<float, VEC>(p.in0 + base + c0") == 4);
 
     // rmsnorm(x + r) with the sum an output: two stages, the sum stored in the last.
     KernelSpec rms;
@@ -187,7 +188,7 @@ TEST_SUITE("unit") {
     KernelSpec att;
     att.graph.output("y", att.graph.dropout(att.graph.softmax(att.graph.input("x", DType::bf16)), 0.1), DType::bf16);
     const std::string a = emit_kernel(att, {8, 4096, 0}).text;
-    CHECK(count(a, "ef_philox4_draws(") == 1);
+    CHECK(count(a, "ef_philox4_draws(") == 2);  // in both copies of the last stage's loop
     CHECK(a.find("ef_philox4_draws(") > a.find("// stage 2"));
     // N % 4 != 0: one Philox call per element, at the element's own index.
     const std::string odd = emit_kernel(att, {8, 1002, 0}).text;
@@ -222,6 +223,39 @@ TEST_SUITE("unit") {
     CHECK(row_keeps_values(bf.graph));
     const std::vector<TileConfig> r = tile_candidates(rms, {4096, 1024, 0}, "sm_90a");
     CHECK(std::none_of(r.begin(), r.end(), [](const TileConfig& t) { return std::get<RowTile>(t).keep == 1; }));
+    // Note [Kept values in the ring]: bf16 x and mask leave 4 bytes an element,
+    // one fp32 slot: x*scale + mask and then exp(. - max) live there in turn,
+    // so no register array; bf16 softmax's 2 bytes hold none (registers).
+    KernelSpec att;
+    {
+      Graph& g = att.graph;
+      const Value z = g.add(g.scale(g.input("x", DType::bf16), 0.125), g.input("mask", DType::bf16));
+      g.output("y", g.dropout(g.softmax(z), 0.1), DType::bf16);
+    }
+    const std::string slots =
+        emit_kernel(att, {8, 65536, 0}, RowTile{256, 8, 4, 0, 0, 8, 1, 2}, KernelPath::fastest, "sm_90a").text;
+    CHECK(count(slots, "[ITEMS][VEC];  // kept") == 0);
+    CHECK(count(slots, "ef_store_floats<4>(row_s") == 4);  // two values, each in the x and mask halves
+    CHECK(count(slots, "ef_load_floats<4>(row_s") == 6);  // the quotient's stage twice
+    CHECK(count(slots, "ef_fence_proxy_async();") == 1);     // before the copy engine refills the bytes
+    CHECK(count(ring, "[ITEMS][VEC];  // kept") == 1);  // k: registers
+    CHECK(count(ring, "ef_store_floats") == 0);
+    CHECK(parse_row_tile("r256v8x4c8s1krb") == RowTile{256, 8, 4, 0, 0, 8, 1, 2});
+    CHECK(RowTile{256, 8, 4, 0, 0, 8, 1, 2}.str() == "r256v8x4c8s1krb");
+    CHECK(ring_holds_kept_values(att.graph, 8));
+    CHECK_FALSE(ring_holds_kept_values(bf.graph, 8));
+    CHECK_THROWS_WITH_AS(row.resolve_tile(bf, {8, 4096, 0}, RowTile{256, 8, 2, 0, 0, 1, 1, 2}, "sm_90a"),
+                         doctest::Contains("cannot hold"), UserError);
+    CHECK_THROWS_WITH_AS(row.resolve_tile(att, {8, 4096, 0}, RowTile{256, 8, 2, 1, 0, 1, 0, 2}, "sm_90a"),
+                         doctest::Contains("needs a ring"), UserError);
+    const std::vector<TileConfig> ac = tile_candidates(att, {2048, 65536, 0}, "sm_90a");
+    CHECK(std::any_of(ac.begin(), ac.end(), [](const TileConfig& t) { return std::get<RowTile>(t).keep == 2; }));
+    // A quotient by a row value multiplies by its reciprocal; the choice to
+    // divide (a divisor below FLT_MIN) is made once a row, not an element.
+    CHECK(count(kept, "if (fabsf(v") == 1);
+    CHECK(count(kept, "<false>(p") == 1);
+    CHECK(count(kept, "<true>(p") == 1);
+    CHECK(count(kept, "kExact ? ") == 1);
     // Clusters of 16 (non-portable) for the longest rows.
     CHECK_NOTHROW(row.resolve_tile(bf, {8, 262144, 0}, RowTile{512, 0, -1, 1, 0, 16, 1}, "sm_90a"));
     CHECK_THROWS_AS(row.resolve_tile(bf, {8, 262144, 0}, RowTile{512, 0, -1, 1, 0, 32, 1}, "sm_90a"), UserError);

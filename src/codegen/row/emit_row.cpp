@@ -2,6 +2,7 @@
 // emit_row fills templates/row.cu.in. Generated identifiers only: in<k>/out<k>
 // pointers, v<node> values, d<k> draws, a<node> a thread's partial reduction.
 #include <algorithm>
+#include <numeric>
 
 #include "codegen/epilogue.hpp"
 #include "codegen/param_layout.hpp"
@@ -117,6 +118,93 @@ RowStage plan_stage(const KernelPlan& plan, const StageCut& cut, bool last) {
   return st;
 }
 
+// Note [Kept values in the ring]: a ring tile keeps a stage's values in the
+// ring's own bytes when they fit, instead of registers (which cost a ring tile
+// its occupancy: 0.82-0.94x, docs/PERF.md session 7). A thread owns the bytes
+// of its vectors of every full input; once no later stage reads the inputs,
+// those bytes hold fp32 values, as many a vector as the inputs' bytes allow
+// (x and mask in bf16: one; the attention pattern keeps x*scale + mask there,
+// then exp(. - max) in its place). A thread reads and writes only its own
+// bytes, so no barrier is needed; a slot is taken over in the stage that last
+// reads its value (that stage's loads come before its stores). Before the
+// bulk copy refills the ring, every thread fences its writes to the async
+// proxy (emit_row_start). Empty when the values do not fit: the tile (kr) is
+// then refused (row_family.cpp).
+std::vector<std::pair<std::uint32_t, int>> plan_ring_slots(const Graph& g, int vec) {
+  std::size_t bytes = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.kind != NodeKind::input || n.broadcast != Broadcast::full) continue;
+    if (size_of(n.dtype) * vec % 4 != 0) return {};  // a float would straddle two inputs' bytes
+    bytes += size_of(n.dtype);
+  }
+  const std::vector<StageCut> cuts = cut_stages(g, true);
+  struct Life {
+    std::uint32_t id;
+    int def, last;
+  };
+  std::vector<Life> lives;  // in the order of the stages that compute them
+  for (std::size_t s = 0; s < cuts.size(); ++s)
+    for (std::uint32_t id : cuts[s].kept_in) {
+      auto l = std::find_if(lives.begin(), lives.end(), [&](const Life& x) { return x.id == id; });
+      if (l != lives.end()) {
+        l->last = static_cast<int>(s);
+        continue;
+      }
+      int def = 0;  // the first stage that needs it computes it
+      while (!cuts[def].need[id]) ++def;
+      lives.push_back({id, def, static_cast<int>(s)});
+    }
+  if (lives.empty()) return {};
+  std::sort(lives.begin(), lives.end(), [](const Life& a, const Life& b) { return a.def < b.def; });
+  // The inputs' bytes are overwritten from the first stage that keeps a value.
+  for (std::size_t s = lives.front().def + 1; s < cuts.size(); ++s)
+    for (std::size_t i = 0; i < g.nodes().size(); ++i)
+      if (cuts[s].need[i] && g.nodes()[i].kind == NodeKind::input && g.nodes()[i].broadcast == Broadcast::full) return {};
+  std::vector<int> free_after(bytes / 4, -1);  // per slot: the last stage that reads its value
+  std::vector<std::pair<std::uint32_t, int>> slots;
+  for (const Life& l : lives) {
+    const auto q = std::find_if(free_after.begin(), free_after.end(), [&](int last) { return last <= l.def; });
+    if (q == free_after.end()) return {};  // more values than the bytes hold
+    *q = l.last;
+    slots.emplace_back(l.id, static_cast<int>(q - free_after.begin()));
+  }
+  return slots;
+}
+
+int ring_slot(const RowPlan& r, std::uint32_t id) {
+  for (const auto& [node, slot] : r.ring_slots)
+    if (node == id) return slot;
+  return -1;
+}
+
+// Loads or stores the VEC floats of kept value `id` in its ring slot: the
+// slot's floats lie in the thread's bytes of the full inputs, taken in input
+// order (Note [Kept values in the ring]), accessed 16 bytes at a time where
+// the alignment allows.
+std::string ring_slot_access(const RowPlan& r, std::uint32_t id, bool store) {
+  const int first = ring_slot(r, id) * r.vec;  // the slot's first float among the thread's bytes
+  std::string s;
+  int pos = 0;  // floats of the thread's bytes before this input's
+  std::size_t region = 0;
+  for (const TensorPlan& t : r.plan->inputs) {
+    if (t.broadcast != Broadcast::full) continue;
+    const std::size_t size = size_of(t.dtype);
+    const int floats = static_cast<int>(size) * r.vec / 4;
+    const int chunk_align = std::gcd(static_cast<int>(size) * r.vec, 16);
+    for (int f = std::max(pos, first); f < std::min(pos + floats, first + r.vec);) {
+      const int byte = 4 * (f - pos), left = std::min(pos + floats, first + r.vec) - f;
+      const int align = std::gcd(chunk_align, byte == 0 ? 16 : byte);
+      const int w = align % 16 == 0 && left >= 4 ? 4 : align % 8 == 0 && left >= 2 ? 2 : 1;
+      s += fmt::format("      ef_{}_floats<{}>(row_s + {} * ITEMS * THREADS * VEC + {} * c + {}, k{}_v + {});\n",
+                       store ? "store" : "load", w, region, size, byte, id, f - first);
+      f += w;
+    }
+    pos += floats;
+    region += size;
+  }
+  return s;
+}
+
 void layout_params(const RowPlan& r, ParamLayout& layout) {
   layout.add_graph_tensors(*r.plan, 0);
   layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
@@ -125,10 +213,26 @@ void layout_params(const RowPlan& r, ParamLayout& layout) {
   layout.add_rng_and_scalars(*r.plan);
 }
 
+// The per-row divisors of a stage: the row reductions its quotients divide by
+// (softmax's sum).
+std::vector<std::uint32_t> row_divisors(const Graph& g, const RowStage& st) {
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t id : st.nodes) {
+    const Node& n = g.nodes()[id];
+    if (n.op != OpKind::div) continue;
+    const Node& d = g.node(n.args[1]);
+    if (d.kind == NodeKind::op && is_row_reduction(d.op) &&
+        std::find(out.begin(), out.end(), n.args[1].id) == out.end())
+      out.push_back(n.args[1].id);
+  }
+  return out;
+}
+
 std::string stage_function(const RowPlan& r, std::size_t s) {
   const KernelPlan& plan = *r.plan;
   const Graph& g = plan.spec->graph;
   const RowStage& st = r.stages[s];
+  const bool divides = !row_divisors(g, st).empty();
   std::string sig = fmt::format("const {}_params& p", plan.kernel_name);
   for (std::size_t k : st.inputs) sig += fmt::format(", float v{}", plan.inputs[k].value.id);
   for (std::size_t k : st.draws) sig += fmt::format(", unsigned d{}", k);
@@ -144,11 +248,13 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
     // A quotient by a per-row value (softmax's sum) multiplies by its
     // reciprocal, which the compiler computes once a row: an IEEE division an
     // element cost ~10 instructions, and the attention pattern is bound by
-    // issue (docs/PERF.md, row family). Within a rounding of the quotient; a
-    // divisor below FLT_MIN (whose reciprocal overflows) divides.
+    // issue (docs/PERF.md, row family). Within a rounding of the quotient. A
+    // row whose divisor is below FLT_MIN (its reciprocal overflows) runs the
+    // kExact copy of the stage, which divides: the choice is made once a row
+    // (emit_stage), not once an element, where it cost a branch an element.
     if (n.op == OpKind::div && g.node(n.args[1]).kind == NodeKind::op && is_row_reduction(g.node(n.args[1]).op))
-      body += fmt::format("  const float v{0} = fabsf(v{2}) >= 1.17549435e-38f ? v{1} * (1.0f / v{2}) : v{1} / v{2};\n", id,
-                          n.args[0].id, n.args[1].id);
+      body += fmt::format("  const float v{0} = kExact ? v{1} / v{2} : v{1} * (1.0f / v{2});\n", id, n.args[0].id,
+                          n.args[1].id);
     else
       body += fmt::format("  const float v{} = {};\n", id, spell_op(plan, id));
   }
@@ -157,7 +263,8 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
   if (st.outputs)
     for (std::size_t k = 0; k < plan.outputs.size(); ++k)
       body += fmt::format("  o{} = v{};\n", k, plan.outputs[k].value.id);
-  return fmt::format("__device__ __forceinline__ void {}_stage{}({}) {{\n{}}}", plan.kernel_name, s, sig, body);
+  return fmt::format("{}__device__ __forceinline__ void {}_stage{}({}) {{\n{}}}", divides ? "template <bool kExact>\n" : "",
+                     plan.kernel_name, s, sig, body);
 }
 
 // The per-row loads before the stages: col inputs (one value a row), scalar
@@ -171,6 +278,8 @@ std::string emit_row_start(const RowPlan& r) {
     if (t.broadcast == Broadcast::scalar) s += fmt::format("    const float {0}_r = ef_to_float(p.{0}[0]);\n", t.field);
   }
   if (r.ring > 0) {
+    if (!r.ring_slots.empty())  // the bulk copy below may refill bytes this thread wrote
+      s += "    ef_fence_proxy_async();\n";
     s += "    const int slot = (int)(ring_row % RING);\n"
          "    const unsigned parity = (unsigned)(ring_row / RING) & 1u;\n"
          "    ++ring_row;\n"
@@ -185,6 +294,8 @@ std::string emit_row_start(const RowPlan& r) {
                        storage_type_name(t.dtype), t.field, offset);
       offset += size_of(t.dtype);
     }
+    if (!r.ring_slots.empty())
+      s += "    unsigned char* const row_s = ring + slot * RING_STAGE;  // kept values in the inputs' bytes\n";
   } else if (r.in_registers) {
     for (const TensorPlan& t : plan.inputs) {
       if (t.broadcast != Broadcast::full) continue;
@@ -199,7 +310,8 @@ std::string emit_row_start(const RowPlan& r) {
   }
   for (const RowStage& st : r.stages)
     for (std::uint32_t id : st.kept_out)
-      s += fmt::format("    float k{}[ITEMS][VEC];  // kept from stage to stage (Note [Row stages])\n", id);
+      if (ring_slot(r, id) < 0)
+        s += fmt::format("    float k{}[ITEMS][VEC];  // kept from stage to stage (Note [Row stages])\n", id);
   if (s.empty()) return "    // no per-row loads";
   s.pop_back();
   return s;
@@ -213,9 +325,10 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
   const Graph& g = plan.spec->graph;
   const RowStage& st = r.stages[s];
   const bool regs = r.in_registers;
-  std::string out = fmt::format("    // stage {}\n", s);
+  std::string head = fmt::format("    // stage {}\n", s);
   for (std::uint32_t id : st.reductions)
-    out += fmt::format("    float acc{} = {};\n", id, g.nodes()[id].op == OpKind::row_max ? "EF_NEG_INF" : "0.0f");
+    head += fmt::format("    float acc{} = {};\n", id, g.nodes()[id].op == OpKind::row_max ? "EF_NEG_INF" : "0.0f");
+  std::string out;
   if (r.ring > 0)  // this block's columns of the row, from the ring
     out += "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {\n"
            "      const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n      if (c >= chunk) continue;\n"
@@ -269,13 +382,21 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
           "(unsigned long long)(base + c0 + j));\n",
           k);
   }
-  std::string call = fmt::format("{}_stage{}(p", plan.kernel_name, s);
+  for (std::uint32_t id : st.kept_in)
+    if (ring_slot(r, id) >= 0) out += fmt::format("      float k{}_v[VEC];\n", id) + ring_slot_access(r, id, false);
+  for (std::uint32_t id : st.kept_out)
+    if (ring_slot(r, id) >= 0) out += fmt::format("      float k{}_v[VEC];\n", id);
+  const std::vector<std::uint32_t> divisors = row_divisors(g, st);
+  std::string call = fmt::format("{}_stage{}{}(p", plan.kernel_name, s, divisors.empty() ? "" : "<EF_EXACT>");
   for (std::size_t k : st.inputs) call += fmt::format(", {}_v[j]", plan.inputs[k].field);
   for (std::size_t k : st.draws) call += fmt::format(", d{}[j]", k);
   for (std::uint32_t id : st.row_values) call += fmt::format(", v{}", id);
-  for (std::uint32_t id : st.kept_in) call += fmt::format(", k{}[it][j]", id);
+  auto kept = [&](std::uint32_t id) {
+    return ring_slot(r, id) >= 0 ? fmt::format(", k{}_v[j]", id) : fmt::format(", k{}[it][j]", id);
+  };
+  for (std::uint32_t id : st.kept_in) call += kept(id);
   for (std::uint32_t id : st.reductions) call += fmt::format(", a{}", id);
-  for (std::uint32_t id : st.kept_out) call += fmt::format(", k{}[it][j]", id);
+  for (std::uint32_t id : st.kept_out) call += kept(id);
   if (st.outputs) {
     for (const TensorPlan& t : plan.outputs) out += fmt::format("      float {}_v[VEC];\n", t.field);
     for (const TensorPlan& t : plan.outputs) call += fmt::format(", {}_v[j]", t.field);
@@ -291,7 +412,22 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
   if (st.outputs)
     for (const TensorPlan& t : plan.outputs)
       out += fmt::format("      ef_store_vec<{0}, VEC>(p.{1} + base + c0, {1}_v);\n", storage_type_name(t.dtype), t.field);
+  for (std::uint32_t id : st.kept_out)
+    if (ring_slot(r, id) >= 0) out += ring_slot_access(r, id, true);
   out += "    }\n";
+  if (divisors.empty()) {
+    out = head + out;
+  } else {  // the loop twice: multiplying by the divisors' reciprocals, or dividing (stage_function)
+    std::string normal;
+    for (std::uint32_t id : divisors) normal += fmt::format("{}fabsf(v{}) >= 1.17549435e-38f", normal.empty() ? "" : " && ", id);
+    auto copy = [&](std::string_view exact) {
+      std::string text = out;
+      for (std::size_t at; (at = text.find("EF_EXACT")) != std::string::npos;) text.replace(at, 8, exact);
+      return text;
+    };
+    out = fmt::format("{}    if ({}) {{\n{}    }} else {{  // a divisor below FLT_MIN: its reciprocal overflows\n{}    }}\n", head,
+                      normal, copy("false"), copy("true"));
+  }
   for (std::uint32_t id : st.reductions) {
     const OpKind op = g.nodes()[id].op;
     if (op == OpKind::row_max)
@@ -311,6 +447,8 @@ int alignment_needed(const RowPlan& r, const TensorPlan& t) {
 }
 
 }  // namespace
+
+bool ring_holds_kept_values(const Graph& graph, int vec) { return !plan_ring_slots(graph, vec).empty(); }
 
 bool row_keeps_values(const Graph& graph) {
   for (const StageCut& cut : cut_stages(graph, true))
@@ -343,6 +481,11 @@ RowPlan plan_row(const KernelPlan& plan) {
             std::find(earlier.kept_out.begin(), earlier.kept_out.end(), id) == earlier.kept_out.end())
           earlier.kept_out.push_back(id);
   for (RowStage& st : r.stages) std::sort(st.kept_out.begin(), st.kept_out.end());
+  if (r.keep && r.ring > 0 && r.tile.keep == 2) {
+    r.ring_slots = plan_ring_slots(g, r.vec);
+    EPIFUSE_ASSERT(!r.ring_slots.empty(), "row tile {}: the resolution refuses kr where the inputs' bytes hold no kept value",
+                   r.tile.str());
+  }
   return r;
 }
 

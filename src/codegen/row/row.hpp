@@ -8,6 +8,7 @@
 // registers or streaming), then emit_row (templates/row.cu.in).
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "codegen/kernel_plan.hpp"
@@ -37,6 +38,10 @@ struct RowPlan {
   int ring = 0;                 // tile.ring, or 0 on the general path (which streams instead)
   bool in_registers = false;    // a register tile: the row's vectors read once into registers
   bool keep = false;            // tile.keep with registers or a ring: a stage's values kept for later stages
+                                // (in registers, or with keep 2 in the ring's bytes)
+  /// Kept values that live in the ring's own bytes instead of registers, as
+  /// (node, slot) (Note [Kept values in the ring]); empty: kept in registers.
+  std::vector<std::pair<std::uint32_t, int>> ring_slots;
 };
 
 /// The row family's answer to family_for: whether a spec's graph has a row reduction.
@@ -44,6 +49,9 @@ bool has_row_reduction(const KernelSpec& spec);
 /// Whether a later stage uses a value an earlier one computes (softmax's
 /// exp(x - max)): only then does a keep tile differ from its plain one.
 bool row_keeps_values(const Graph& graph);
+/// Whether a ring tile of vector width `vec` can keep the values that later
+/// stages read in its inputs' own bytes (keep 2, `kr`; Note [Kept values in the ring]).
+bool ring_holds_kept_values(const Graph& graph, int vec);
 /// The tile with vec and regs decided for N (RowTile's comments).
 RowTile resolve_row_tile(const KernelSpec& spec, const Shape& shape, RowTile tile);
 /// "row" when `shape` suits the resolved tile (N a multiple of vec, and the row

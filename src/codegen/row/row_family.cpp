@@ -79,11 +79,17 @@ class RowFamily final : public KernelFamily {
                   "row tile {}: the shared-memory ring's bulk copies need sm_90 or later, not {}", tile.str(), target);
     EPIFUSE_CHECK(tile.ring == 0 || tile.regs != 0,
                   "row tile {}: a ring's regs size it (vectors a thread's part of a row); 0 would stream", tile.str());
-    EPIFUSE_CHECK(tile.keep == 0 || tile.keep == 1, "row tile: keep is 0 or 1, got {}", tile.keep);
+    EPIFUSE_CHECK(tile.keep >= 0 && tile.keep <= 2, "row tile: keep is 0, 1 (k) or 2 (kr), got {}", tile.keep);
+    EPIFUSE_CHECK(tile.keep != 2 || tile.ring > 0, "row tile {}: kr keeps values in a ring's bytes; it needs a ring (s)",
+                  tile.str());
     const RowTile resolved = resolve_row_tile(spec, shape, tile);
     EPIFUSE_CHECK(resolved.keep == 0 || resolved.regs > 0,
                   "row tile {}: keep (k) holds a stage's values in registers beside the row; a streaming tile (x0) "
                   "has no room for them",
+                  resolved.str());
+    EPIFUSE_CHECK(resolved.keep != 2 || ring_holds_kept_values(spec.graph, resolved.vec),
+                  "row tile {}: the inputs' bytes cannot hold the values later stages read (they need 4 bytes an "
+                  "element each, and no later stage may read an input); use k (registers)",
                   resolved.str());
     // A kernel emitted for a row it cannot hold would leave part of it out.
     const std::string_view fit = row_shape_class(spec, resolved, shape);
@@ -171,6 +177,8 @@ class RowFamily final : public KernelFamily {
         RowTile k = r;
         k.keep = 1;
         out.push_back(k);
+        k.keep = 2;
+        if (ring_holds_kept_values(spec.graph, r.vec)) out.push_back(k);
       }
     }
     return out;
