@@ -228,11 +228,15 @@ std::vector<std::uint32_t> row_divisors(const Graph& g, const RowStage& st) {
   return out;
 }
 
+// Whether a stage's loop is emitted twice, for normal and tiny divisors
+// (stage_function): where it divides by a row value and draws dropout.
+bool row_unswitched(const Graph& g, const RowStage& st) { return !st.draws.empty() && !row_divisors(g, st).empty(); }
+
 std::string stage_function(const RowPlan& r, std::size_t s) {
   const KernelPlan& plan = *r.plan;
   const Graph& g = plan.spec->graph;
   const RowStage& st = r.stages[s];
-  const bool divides = !row_divisors(g, st).empty();
+  const bool unswitch = row_unswitched(g, st);
   std::string sig = fmt::format("const {}_params& p", plan.kernel_name);
   for (std::size_t k : st.inputs) sig += fmt::format(", float v{}", plan.inputs[k].value.id);
   for (std::size_t k : st.draws) sig += fmt::format(", unsigned d{}", k);
@@ -249,12 +253,26 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
     // reciprocal, which the compiler computes once a row: an IEEE division an
     // element cost ~10 instructions, and the attention pattern is bound by
     // issue (docs/PERF.md, row family). Within a rounding of the quotient. A
-    // row whose divisor is below FLT_MIN (its reciprocal overflows) runs the
-    // kExact copy of the stage, which divides: the choice is made once a row
-    // (emit_stage), not once an element, where it cost a branch an element.
-    if (n.op == OpKind::div && g.node(n.args[1]).kind == NodeKind::op && is_row_reduction(g.node(n.args[1]).op))
-      body += fmt::format("  const float v{0} = kExact ? v{1} / v{2} : v{1} * (1.0f / v{2});\n", id, n.args[0].id,
-                          n.args[1].id);
+    // divisor below FLT_MIN (its reciprocal overflows) is scaled by 2^24 first
+    // and the quotient back (exact powers of two). Where the stage draws
+    // dropout (bound by issue) the choice is made once a row: emit_stage
+    // runs a kTiny copy of the loop, and the common copy multiplies once. A
+    // stage without draws is bound by memory: the loop-invariant choice is
+    // hoisted and costs one more multiply an element, where the copy's
+    // branch cost the g32 softmax tile 3% (docs/PERF.md, session 8). A
+    // choice an element (a branch an element, an IEEE division two
+    // registers) cost most.
+    if (n.op == OpKind::div && g.node(n.args[1]).kind == NodeKind::op && is_row_reduction(g.node(n.args[1]).op)) {
+      if (unswitch)
+        body += fmt::format(
+            "  const float v{0} = kTiny ? v{1} * (1.0f / (v{2} * 16777216.0f)) * 16777216.0f : v{1} * (1.0f / v{2});\n", id,
+            n.args[0].id, n.args[1].id);
+      else
+        body += fmt::format(
+            "  const bool tiny{0} = !(fabsf(v{2}) >= 1.17549435e-38f);\n"
+            "  const float v{0} = v{1} * (tiny{0} ? 1.0f / (v{2} * 16777216.0f) : 1.0f / v{2}) * (tiny{0} ? 16777216.0f : 1.0f);\n",
+            id, n.args[0].id, n.args[1].id);
+    }
     else
       body += fmt::format("  const float v{} = {};\n", id, spell_op(plan, id));
   }
@@ -263,7 +281,7 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
   if (st.outputs)
     for (std::size_t k = 0; k < plan.outputs.size(); ++k)
       body += fmt::format("  o{} = v{};\n", k, plan.outputs[k].value.id);
-  return fmt::format("{}__device__ __forceinline__ void {}_stage{}({}) {{\n{}}}", divides ? "template <bool kExact>\n" : "",
+  return fmt::format("{}__device__ __forceinline__ void {}_stage{}({}) {{\n{}}}", unswitch ? "template <bool kTiny>\n" : "",
                      plan.kernel_name, s, sig, body);
 }
 
@@ -386,7 +404,7 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
     if (ring_slot(r, id) >= 0) out += fmt::format("      float k{}_v[VEC];\n", id) + ring_slot_access(r, id, false);
   for (std::uint32_t id : st.kept_out)
     if (ring_slot(r, id) >= 0) out += fmt::format("      float k{}_v[VEC];\n", id);
-  const std::vector<std::uint32_t> divisors = row_divisors(g, st);
+  const std::vector<std::uint32_t> divisors = row_unswitched(g, st) ? row_divisors(g, st) : std::vector<std::uint32_t>{};
   std::string call = fmt::format("{}_stage{}{}(p", plan.kernel_name, s, divisors.empty() ? "" : "<EF_EXACT>");
   for (std::size_t k : st.inputs) call += fmt::format(", {}_v[j]", plan.inputs[k].field);
   for (std::size_t k : st.draws) call += fmt::format(", d{}[j]", k);
