@@ -256,6 +256,12 @@ TEST_SUITE("unit") {
     CHECK(count(slots, "<false>(p") == 1);
     CHECK(count(slots, "<true>(p") == 1);
     CHECK(count(slots, "kTiny ? ") == 1);
+    // Note [Draws during the copy]: a ring tile decides the keep bits before it
+    // waits for the row's copy; the dropping stage reads bits, no Philox.
+    CHECK(count(slots, "ef_philox4_draws(") == 1);
+    CHECK(slots.find("ef_philox4_draws(") < slots.find("ef_mbar_wait(ring_bar(slot)"));
+    CHECK(count(slots, "d0_bits[(it * VEC + j) / 32] >>") == 2);  // in both copies of the last loop
+    CHECK(count(emit_kernel(att, {8, 65536, 0}).text, "_bits[") == 0);  // no ring: Philox in the stage
     CHECK(count(kept, "if (fabsf(v") == 0);
     CHECK(count(kept, "(tiny") == 2);
     // Clusters of 16 (non-portable) for the longest rows.

@@ -9,6 +9,7 @@
 #include "codegen/row/row.hpp"
 #include "codegen/template_engine.hpp"
 #include "epifuse/errors.hpp"
+#include "ir/dropout.hpp"
 #include "ir/op_table.hpp"
 
 namespace epifuse {
@@ -285,6 +286,17 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
                      plan.kernel_name, s, sig, body);
 }
 
+// Note [Draws during the copy]: a dropout's keep bits depend on the element's
+// index only, so a ring tile decides them while the bulk copy of its row is
+// in flight (emit_row_start), one bit an element in ITEMS * VEC / 32 words,
+// and the stage that drops reads a bit instead of running Philox after the
+// reductions, on the block's critical path. philox4 draws with a threshold
+// test only (a bit turns back into an all-ones or zero draw).
+bool early_draws(const RowPlan& r, std::size_t k) {
+  const Node& n = r.plan->spec->graph.node(r.plan->dropouts[k]);
+  return r.ring > 0 && r.quad_draws && n.rng == RngMode::philox4 && dropout_effect(n.p, n.rng) == DropoutEffect::masked;
+}
+
 // The per-row loads before the stages: col inputs (one value a row), scalar
 // inputs, and with rows in registers the row of every full input.
 std::string emit_row_start(const RowPlan& r) {
@@ -305,6 +317,27 @@ std::string emit_row_start(const RowPlan& r) {
          "    if (threadIdx.x == 0 && row + (RING - 1) * red.units() < p.m)\n"
          "      ring_issue(row + (RING - 1) * red.units(), (slot + RING - 1) % RING);\n"
          "    ef_mbar_wait(ring_bar(slot), parity);\n";
+    std::string early;
+    for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
+      if (!early_draws(r, k)) continue;
+      const Node& n = plan.spec->graph.node(plan.dropouts[k]);
+      early += fmt::format(
+          "    unsigned d{0}_bits[(ITEMS * VEC + 31) / 32] = {{}};  // Note [Draws during the copy]\n"
+          "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {{\n"
+          "      const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n      if (c >= chunk) continue;\n"
+          "#pragma unroll\n      for (int j = 0; j < VEC; j += 4) {{\n"
+          "        const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {1}u, (unsigned long long)(base + col0 + c + j) >> 2);\n"
+          "        const unsigned q = (unsigned)ef_dropout_keep_scaled(w.x, {2}u) | (unsigned)ef_dropout_keep_scaled(w.y, {2}u) << 1 |\n"
+          "                           (unsigned)ef_dropout_keep_scaled(w.z, {2}u) << 2 | (unsigned)ef_dropout_keep_scaled(w.w, {2}u) << 3;\n"
+          "        d{0}_bits[(it * VEC + j) / 32] |= q << ((it * VEC + j) % 32);\n"
+          "      }}\n    }}\n",
+          k, n.stream, dropout_threshold(n.p) << 8);
+    }
+    // The bits go before the wait: the copy is in flight meanwhile.
+    if (!early.empty()) {
+      const std::string wait = "    ef_mbar_wait(ring_bar(slot), parity);\n";
+      s.replace(s.rfind(wait), wait.size(), early + wait);
+    }
     std::size_t offset = 0;
     for (const TensorPlan& t : plan.inputs) {
       if (t.broadcast != Broadcast::full) continue;
@@ -382,7 +415,11 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
   for (std::size_t k : st.draws) {
     const Node& n = g.node(plan.dropouts[k]);
     out += fmt::format("      unsigned d{}[VEC];  // dropout stream {} ({})\n", k, n.stream, to_string(n.rng));
-    if (n.rng == RngMode::philox4 && r.quad_draws)
+    if (early_draws(r, k))  // Note [Draws during the copy]
+      out += fmt::format(
+          "#pragma unroll\n      for (int j = 0; j < VEC; ++j) d{0}[j] = 0u - ((d{0}_bits[(it * VEC + j) / 32] >> ((it * VEC + j) % 32)) & 1u);\n",
+          k);
+    else if (n.rng == RngMode::philox4 && r.quad_draws)
       out += fmt::format(
           "#pragma unroll\n      for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
           "        const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {1}u, (unsigned long long)(base + c0 + j) >> 2);\n"
