@@ -164,6 +164,34 @@ TEST_SUITE("gpu") {
       }
   }
 
+  TEST_CASE("row family: dropouts before and after the reduction on ring tiles, bits decided during the copy") {
+    // Note [Draws during the copy]: a ring tile decides philox4 keep bits before
+    // it waits for the row; two streams, one in the first stage and one in the
+    // last, and a triton-mode dropout (which draws in its stage) beside them.
+    Jit* jit = row_jit();
+    if (!jit || !jit->target().starts_with("sm_9")) return;
+    std::uint64_t seed = 7250;
+    for (RngMode last : {RngMode::philox4, RngMode::triton}) {
+      KernelSpec spec;
+      Graph& g = spec.graph;
+      const Value z = g.add(g.dropout(g.input("x", DType::bf16), 0.2), g.input("mask", DType::bf16));
+      g.output("y", g.dropout(g.softmax(z), 0.1, last), DType::bf16);
+      const Shape shape{19, 4096, 0};
+      for (const RowTile& t : {RowTile{256, 8, 2, 0, 0, 1, 1, 2}, RowTile{256, 8, 2, 0, 0, 1, 1, 1},
+                               RowTile{128, 8, 2, 1, 0, 2, 2, 1}, RowTile{128, 8, 2, 1, 0, 2, 2, 2}}) {
+        const TensorMap inputs = make_inputs(spec, shape, ++seed);
+        const TensorMap want = evaluate(spec, shape, inputs, {});
+        const TensorMap got = run_on_device(*jit, spec, shape, inputs, {}, t);
+        std::int64_t differ = 0;
+        for (std::int64_t i = 0; i < got.at("y").numel(); ++i)
+          differ += (got.at("y").get(i) == 0.0f) != (want.at("y").get(i) == 0.0f);
+        INFO("tile " << t.str() << " last dropout " << to_string(last));
+        CHECK(differ == 0);
+        check(*jit, spec, shape, seed, t);
+      }
+    }
+  }
+
   TEST_CASE("row family: rmsnorm after a residual add, and layernorm") {
     Jit* jit = row_jit();
     if (!jit) return;
