@@ -297,6 +297,28 @@ bool early_draws(const RowPlan& r, std::size_t k) {
   return r.ring > 0 && r.quad_draws && n.rng == RngMode::philox4 && dropout_effect(n.p, n.rng) == DropoutEffect::masked;
 }
 
+// The keep bits of every dropout decided during the ring's copy (Note [Draws during the copy]).
+std::string emit_early_draws(const RowPlan& r) {
+  const KernelPlan& plan = *r.plan;
+  std::string out;
+  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
+    if (!early_draws(r, k)) continue;
+    const Node& n = plan.spec->graph.node(plan.dropouts[k]);
+    out += fmt::format(
+        "    unsigned d{0}_bits[(ITEMS * VEC + 31) / 32] = {{}};  // Note [Draws during the copy]\n"
+        "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {{\n"
+        "      const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n      if (c >= chunk) continue;\n"
+        "#pragma unroll\n      for (int j = 0; j < VEC; j += 4) {{\n"
+        "        const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {1}u, (unsigned long long)(base + col0 + c + j) >> 2);\n"
+        "        const unsigned q = (unsigned)ef_dropout_keep_scaled(w.x, {2}u) | (unsigned)ef_dropout_keep_scaled(w.y, {2}u) << 1 |\n"
+        "                           (unsigned)ef_dropout_keep_scaled(w.z, {2}u) << 2 | (unsigned)ef_dropout_keep_scaled(w.w, {2}u) << 3;\n"
+        "        d{0}_bits[(it * VEC + j) / 32] |= q << ((it * VEC + j) % 32);\n"
+        "      }}\n    }}\n",
+        k, n.stream, dropout_threshold(n.p) << 8);
+  }
+  return out;
+}
+
 // The per-row loads before the stages: col inputs (one value a row), scalar
 // inputs, and with rows in registers the row of every full input.
 std::string emit_row_start(const RowPlan& r) {
@@ -315,29 +337,9 @@ std::string emit_row_start(const RowPlan& r) {
          "    ++ring_row;\n"
          "    __syncthreads();  // the slot refilled next was read in the last row\n"
          "    if (threadIdx.x == 0 && row + (RING - 1) * red.units() < p.m)\n"
-         "      ring_issue(row + (RING - 1) * red.units(), (slot + RING - 1) % RING);\n"
-         "    ef_mbar_wait(ring_bar(slot), parity);\n";
-    std::string early;
-    for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
-      if (!early_draws(r, k)) continue;
-      const Node& n = plan.spec->graph.node(plan.dropouts[k]);
-      early += fmt::format(
-          "    unsigned d{0}_bits[(ITEMS * VEC + 31) / 32] = {{}};  // Note [Draws during the copy]\n"
-          "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {{\n"
-          "      const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n      if (c >= chunk) continue;\n"
-          "#pragma unroll\n      for (int j = 0; j < VEC; j += 4) {{\n"
-          "        const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {1}u, (unsigned long long)(base + col0 + c + j) >> 2);\n"
-          "        const unsigned q = (unsigned)ef_dropout_keep_scaled(w.x, {2}u) | (unsigned)ef_dropout_keep_scaled(w.y, {2}u) << 1 |\n"
-          "                           (unsigned)ef_dropout_keep_scaled(w.z, {2}u) << 2 | (unsigned)ef_dropout_keep_scaled(w.w, {2}u) << 3;\n"
-          "        d{0}_bits[(it * VEC + j) / 32] |= q << ((it * VEC + j) % 32);\n"
-          "      }}\n    }}\n",
-          k, n.stream, dropout_threshold(n.p) << 8);
-    }
-    // The bits go before the wait: the copy is in flight meanwhile.
-    if (!early.empty()) {
-      const std::string wait = "    ef_mbar_wait(ring_bar(slot), parity);\n";
-      s.replace(s.rfind(wait), wait.size(), early + wait);
-    }
+         "      ring_issue(row + (RING - 1) * red.units(), (slot + RING - 1) % RING);\n";
+    s += emit_early_draws(r);  // before the wait: the copy is in flight meanwhile
+    s += "    ef_mbar_wait(ring_bar(slot), parity);\n";
     std::size_t offset = 0;
     for (const TensorPlan& t : plan.inputs) {
       if (t.broadcast != Broadcast::full) continue;
