@@ -5,7 +5,7 @@
 // reductions on its longest path to a leaf), each stage ends in block
 // reductions whose per-row results the next stage reads as scalars, and the
 // last stage writes the outputs. Its passes: plan_row (stages, vector width,
-// registers or streaming), then emit_row (templates/row.cu.in).
+// registers or streaming; plan_row.cpp), then emit_row (templates/row.cu.in; emit_row.cpp).
 #include <cstdint>
 #include <string_view>
 #include <utility>
@@ -60,6 +60,9 @@ RowTile resolve_row_tile(const KernelSpec& spec, const Shape& shape, RowTile til
 std::string_view row_shape_class(const KernelSpec& spec, const RowTile& resolved, const Shape& shape);
 /// Dynamic shared memory of a resolved ring tile (0 without a ring).
 std::int64_t ring_bytes(const KernelSpec& spec, const RowTile& resolved);
+
+/// The ring slot of kept value `id` (RowPlan::ring_slots), or -1 (registers).
+int ring_slot(const RowPlan& r, std::uint32_t id);
 
 // The family's passes.
 RowPlan plan_row(const KernelPlan& plan);
