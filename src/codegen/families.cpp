@@ -9,14 +9,16 @@ namespace epifuse {
 
 const KernelFamily& elementwise_family();
 const KernelFamily& gemm_family();
+const KernelFamily& dual_gemm_family();  // the GEMM family's code, two accumulators (docs/dual-gemm.md)
 const KernelFamily& row_family();  // not by mainloop kind: family_for(spec) picks it
 
 namespace {
 
 using FamilyGetter = const KernelFamily& (*)();
-constexpr std::array<FamilyGetter, 2> k_families = {
+constexpr std::array<FamilyGetter, 3> k_families = {
     elementwise_family,
     gemm_family,
+    dual_gemm_family,
 };
 
 }  // namespace

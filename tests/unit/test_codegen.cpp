@@ -282,8 +282,7 @@ TEST_CASE("parameters: the launch binds by role, fields are aligned, opaque blob
 TEST_CASE("kernel families: one per mainloop kind, tiles of another family are refused") {
   CHECK(family_for(MainloopKind::elementwise).kind() == MainloopKind::elementwise);
   CHECK(family_for(MainloopKind::gemm).kind() == MainloopKind::gemm);
-  CHECK_THROWS_WITH_AS(family_for(MainloopKind::dual_gemm),
-                       doctest::Contains("not implemented yet (kernel families: elementwise, gemm)"), UserError);
+  CHECK(family_for(MainloopKind::dual_gemm).kind() == MainloopKind::dual_gemm);
   const KernelSpec spec = bias_gelu_dropout_add(DType::f32);
   CHECK_THROWS_WITH_AS(emit_kernel(spec, {4, 64, 0}, ElementwiseTile{48, 0, 0}),
                        doctest::Contains("multiple of 32 in [32, 1024], got 48"), UserError);
@@ -371,4 +370,87 @@ TEST_CASE("gemm tiles: the text form reads back, split-K included; malformed tex
   const KernelSource whole = emit_kernel(spec, {256, 256, 1024}, GemmTile{64, 64, 32, 2, 2, 4, 8});
   CHECK(family_for(MainloopKind::gemm).workspace(whole, {256, 256, 1024}).scratch == 0);
   CHECK_THROWS_AS(emit_kernel(spec, {256, 256, 1024}, GemmTile{128, 128, 8, 2, 4, 2, 8, 2}), UserError);
+}
+
+namespace {
+
+// sigmoid(acc0 + b0) * (acc1 + b1), with a dropout when p > 0: the gating layer.
+KernelSpec gating_spec(DType dt, double p = 0.0) {
+  KernelSpec spec;
+  spec.mainloop = {MainloopKind::dual_gemm, dt, dt, Layout::row, Layout::row};
+  Graph& g = spec.graph;
+  const Value gate = g.sigmoid(g.add(g.accumulator(0), g.input("bias0", dt, Broadcast::row)));
+  Value y = g.mul(gate, g.add(g.accumulator(1), g.input("bias1", dt, Broadcast::row)));
+  if (p > 0) y = g.dropout(y, p);
+  g.output("y", y, dt);
+  return spec;
+}
+
+bool has(const std::string& text, std::string_view what) { return text.find(what) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("dual gemm: operands a, b0, b1; both accumulators reach the epilogue on every GEMM kernel") {
+  const KernelSpec spec = gating_spec(DType::f16, 0.1);
+  const Shape big{4096, 4096, 4096}, small{256, 256, 256};
+  // mma.sync (register and staged epilogues), wgmma, and exact f32 (FFMA).
+  KernelSpec f32 = spec;
+  f32.mainloop.a = f32.mainloop.b = DType::f32;
+  for (const KernelSource& ks : {emit_kernel(spec, small), emit_kernel(spec, big),
+                                 emit_kernel(spec, big, std::nullopt, KernelPath::fastest, "sm_90a"),
+                                 emit_kernel(f32, small)}) {
+    INFO(ks.name << " " << to_string(ks.tile));
+    CHECK(ks.inputs == std::vector<std::string>{"a", "b0", "b1", "bias0", "bias1"});
+    CHECK(has(ks.text, "constexpr bool DUAL = true;"));
+    CHECK(has(ks.text, "* b1;"));
+    CHECK(has(ks.text, "dual_gemm f"));
+    // The epilogue call passes acc (or its staged quad) first and acc1 second.
+    CHECK((has(ks.text, "quad[e], quad1[e]") || has(ks.text, "acc[mi][ni][e], acc1[mi][ni][e]") ||
+           has(ks.text, "acc[0][jg * 4 + e], acc1[0][jg * 4 + e]")));
+  }
+  const KernelSource hopper = emit_kernel(spec, big, std::nullopt, KernelPath::fastest, "sm_90a");
+  CHECK(std::holds_alternative<WgmmaTile>(hopper.tile));
+  CHECK(std::count_if(hopper.params.begin(), hopper.params.end(),
+                      [](const ParamField& f) { return f.role == ParamRole::opaque; }) == 3);  // A, B0, B1 maps
+  CHECK(has(hopper.text, "&p.tma_b1"));
+  // A single GEMM keeps one B and no B1 map.
+  KernelSpec single = gating_spec(DType::f16);
+  single.mainloop.kind = MainloopKind::gemm;
+  single.graph = Graph{};
+  single.graph.output("y", single.graph.relu(single.graph.accumulator(0)), DType::f16);
+  const KernelSource one = emit_kernel(single, big, std::nullopt, KernelPath::fastest, "sm_90a");
+  CHECK(has(one.text, "constexpr bool DUAL = false;"));
+  CHECK(!has(one.text, "&p.tma_b1"));
+  CHECK(one.inputs == std::vector<std::string>{"a", "b"});
+}
+
+TEST_CASE("dual gemm: tiles hold two accumulators; larger ones and split-K are user errors") {
+  const KernelSpec spec = gating_spec(DType::bf16);
+  const Shape big{4096, 4096, 4096};
+  // Every candidate fits its registers and shared memory (emit checks both).
+  for (const char* target : {"sm_80", "sm_90a"})
+    for (const TileConfig& t : tile_candidates(spec, {1024, 1024, 1024}, target)) {
+      INFO(target << " " << to_string(t));
+      CHECK_NOTHROW(emit_kernel(spec, {1024, 1024, 1024}, t, KernelPath::fastest, target));
+    }
+  const auto decode = tile_candidates(spec, {16, 11008, 4096}, "sm_90a");
+  CHECK(std::any_of(decode.begin(), decode.end(), [](const TileConfig& c) {
+    const auto* t = std::get_if<GemmTile>(&c);
+    return t && t->bm == 16;
+  }));
+  CHECK_THROWS_WITH_AS(emit_kernel(spec, big, WgmmaTile{128, 256, 64, 4, 8}, KernelPath::fastest, "sm_90a"),
+                       doctest::Contains("holds 256 accumulators a thread"), UserError);
+  CHECK_THROWS_WITH_AS(emit_kernel(spec, big, GemmTile{128, 256, 32, 2, 4, 4, 8}),
+                       doctest::Contains("dual_gemm tile 128x256x32w2x4s4g8: a warp tile of 64x64"), UserError);
+  CHECK_THROWS_WITH_AS(emit_kernel(spec, big, GemmTile{64, 64, 64, 2, 2, 3, 8, 2}), doctest::Contains("no split-K"),
+                       UserError);
+  KernelSpec f32 = spec;
+  f32.mainloop.a = f32.mainloop.b = DType::f32;
+  CHECK_THROWS_WITH_AS(emit_kernel(f32, big, GemmTile{128, 128, 8, 2, 4, 2, 8}),
+                       doctest::Contains("an f32 (FFMA) dual tile"), UserError);
+  // The untuned tiles are valid dual tiles.
+  for (const Shape& s : {Shape{64, 64, 64}, Shape{512, 512, 512}, big}) {
+    CHECK_NOTHROW(emit_kernel(spec, s));
+    CHECK_NOTHROW(emit_kernel(f32, s));
+  }
 }

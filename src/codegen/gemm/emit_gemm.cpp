@@ -8,6 +8,7 @@
 #include "codegen/param_layout.hpp"
 #include "codegen/template_engine.hpp"
 #include "epifuse/errors.hpp"
+#include "ir/names.hpp"
 #include "ir/op_table.hpp"
 
 namespace epifuse {
@@ -33,24 +34,26 @@ bool gemm_staged_epilogue(const GemmTile& t) {
   return mi * ni >= 16;
 }
 
-std::uint32_t gemm_block_shared_bytes(const GemmTile& t, int operand_bytes) {
-  const std::uint32_t ring = gemm_shared_bytes(t, operand_bytes);
+std::uint32_t gemm_block_shared_bytes(const GemmTile& t, int operand_bytes, bool dual) {
+  const std::uint32_t ring = gemm_shared_bytes(t, operand_bytes, dual);
   if (!gemm_staged_epilogue(t)) return ring;
   const auto warps = static_cast<std::uint32_t>(t.warps_m * t.warps_n);
   const auto wtm = static_cast<std::uint32_t>(t.bm / t.warps_m), wtn = static_cast<std::uint32_t>(t.bn / t.warps_n);
-  return std::max(ring, warps * wtm * (wtn + 4) * 4u);
+  return std::max(ring, (dual ? 2u : 1u) * warps * wtm * (wtn + 4) * 4u);
 }
 
-std::uint32_t wgmma_shared_bytes(const WgmmaTile& t) {
+std::uint32_t wgmma_shared_bytes(const WgmmaTile& t, bool dual) {
   const auto stages = static_cast<std::uint32_t>(t.stages);
-  // ring, alignment slack, barriers, and the epilogue's staging: 8 consumer
-  // warps x 16 rows x (32 + 4) floats.
-  return stages * static_cast<std::uint32_t>(t.bm + t.bn) * static_cast<std::uint32_t>(t.bk) * 2u + 1024u + 16u * stages +
-         16u + 8u * 16u * 36u * 4u;
+  // ring (A, B; a dual GEMM's B1 too), alignment slack, barriers, and the
+  // epilogue's staging: 8 consumer warps x 16 rows x (32 + 4) floats (a dual
+  // GEMM stages its two accumulators one after the other through it).
+  const auto b_rows = static_cast<std::uint32_t>(t.bn) * (dual ? 2u : 1u);
+  return stages * (static_cast<std::uint32_t>(t.bm) + b_rows) * static_cast<std::uint32_t>(t.bk) * 2u + 1024u +
+         16u * stages + 16u + 8u * 16u * 36u * 4u;
 }
 
-std::uint32_t gemm_shared_bytes(const GemmTile& t, int operand_bytes) {
-  return static_cast<std::uint32_t>(t.stages) * static_cast<std::uint32_t>(t.bm + t.bn) *
+std::uint32_t gemm_shared_bytes(const GemmTile& t, int operand_bytes, bool dual) {
+  return static_cast<std::uint32_t>(t.stages) * static_cast<std::uint32_t>(t.bm + (dual ? 2 : 1) * t.bn) *
          static_cast<std::uint32_t>(t.bk) * static_cast<std::uint32_t>(operand_bytes);
 }
 
@@ -68,29 +71,40 @@ GemmPlan plan_gemm(const KernelPlan& plan) {
   g.ld8 = plan.shape_class.starts_with("ld8");
   g.n4 = plan.shape_class.ends_with("/n4");
   g.vector_only = g.ld8 && plan.path == KernelPath::fastest;
+  g.dual = plan.spec->mainloop.kind == MainloopKind::dual_gemm;
   return g;
 }
 
 namespace {
 
-// What every GEMM kernel's parameters start with: the operands, the graph's
-// tensors, M, N, K, the dropout seed and offset and the scales.
-void operand_params(const KernelPlan& plan, ParamLayout& layout) {
+// What every GEMM kernel's parameters start with: the operands (a dual
+// GEMM's B0 is `p.b`, its B1 `p.b1`), the graph's tensors, M, N, K, the
+// dropout seed and offset and the scales.
+void operand_params(const GemmPlan& g, ParamLayout& layout) {
+  const KernelPlan& plan = *g.plan;
   const auto operand = storage_type_name(plan.spec->mainloop.a);
   layout.add_pointer(ParamRole::input, 0, "a", operand);
   layout.add_pointer(ParamRole::input, 1, "b", operand);
-  layout.add_graph_tensors(plan, 2);  // after a and b
+  if (g.dual) layout.add_pointer(ParamRole::input, 2, "b1", operand);
+  layout.add_graph_tensors(plan, g.dual ? 3 : 2);  // after the operands
   layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
   layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
   layout.add(ParamRole::dim_k, 0, "k", "long long k", 8, 8);
   layout.add_rng_and_scalars(plan);
 }
 
+// The bindings of the mainloop's operands, in parameter order.
+std::vector<std::string> operand_bindings(const GemmPlan& g) {
+  std::vector<std::string> out;
+  for (std::string_view name : names::gemm_operand_names(g.plan->spec->mainloop.kind)) out.emplace_back(name);
+  return out;
+}
+
 // The template variables every GEMM template shares.
 TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contract, const ParamLayout& layout);
 
 void layout_params(const GemmPlan& g, ParamLayout& layout) {
-  operand_params(*g.plan, layout);
+  operand_params(g, layout);
   if (g.ld8 && !g.vector_only) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
   if (g.tile.split_k > 1) {
     layout.add(ParamRole::workspace, 0, "tile_flags", "unsigned* tile_flags", 8, 8);
@@ -305,7 +319,9 @@ std::string emit_element_loads(const GemmPlan& g, const std::string& pad = "    
 }
 
 // One output element at (row, col), linear index `at`: its inputs, its own
-// draws where they are not shared, the epilogue, the stores.
+// draws where they are not shared, the epilogue, the stores. `accumulator` is
+// acc's (acc0's) expression at the element; a dual GEMM's acc1 is the same
+// expression on the array named `acc1` (`quad` -> `quad1`, `acc` -> `acc1`).
 std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, std::string_view accumulator,
                          const std::string& pad, bool quads = false) {
   const KernelPlan& plan = *g.plan;
@@ -324,7 +340,11 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, st
   s += ";\n";
   const std::string call = epilogue_call(plan, contract, [&](const EpilogueArg& a) -> std::string {
     switch (a.kind) {
-      case EpilogueArg::Kind::accumulator: return std::string(accumulator);
+      case EpilogueArg::Kind::accumulator: {
+        if (a.index == 0) return std::string(accumulator);
+        const std::size_t bracket = accumulator.find('[');
+        return fmt::format("{}1{}", accumulator.substr(0, bracket), accumulator.substr(bracket));
+      }
       case EpilogueArg::Kind::input: return fmt::format("{}_v", plan.inputs[a.index].field);
       case EpilogueArg::Kind::draw:
         return shared_draws(g, graph.node(plan.dropouts[a.index])) ? fmt::format("d{}[e]", a.index)
@@ -369,7 +389,7 @@ std::string emit_staged_stores(const GemmPlan& g) {
 std::string describe(const KernelPlan& plan) {
   const Mainloop& ml = plan.spec->mainloop;
   const std::string chain = describe_chain(plan);  // " | out ..." when the chain has no op
-  return fmt::format("gemm {}:{} x {}:{}{}{}{}", to_string(ml.a), to_string(ml.a_layout), to_string(ml.b),
+  return fmt::format("{} {}:{} x {}:{}{}{}{}", to_string(ml.kind), to_string(ml.a), to_string(ml.a_layout), to_string(ml.b),
                      to_string(ml.b_layout), ml.math == GemmMath::tf32 ? " (tf32)" : "",
                      chain.starts_with(" |") ? "" : " -> ", chain);
 }
@@ -409,8 +429,8 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
   // The copy engine reads A and B: their base addresses must be 16-byte
   // aligned (row strides are, in shape class ld8); a misaligned launch takes
   // the mma.sync general kernel of the same key.
-  ks.inputs = {"a", "b"};
-  ks.input_alignment = {16, 16};
+  ks.inputs = operand_bindings(g);
+  ks.input_alignment.assign(ks.inputs.size(), 16);
   // Outputs are stored four at a time where N % 4 == 0 (aligned to that, else the general kernel).
   const bool quads = vector_stores(g);
   bind_graph_tensors(plan, ks, [&](const TensorPlan& t) {
@@ -418,15 +438,19 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
     return quads && output ? 4 * static_cast<int>(size_of(t.dtype)) : 0;
   });
   ParamLayout layout;
-  operand_params(plan, layout);
+  operand_params(g, layout);
   layout.add(ParamRole::opaque, g.a_kmajor ? a_kmajor_map : a_mmajor_map, "tma_a", "ef_tensor_map tma_a", 128, 64);
   layout.add(ParamRole::opaque, g.b_kmajor ? b_kmajor_map : b_nmajor_map, "tma_b", "ef_tensor_map tma_b", 128, 64);
+  if (g.dual)
+    layout.add(ParamRole::opaque, g.b_kmajor ? b1_kmajor_map : b1_nmajor_map, "tma_b1", "ef_tensor_map tma_b1", 128, 64);
   ks.requires_alignment = true;
-  ks.shared_bytes = wgmma_shared_bytes(t);
+  ks.shared_bytes = wgmma_shared_bytes(t, g.dual);
   const EpilogueContract contract = epilogue_contract(plan);
   TemplateVars vars = common_vars(plan, contract, layout);
   vars.insert({
       {"operand_t", std::string(storage_type_name(plan.spec->mainloop.a))},
+      {"dual", g.dual ? "true" : "false"},
+      {"tma_b1", g.dual ? "tma_b1" : "tma_b"},
       {"bm", std::to_string(t.bm)},
       {"bn", std::to_string(t.bn)},
       {"stages", std::to_string(t.stages)},
@@ -457,8 +481,8 @@ KernelSource emit_gemm(const GemmPlan& g) {
   // Bindings: the operands (16-byte loads need them aligned), then the graph's
   // tensors, read and written element by element.
   const int operand_alignment = g.ld8 ? 16 : 0;
-  ks.inputs = {"a", "b"};
-  ks.input_alignment = {operand_alignment, operand_alignment};
+  ks.inputs = operand_bindings(g);
+  ks.input_alignment.assign(ks.inputs.size(), operand_alignment);
   // Inputs are read element by element; outputs of the staged epilogue may be
   // stored four at a time (aligned to four elements, else the general kernel).
   const bool quads = vector_stores(g);
@@ -469,7 +493,7 @@ KernelSource emit_gemm(const GemmPlan& g) {
   ParamLayout layout;
   layout_params(g, layout);
   ks.requires_alignment = g.vector_only;
-  ks.shared_bytes = g.simt ? 0 : gemm_block_shared_bytes(g.tile, g.operand_bytes);  // the SIMT kernel's are static
+  ks.shared_bytes = g.simt ? 0 : gemm_block_shared_bytes(g.tile, g.operand_bytes, g.dual);  // the SIMT kernel's are static
 
   const EpilogueContract contract = epilogue_contract(plan);
   const char* vector_flag = !g.ld8 ? "constexpr bool vec = false;  // operands not 16-byte loadable: element loads"
@@ -477,6 +501,8 @@ KernelSource emit_gemm(const GemmPlan& g) {
                                             : "const bool vec = p.vectorized != 0;";
   TemplateVars vars = common_vars(plan, contract, layout);
   vars.insert({
+      {"dual", g.dual ? "true" : "false"},
+      {"b1", g.dual ? "p.b1" : "p.b"},
       {"bm", std::to_string(g.tile.bm)},
       {"bn", std::to_string(g.tile.bn)},
       {"bk", std::to_string(g.tile.bk)},

@@ -1,7 +1,8 @@
 #pragma once
 // The GEMM kernel family (Note [Kernel families]; docs/gemm.md): C = A * B on
 // tensor cores with mma.sync (sm_80+), the fused epilogue on the accumulator
-// fragments. Its passes: plan_gemm (layouts, load path, draw sharing), then
+// fragments. Registered twice: as `gemm`, and as `dual_gemm` (A * B0 and A * B1
+// sharing the A tiles, two accumulators; docs/dual-gemm.md). Its passes: plan_gemm (layouts, load path, draw sharing), then
 // emit_gemm (templates/gemm_mma.cu.in).
 #include <optional>
 #include <string_view>
@@ -21,13 +22,14 @@ struct GemmPlan {
   bool ld8 = false;         // every operand's contiguous dimension is a multiple of 8: 16-byte loads
   bool n4 = false;          // N % 4 == 0: a Philox call's four draws lie in one row
   bool vector_only = false; // 16-byte loads only: the host checks the operands' alignment
+  bool dual = false;        // dual_gemm: B0 and B1, accumulators acc and acc1
 };
 
 /// "ld8" or "ld1" (16-byte operand loads possible), then "/n4" or "/n1".
 std::string_view gemm_shape_class(const Mainloop& mainloop, const Shape& shape);
-/// Dynamic shared memory of a tile: the ring of A and B stages of
-/// `operand_bytes`-byte elements.
-std::uint32_t gemm_shared_bytes(const GemmTile& tile, int operand_bytes);
+/// Dynamic shared memory of a tile: the ring of A and B stages (A, B0 and B1
+/// for a dual GEMM) of `operand_bytes`-byte elements.
+std::uint32_t gemm_shared_bytes(const GemmTile& tile, int operand_bytes, bool dual = false);
 /// A tensor-core warp tile in m16n8 fragments: MI rows of them, NI columns.
 struct WarpFragments {
   int mi, ni;
@@ -40,18 +42,27 @@ inline WarpFragments warp_fragments(const GemmTile& t) {
 /// [Staged epilogue]: warp tiles of 16 or more fragments).
 bool gemm_staged_epilogue(const GemmTile& tile);
 /// Dynamic shared memory of a tensor-core block: the ring, or the staged
-/// epilogue's fp32 warp tiles (rows padded by 4 floats) where that is larger.
-std::uint32_t gemm_block_shared_bytes(const GemmTile& tile, int operand_bytes);
+/// epilogue's fp32 warp tiles (rows padded by 4 floats; two of them for a dual
+/// GEMM) where that is larger.
+std::uint32_t gemm_block_shared_bytes(const GemmTile& tile, int operand_bytes, bool dual = false);
 /// The mainloop's kernel: exact f32 runs on FFMA, the rest on tensor cores.
 bool gemm_is_simt(const Mainloop& mainloop);
 
 /// Dynamic shared memory of a wgmma tile: the ring (1024-byte aligned, so
 /// 1 KiB of slack) and its full and empty mbarriers.
-std::uint32_t wgmma_shared_bytes(const WgmmaTile& tile);
+std::uint32_t wgmma_shared_bytes(const WgmmaTile& tile, bool dual = false);
 /// The mma.sync tile that runs a wgmma key's general (any-alignment) path.
 inline constexpr GemmTile k_wgmma_fallback_tile{128, 128, 32, 2, 4, 4, 8};
 /// ParamField::index of the tensor-map parameters: which operand, which layout.
-enum TensorMapIndex : std::uint32_t { a_kmajor_map = 0, a_mmajor_map = 1, b_kmajor_map = 2, b_nmajor_map = 3 };
+/// (B1 is a dual GEMM's second B, with B0's layout.)
+enum TensorMapIndex : std::uint32_t {
+  a_kmajor_map = 0,
+  a_mmajor_map = 1,
+  b_kmajor_map = 2,
+  b_nmajor_map = 3,
+  b1_kmajor_map = 4,
+  b1_nmajor_map = 5,
+};
 
 GemmPlan plan_gemm(const KernelPlan& plan);
 KernelSource emit_gemm(const GemmPlan& plan);

@@ -21,7 +21,7 @@ std::int64_t tiles_of(const Shape& s, std::int64_t bm, std::int64_t bn) {
   return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
 }
 
-void check_tile(const GemmTile& t, int operand_bytes) {
+void check_tile(const GemmTile& t, int operand_bytes, bool dual) {
   auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
   EPIFUSE_CHECK(pow2(t.bm) && pow2(t.bn) && t.bm >= 16 && t.bn >= 16 && t.bm <= 256 && t.bn <= 256,
                 "gemm tile {}: BM and BN must be powers of two in [16, 256]", t.str());
@@ -33,9 +33,16 @@ void check_tile(const GemmTile& t, int operand_bytes) {
   EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
   EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
   EPIFUSE_CHECK(t.split_k >= 1 && t.split_k <= 16, "gemm tile {}: split-K must be in [1, 16]", t.str());
-  EPIFUSE_CHECK(gemm_block_shared_bytes(t, operand_bytes) <= k_max_shared,
+  if (dual) {
+    // Two accumulators a thread: a 64x64 warp tile would hold 256 (docs/dual-gemm.md).
+    const auto [mi, ni] = warp_fragments(t);
+    EPIFUSE_CHECK(mi * ni <= 16, "dual_gemm tile {}: a warp tile of {}x{} holds {} accumulators a thread for two "
+                  "products; at most 64x32 (128)", t.str(), t.bm / t.warps_m, t.bn / t.warps_n, 2 * mi * ni * 4);
+    EPIFUSE_CHECK(t.split_k == 1, "dual_gemm tile {}: a dual GEMM has no split-K", t.str());
+  }
+  EPIFUSE_CHECK(gemm_block_shared_bytes(t, operand_bytes, dual) <= k_max_shared,
                 "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
-                gemm_block_shared_bytes(t, operand_bytes), k_max_shared);
+                gemm_block_shared_bytes(t, operand_bytes, dual), k_max_shared);
 }
 
 // A first choice without tuning: big tiles where they fill the GPU, small
@@ -58,13 +65,18 @@ GemmTile heuristic_tile(const Shape& s, GemmMath math) {
 
 // The exact fp32 kernel: 256 threads, each 4 or 8 rows by 4 or 8 columns
 // (every tile here runs without spills on all four layouts and both load paths).
-void check_simt_tile(const GemmTile& t) {
+void check_simt_tile(const GemmTile& t, bool dual) {
   EPIFUSE_CHECK((t.bm == 64 || t.bm == 128) && (t.bn == 64 || t.bn == 128) && (t.bk == 8 || t.bk == 16) &&
                     t.warps_m * t.warps_n == 8 && t.stages == 2 && t.split_k == 1,
                 "gemm tile {}: an f32 (FFMA) tile has BM, BN in {{64, 128}}, BK 8 or 16, 8 warps, 2 stages and no "
                 "split-K",
                 t.str());
   EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
+  // Two accumulators and a third operand tile (static shared memory, 48 KB).
+  EPIFUSE_CHECK(!dual || (t.bm * t.bn <= 128 * 64 && (t.bk == 8 || t.bm + 2 * t.bn <= 256)),
+                "dual_gemm tile {}: an f32 (FFMA) dual tile has at most 128x64 or 64x128 outputs (two accumulators "
+                "a thread), and BK 8 unless BM + 2 BN <= 256 (shared memory)",
+                t.str());
 }
 
 // The largest f32 tile whose blocks still fill the GPU: an SM holds two
@@ -94,6 +106,7 @@ bool wgmma_applies(const KernelSpec& spec, const Shape& s, std::string_view targ
 
 void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s, std::string_view target) {
   const Mainloop& ml = spec.mainloop;
+  const bool dual = ml.kind == MainloopKind::dual_gemm;
   EPIFUSE_CHECK(target.empty() || wgmma_target(target), "gemm tile {}: wgmma tiles run on sm_90a only, not {}",
                 t.str(), target);
   EPIFUSE_CHECK(ml.a == DType::f16 || ml.a == DType::bf16,
@@ -104,23 +117,30 @@ void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s
   EPIFUSE_CHECK((t.bm == 128 || t.bm == 256) && (t.bn == 64 || t.bn == 128 || t.bn == 256) && t.bk == 64,
                 "gemm tile {}: a wgmma tile has BM 128 or 256, BN 64, 128 or 256, and BK 64", t.str());
   // A consumer warpgroup's rows: BM/2 cooperative, BM ping-pong; a thread holds rows x BN / 128 accumulators.
-  const int rows = t.pingpong ? t.bm : t.bm / 2;
+  // A dual GEMM holds two accumulators per element.
+  const int rows = t.pingpong ? t.bm : t.bm / 2, per_thread = rows * t.bn / 128 * (dual ? 2 : 1);
   EPIFUSE_CHECK(t.pingpong == 0 || t.pingpong == 1, "gemm tile {}: ping-pong is 0 or 1", t.str());
-  EPIFUSE_CHECK(rows * t.bn / 128 <= 128,
-                "gemm tile {}: a consumer warpgroup holds {} accumulators a thread; at most 128", t.str(),
-                rows * t.bn / 128);
+  EPIFUSE_CHECK(per_thread <= 128, "{} tile {}: a consumer warpgroup holds {} accumulators a thread; at most 128",
+                to_string(ml.kind), t.str(), per_thread);
   EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
   EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
   EPIFUSE_CHECK(t.cluster == 1 || (t.cluster == 2 && t.bn >= 128),
                 "gemm tile {}: the cluster is 1, or 2 with BN 128 or 256 (each block copies half of B)", t.str());
-  EPIFUSE_CHECK(wgmma_shared_bytes(t) <= k_max_shared,
+  EPIFUSE_CHECK(wgmma_shared_bytes(t, dual) <= k_max_shared,
                 "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
-                wgmma_shared_bytes(t), k_max_shared);
+                wgmma_shared_bytes(t, dual), k_max_shared);
 }
+
+// The dual GEMM's tiles (docs/dual-gemm.md): two accumulators a thread, so
+// warp tiles of at most 64x32 (mma.sync) and 64 + 64 a consumer thread
+// (wgmma), no split-K; FFMA thread tiles of 8x4.
+const std::vector<WgmmaTile> k_dual_wgmma_tiles = {WgmmaTile{128, 128, 64, 4, 8}, WgmmaTile{128, 128, 64, 4, 8, 2},
+                                                   WgmmaTile{128, 64, 64, 6, 8}, WgmmaTile{128, 64, 64, 6, 8, 1, 1}};
 
 class GemmFamily final : public KernelFamily {
  public:
-  MainloopKind kind() const override { return MainloopKind::gemm; }
+  explicit GemmFamily(MainloopKind kind) : kind_(kind) {}
+  MainloopKind kind() const override { return kind_; }
 
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
                           std::string_view target) const override {
@@ -132,19 +152,21 @@ class GemmFamily final : public KernelFamily {
         return *w;
       }
     } else if (wgmma_applies(spec, shape, target) && shape.m * shape.n >= k_wgmma_min_outputs) {
+      if (dual()) return tiles_of(shape, 128, 128) >= 132 ? k_dual_wgmma_tiles[0] : k_dual_wgmma_tiles[2];
       return tiles_of(shape, 128, 256) >= 132 ? WgmmaTile{128, 256, 64, 4, 8} : WgmmaTile{128, 128, 64, 6, 8};
     }
     const bool simt = gemm_is_simt(ml);
     GemmTile tile = simt ? simt_heuristic_tile(shape) : heuristic_tile(shape, ml.math);
+    if (dual()) tile = dual_heuristic_tile(tile, simt, ml.math);
     if (requested) {
       const auto* t = std::get_if<GemmTile>(&*requested);
       EPIFUSE_CHECK(t, "tile {}: a gemm kernel takes a gemm tile (BM, BN, BK, warps, stages)", to_string(*requested));
       tile = *t;
     }
     if (simt)
-      check_simt_tile(tile);
+      check_simt_tile(tile, dual());
     else
-      check_tile(tile, static_cast<int>(size_of(ml.a)));
+      check_tile(tile, static_cast<int>(size_of(ml.a)), dual());
     return tile;
   }
 
@@ -161,6 +183,7 @@ class GemmFamily final : public KernelFamily {
                                           std::string_view target) const override {
     // f32 (FFMA): 8x8 outputs a thread for throughput, 8x4 and 4x4 where
     // fewer blocks would leave SMs idle; BK 16 halves the barriers.
+    if (dual()) return dual_candidates(spec, shape, target);
     if (gemm_is_simt(spec.mainloop))
       return {GemmTile{128, 128, 8, 2, 4, 2, 8}, GemmTile{128, 128, 16, 2, 4, 2, 8}, GemmTile{128, 64, 8, 2, 4, 2, 8},
               GemmTile{128, 64, 16, 2, 4, 2, 8}, GemmTile{64, 128, 8, 2, 4, 2, 8},   GemmTile{64, 128, 16, 2, 4, 2, 8},
@@ -262,6 +285,8 @@ class GemmFamily final : public KernelFamily {
       case a_mmajor_map: return map(c.inputs[0], m, k, 64);              // [K][M]
       case b_kmajor_map: return map(c.inputs[1], k, n, bn / t.cluster);  // [N][K], a block's share
       case b_nmajor_map: return map(c.inputs[1], n, k, 64);              // [K][N]
+      case b1_kmajor_map: return map(c.inputs[2], k, n, bn / t.cluster);
+      case b1_nmajor_map: return map(c.inputs[2], n, k, 64);
       default: EPIFUSE_ASSERT(false, "unknown tensor map {}", field.index);
     }
     return std::nullopt;
@@ -292,12 +317,65 @@ class GemmFamily final : public KernelFamily {
     g.shared_bytes = source.shared_bytes;
     return g;
   }
+
+ private:
+  bool dual() const { return kind_ == MainloopKind::dual_gemm; }
+
+  // The untuned single-GEMM choice, its warp tile halved along N where it
+  // would hold more than 64x32 outputs (two accumulators each).
+  // tf32 fragments of MN-major tiles are read word by word: 32x32 warp tiles
+  // keep those clear of spills with two accumulators.
+  static GemmTile dual_heuristic_tile(GemmTile t, bool simt, GemmMath math) {
+    if (simt) {
+      if (t.bm * t.bn > 128 * 64) t.bn = 64;
+      return t;
+    }
+    if (math == GemmMath::tf32 && t.bm / t.warps_m > 32) t.bm /= 2;
+    while (t.bn / t.warps_n > 32 && t.bn > 16) t.bn /= 2;
+    t.split_k = 1;
+    return t;
+  }
+
+  std::vector<TileConfig> dual_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target) const {
+    std::vector<TileConfig> out;
+    if (gemm_is_simt(spec.mainloop)) {
+      for (const GemmTile t : {GemmTile{128, 64, 8, 2, 4, 2, 8}, GemmTile{64, 128, 8, 2, 4, 2, 8},
+                               GemmTile{64, 64, 8, 2, 4, 2, 8}, GemmTile{64, 64, 16, 2, 4, 2, 8}})
+        out.push_back(t);
+      return out;
+    }
+    if (wgmma_applies(spec, shape, target)) {
+      for (const WgmmaTile& t : k_dual_wgmma_tiles) out.push_back(t);
+      if (shape.m * shape.n >= k_wgmma_only_outputs) return out;
+    }
+    // 64x32 warp tiles and below; narrow tiles for decode shapes (M of 16 to
+    // 128 against a wide N: the grid fills the GPU along N).
+    for (const GemmTile t : {GemmTile{128, 128, 32, 2, 4, 4, 8}, GemmTile{128, 128, 64, 2, 4, 3, 8},
+                             GemmTile{128, 64, 32, 2, 2, 4, 8}, GemmTile{64, 128, 32, 1, 4, 4, 8},
+                             GemmTile{64, 64, 32, 2, 2, 4, 8}, GemmTile{64, 64, 64, 2, 2, 3, 8},
+                             GemmTile{32, 64, 64, 1, 2, 4, 8}, GemmTile{16, 64, 64, 1, 2, 4, 8},
+                             GemmTile{32, 32, 64, 2, 2, 4, 8}, GemmTile{16, 32, 64, 1, 1, 6, 8}})
+      out.push_back(t);
+    const int bytes = static_cast<int>(size_of(spec.mainloop.a));
+    std::erase_if(out, [&](const TileConfig& c) {
+      const auto* t = std::get_if<GemmTile>(&c);
+      return t && gemm_block_shared_bytes(*t, bytes, true) > k_max_shared;
+    });
+    return out;
+  }
+
+  MainloopKind kind_;
 };
 
 }  // namespace
 
 const KernelFamily& gemm_family() {
-  static const GemmFamily family;
+  static const GemmFamily family(MainloopKind::gemm);
+  return family;
+}
+
+const KernelFamily& dual_gemm_family() {
+  static const GemmFamily family(MainloopKind::dual_gemm);
   return family;
 }
 

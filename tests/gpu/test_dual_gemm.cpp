@@ -1,0 +1,193 @@
+// GPU tier for the dual GEMM (docs/dual-gemm.md): A * B0 and A * B1 into two
+// accumulators, any chain over acc0 and acc1, on the mma.sync, FFMA and wgmma
+// kernels. Every operand dtype and layout, odd shapes, every tile candidate,
+// misaligned operands, decode shapes, dropout masks position by position, all
+// against the reference evaluator on random non-zero data. Skips without a GPU;
+// the wgmma cases need an sm_90a GPU.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "epifuse/compare.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
+#include "epifuse/reference.hpp"
+#include "gemm_checks.hpp"
+
+using namespace epifuse;
+
+namespace {
+
+Jit* dual_jit() {
+  static std::unique_ptr<Jit> jit;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    if (gpu_unavailable_reason().empty()) jit = std::make_unique<Jit>();
+  }
+  if (!jit) MESSAGE("GPU suite skipped: " << gpu_unavailable_reason());
+  return jit.get();
+}
+
+enum class Chain { gating, swiglu, geglu };
+
+// The gating layer and its relatives over acc0 and acc1, with three outputs:
+// `g0` = acc0 + bias0 and `g1` = acc1 in f32 (each accumulator alone), and
+// the chain's `y`.
+KernelSpec dual_spec(DType dt, Layout a, Layout b, Chain chain = Chain::gating, double p = 0.0,
+                     RngMode rng = RngMode::philox4, GemmMath math = GemmMath::exact) {
+  KernelSpec s;
+  s.mainloop = {MainloopKind::dual_gemm, dt, dt, a, b, math};
+  Graph& g = s.graph;
+  const Value g0 = g.add(g.accumulator(0), g.input("bias0", dt, Broadcast::row));
+  Value y;
+  switch (chain) {
+    case Chain::gating: {
+      const Value h1 = g.add(g.accumulator(1), g.input("bias1", dt, Broadcast::row));
+      y = g.mul(g.sigmoid(g0), h1);
+      break;
+    }
+    case Chain::swiglu: y = g.mul(g.silu(g0), g.accumulator(1)); break;
+    case Chain::geglu: y = g.mul(g.gelu_tanh(g0), g.accumulator(1)); break;
+  }
+  if (p > 0) y = g.dropout(y, p, rng);
+  g.output("g0", g0, DType::f32);
+  g.output("g1", g.accumulator(1), DType::f32);
+  g.output("y", y, dt);
+  return s;
+}
+
+// y = f(h0) * h1, f one of sigmoid, silu, gelu_tanh (|f'| < 1.13): an error e
+// in each accumulator reaches y as at most |f(h0)| e + |f'(h0)| |h1| e, so y's
+// bound adds e (1 + 1.13 max|h1|) to y's dtype's, with max|h1| <= max|acc1| + 2
+// (a bias in [-2, 2]).
+void check_dual(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t seed,
+                std::optional<TileConfig> tile = std::nullopt, std::size_t misalign = 0, LaunchArgs args = {}) {
+  const TensorMap inputs = make_inputs(spec, shape, seed);
+  const TensorMap want = evaluate(spec, shape, inputs, args);
+  const TensorMap got = run_on_device(jit, spec, shape, inputs, args, tile, misalign);
+  for (const Output& o : spec.graph.outputs()) {
+    const HostTensor& w = want.at(o.name);
+    Tolerance t = testing::gemm_tolerance(o.dtype, shape);
+    if (o.name == "y") {
+      const HostTensor& acc1 = want.at("g1");
+      double peak = 0;
+      for (std::int64_t i = 0; i < acc1.numel(); ++i) peak = std::max(peak, std::abs(static_cast<double>(acc1.get(i))));
+      t.atol += static_cast<double>(shape.k) * std::ldexp(1.0, -21) * 4.0 * (1.0 + 1.13 * (peak + 2.0));
+    }
+    INFO("output " << o.name << " shape " << shape.m << "x" << shape.n << "x" << shape.k << " a "
+                   << to_string(spec.mainloop.a_layout) << " b " << to_string(spec.mainloop.b_layout) << " "
+                   << to_string(spec.mainloop.a) << (spec.mainloop.math == GemmMath::tf32 ? " tf32" : "") << " tile "
+                   << (tile ? to_string(*tile) : "default") << " misalign " << misalign);
+    const Comparison c = compare(got.at(o.name), w, t);
+    CHECK_MESSAGE(c.ok, c.message);
+  }
+}
+
+// Positions where the reference's and the device's y are zero agree exactly.
+void check_mask(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t seed, const TileConfig& tile) {
+  const LaunchArgs args{0x0123456789abcdefULL, 77};
+  const TensorMap inputs = make_inputs(spec, shape, seed);
+  const HostTensor want = evaluate(spec, shape, inputs, args).at("y");
+  const HostTensor got = run_on_device(jit, spec, shape, inputs, args, tile).at("y");
+  std::int64_t differ = 0, dropped = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    differ += (want.get(i) == 0.0f) != (got.get(i) == 0.0f);
+    dropped += want.get(i) == 0.0f;
+  }
+  INFO("tile " << to_string(tile) << " shape " << shape.m << "x" << shape.n << "x" << shape.k);
+  CHECK_MESSAGE(differ == 0, differ << " of " << want.numel() << " zero positions differ");
+  CHECK(dropped > 0);
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("dual gemm: f16, bf16, exact f32 and tf32, all four layouts, odd shapes, three chains") {
+    Jit* jit = dual_jit();
+    if (!jit) return;
+    std::uint64_t seed = 12000;
+    for (const GemmMath math : {GemmMath::exact, GemmMath::tf32})
+      for (DType dt : {DType::f16, DType::bf16, DType::f32}) {
+        if (math == GemmMath::tf32 && dt != DType::f32) continue;
+        for (Layout a : {Layout::row, Layout::col})
+          for (Layout b : {Layout::row, Layout::col})
+            for (const Shape& s : {Shape{128, 256, 256}, Shape{67, 133, 41}, Shape{1, 8, 16}}) {
+              const Chain chain = static_cast<Chain>(seed % 3);
+              check_dual(*jit, dual_spec(dt, a, b, chain, 0.0, RngMode::philox4, math), s, ++seed);
+            }
+      }
+  }
+
+  TEST_CASE("dual gemm: every tile candidate, on the 16-byte path and the element path") {
+    Jit* jit = dual_jit();
+    if (!jit) return;
+    std::uint64_t seed = 12500;
+    for (DType dt : {DType::f16, DType::f32})
+      for (const Shape& s : {Shape{300, 264, 96}, Shape{130, 70, 33}}) {
+        const KernelSpec spec = dual_spec(dt, Layout::row, Layout::row);
+        const std::vector<TileConfig> tiles = tile_candidates(spec, s, jit->target());
+        (void)jit->compile_all(spec, s, tiles);
+        for (const TileConfig& tile : tiles) check_dual(*jit, spec, s, ++seed, tile);
+      }
+  }
+
+  TEST_CASE("dual gemm: misaligned operands take element loads; decode shapes; K = 0") {
+    Jit* jit = dual_jit();
+    if (!jit) return;
+    std::uint64_t seed = 13000;
+    for (Layout a : {Layout::row, Layout::col})
+      for (std::size_t mis : {1u, 3u}) check_dual(*jit, dual_spec(DType::bf16, a, Layout::col), {96, 128, 64}, ++seed, std::nullopt, mis);
+    // Decode: a few rows against a wide N (the narrow tiles fill the GPU along N).
+    const KernelSpec swiglu = dual_spec(DType::f16, Layout::row, Layout::row, Chain::swiglu);
+    for (const std::int64_t m : {16LL, 128LL}) {
+      const Shape s{m, 11008, 512};
+      check_dual(*jit, swiglu, s, ++seed);
+      for (const GemmTile t : {GemmTile{16, 64, 64, 1, 2, 4, 8}, GemmTile{32, 64, 64, 1, 2, 4, 8}})
+        check_dual(*jit, swiglu, s, ++seed, t);
+    }
+    check_dual(*jit, dual_spec(DType::f16, Layout::row, Layout::row), {33, 70, 0}, ++seed);
+  }
+
+  TEST_CASE("dual gemm: dropout masks equal the reference's, philox4 and triton, n4 and n1") {
+    Jit* jit = dual_jit();
+    if (!jit) return;
+    std::uint64_t seed = 13500;
+    for (RngMode rng : {RngMode::philox4, RngMode::triton}) {
+      const KernelSpec spec = dual_spec(DType::f16, Layout::row, Layout::col, Chain::gating, 0.3, rng);
+      for (const Shape& s : {Shape{256, 512, 64}, Shape{130, 131, 40}})
+        for (const TileConfig& tile : tile_candidates(spec, s, jit->target())) {
+          check_mask(*jit, spec, s, ++seed, tile);
+          check_dual(*jit, spec, s, ++seed, tile, 0, LaunchArgs{0x0123456789abcdefULL, 77});
+        }
+    }
+  }
+
+  TEST_CASE("dual gemm sm90: every dual wgmma tile, f16 and bf16, all four layouts, ragged edges") {
+    Jit* jit = dual_jit();
+    if (!jit || jit->target() != "sm_90a") {
+      MESSAGE("dual wgmma tests skipped: no sm_90a GPU");
+      return;
+    }
+    std::uint64_t seed = 14000;
+    const std::vector<TileConfig> tiles = {WgmmaTile{128, 128, 64, 4, 8}, WgmmaTile{128, 128, 64, 4, 8, 2},
+                                           WgmmaTile{128, 64, 64, 6, 8}, WgmmaTile{128, 64, 64, 6, 8, 1, 1},
+                                           WgmmaTile{128, 128, 64, 3, 1, 2}};
+    for (DType dt : {DType::f16, DType::bf16})
+      for (Layout a : {Layout::row, Layout::col})
+        for (Layout b : {Layout::row, Layout::col}) {
+          const KernelSpec spec = dual_spec(dt, a, b, static_cast<Chain>(seed % 3));
+          (void)jit->compile_all(spec, {256, 256, 128}, tiles);
+          for (const TileConfig& t : tiles)
+            for (const Shape& s : {Shape{256, 256, 128}, Shape{200, 136, 72}, Shape{1032, 1040, 200}})
+              check_dual(*jit, spec, s, ++seed, t);
+        }
+    // Dropout on the staged wgmma epilogue, and the default tile of a large problem.
+    const KernelSpec drop = dual_spec(DType::bf16, Layout::row, Layout::row, Chain::gating, 0.2);
+    for (const TileConfig& t : tiles) check_mask(*jit, drop, {256, 512, 64}, ++seed, t);
+    CHECK(std::holds_alternative<WgmmaTile>(jit->compile(drop, {4096, 4096, 4096})->source().tile));
+    CHECK_THROWS_AS(jit->compile(drop, {256, 256, 64}, WgmmaTile{128, 256, 64, 4, 8}), UserError);
+  }
+}
