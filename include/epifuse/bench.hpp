@@ -38,6 +38,9 @@ struct GemmRow {
   double ms = 0;
   double tflops = 0;  ///< 2*M*N*K / time
   std::optional<double> of_cublas;  ///< ms / cuBLAS alone's ms; absent without cuBLAS
+  /// Device memory the row's path holds while it runs: operands, epilogue
+  /// inputs, GEMM results and intermediates it writes, outputs (0: not counted).
+  std::size_t bytes = 0;
 };
 
 /// Two rows' first outputs compared on the same inputs (a check that the
@@ -49,7 +52,7 @@ struct GemmCheck {
   bool ok = true;          ///< max_abs_diff <= max_abs / 32 (rounding, never a layout error)
 };
 
-/// The GEMM part of a bench report (mainloop gemm only).
+/// The GEMM part of a bench report (mainloops gemm and dual_gemm).
 struct GemmBenchReport {
   double flops = 0;                  ///< 2*M*N*K
   std::string cublaslt;              ///< "cuBLASLt 13.0.2 (path)"; empty when it was not used

@@ -62,6 +62,26 @@ GemmCheck compare_results(std::string what, CUdeviceptr x, DType x_dtype, CUdevi
   return c;
 }
 
+// Bytes of the tensors a row's path reads or writes (docs/bench.md, "memory"):
+// the GEMM operands, the chain's inputs and outputs, and `extra_mn` more [M,N]
+// tensors of `extra_dtype` (the separate GEMMs' results, eager intermediates).
+std::size_t path_bytes(const KernelSpec& spec, const Shape& s, int extra_mn = 0, DType extra_dtype = DType::f32) {
+  const auto mn = static_cast<std::size_t>(s.m * s.n);
+  const std::size_t operand = size_of(spec.mainloop.a);
+  const std::size_t b_count = spec.mainloop.kind == MainloopKind::dual_gemm ? 2 : 1;
+  std::size_t bytes = operand * static_cast<std::size_t>(s.m * s.k + b_count * s.k * s.n);
+  for (const Node& n : spec.graph.nodes()) {
+    if (n.kind != NodeKind::input) continue;
+    const std::size_t count = n.broadcast == Broadcast::full ? mn
+                              : n.broadcast == Broadcast::row ? static_cast<std::size_t>(s.n)
+                              : n.broadcast == Broadcast::col ? static_cast<std::size_t>(s.m)
+                                                              : 1;
+    bytes += count * size_of(n.dtype);
+  }
+  for (const Output& o : spec.graph.outputs()) bytes += mn * size_of(o.dtype);
+  return bytes + static_cast<std::size_t>(extra_mn) * mn * size_of(extra_dtype);
+}
+
 std::string_view lt_epilogue_name(LtEpilogueKind k) {
   return k == LtEpilogueKind::relu_bias ? "CUBLASLT_EPILOGUE_RELU_BIAS" : "CUBLASLT_EPILOGUE_GELU_BIAS";
 }
@@ -77,6 +97,7 @@ class GemmBench {
   GemmBenchReport run() {
     g_.flops = 2.0 * static_cast<double>(shape_.m) * static_cast<double>(shape_.n) * static_cast<double>(shape_.k);
     add_row("fused", "fused", to_string(r_.tile), 1, [this] { jit_.launch(fused_, fused_t_.bindings, shape_, opt_.args); });
+    g_.rows.back().bytes = path_bytes(spec_, shape_);
     attempt("fused, dropout removed", [&] { fused_without_dropout(); });
     if (const std::string why = why_no_cublas(); !why.empty())
       g_.skipped.push_back(why);
@@ -141,8 +162,8 @@ class GemmBench {
 
   std::string why_no_cublas() const {
     if (!opt_.cublas) return "cuBLAS baselines skipped (--no-cublas)";
-    if (spec_.mainloop.kind != MainloopKind::gemm)
-      return fmt::format("cuBLAS baselines skipped: only for gemm mainloops, not {}", to_string(spec_.mainloop.kind));
+    if (spec_.mainloop.kind == MainloopKind::elementwise)
+      return "cuBLAS baselines skipped: the chain has no GEMM";
     if (spec_.mainloop.a != spec_.mainloop.b)
       return fmt::format("cuBLAS baselines skipped: A is {} and B {}", to_string(spec_.mainloop.a),
                          to_string(spec_.mainloop.b));
@@ -154,25 +175,41 @@ class GemmBench {
   void cublas_rows() {
     baseline::CublasLt& lt = *baseline::cublaslt_or_null();
     g_.cublaslt = fmt::format("{} ({})", lt.version_string(), lt.library_path());
-    const CUdeviceptr a = input("a"), b = input("b");
-    const auto d = keep(matrix_buffer(shape_, gemm_dtype_));
+    // A dual GEMM's baseline is two cuBLAS GEMMs of the same A: D0 = A B0, D1 = A B1.
+    const CUdeviceptr a = input("a");
+    const std::vector<CUdeviceptr> bs = dual_ ? std::vector<CUdeviceptr>{input("b0"), input("b1")}
+                                              : std::vector<CUdeviceptr>{input("b")};
+    std::vector<std::shared_ptr<DeviceBuffer>> ds;
+    for (std::size_t i = 0; i < bs.size(); ++i) ds.push_back(keep(matrix_buffer(shape_, gemm_dtype_)));
     const auto gemm = std::make_shared<const baseline::LtMatmul>(lt, baseline::LtMatmulConfig{spec_.mainloop, shape_, gemm_dtype_});
     keep_.push_back(gemm);
-    const std::function<void()> run_gemm = [gemm, a, b, d] { gemm->run(a, b, d->ptr()); };
-    add_row("cublas", "cuBLAS GEMM alone",
-            fmt::format("cublasLtMatmul, {}, D {}, heuristic algorithm, workspace {} of {} MiB",
+    const std::function<void()> run_gemm = [gemm, a, bs, ds] {
+      for (std::size_t i = 0; i < bs.size(); ++i) gemm->run(a, bs[i], ds[i]->ptr());
+    };
+    const int gemms = static_cast<int>(bs.size());
+    add_row("cublas", dual_ ? "cuBLAS two GEMMs alone" : "cuBLAS GEMM alone",
+            fmt::format("cublasLtMatmul{}, {}, D {}, heuristic algorithm, workspace {} of {} MiB", dual_ ? " x2" : "",
                         spec_.mainloop.math == GemmMath::tf32 ? "CUBLAS_COMPUTE_32F_FAST_TF32" : "CUBLAS_COMPUTE_32F",
                         to_string(gemm_dtype_), gemm->workspace_used(), baseline::LtMatmul::k_workspace_bytes >> 20),
-            1, run_gemm);
+            gemms, run_gemm);
+    KernelSpec operands_only;  // the GEMMs read the operands and write D (D0, D1)
+    operands_only.mainloop = spec_.mainloop;
+    g_.rows.back().bytes = path_bytes(operands_only, shape_, gemms, gemm_dtype_);
+    std::vector<CUdeviceptr> d_ptrs;
+    for (const auto& d : ds) d_ptrs.push_back(d->ptr());
 
-    attempt("cuBLASLt epilogue", [&] { lt_epilogue(lt, a, b); });
-    if (chain_is_plain_gemm(spec_, gemm_dtype_)) {
+    if (dual_)
+      g_.skipped.push_back("cuBLASLt epilogue: cuBLASLt has none over two GEMMs");
+    else
+      attempt("cuBLASLt epilogue", [&] { lt_epilogue(lt, a, bs[0]); });
+    const auto& d = ds.front();
+    if (!dual_ && chain_is_plain_gemm(spec_, gemm_dtype_)) {
       g_.skipped.push_back("cuBLAS + epifuse epilogue: the chain is the GEMM alone");
       g_.checks.push_back(compare_results("fused vs cublas", fused_t_.bindings.outputs.at(0),
                                           spec_.graph.outputs().front().dtype, d->ptr(), gemm_dtype_, shape_));
       return;
     }
-    attempt("cuBLAS + epifuse epilogue", [&] { then_epilogue(run_gemm, d->ptr()); });
+    attempt("cuBLAS + epifuse epilogue", [&] { then_epilogue(run_gemm, d_ptrs); });
     if (opt_.unfused) attempt("unfused", [&] { then_one_kernel_per_op(run_gemm); });
   }
 
@@ -203,24 +240,28 @@ class GemmBench {
                                         spec_.graph.outputs().front().dtype, d->ptr(), gemm_dtype_, shape_));
   }
 
-  // cuBLASLt, then the chain as one epifuse elementwise kernel reading D.
-  void then_epilogue(const std::function<void()>& run_gemm, CUdeviceptr d) {
+  // cuBLASLt, then the chain as one epifuse elementwise kernel reading D (D0 and D1).
+  void then_epilogue(const std::function<void()>& run_gemm, const std::vector<CUdeviceptr>& d) {
     const EpilogueAfterGemm ep = epilogue_after_gemm(spec_, gemm_dtype_);
     const Shape es{shape_.m, shape_.n, 0};
     auto kernel = jit_.compile(ep.spec, es);
     const auto t = keep(bind_inputs(kernel->source(), ep.spec, es, [&](const std::string& name) {
-      return name == ep.gemm_output ? d : input(name);
+      for (std::size_t i = 0; i < ep.gemm_outputs.size(); ++i)
+        if (name == ep.gemm_outputs[i]) return d.at(i);
+      return input(name);
     }));
     run_gemm();  // D holds the product while the epilogue is tuned
     if (opt_.tune) {
       jit_.tune(ep.spec, es, t->bindings, opt_.args);
       kernel = jit_.compile(ep.spec, es);
     }
-    add_row("cublas_then_epilogue", "cuBLAS + epifuse epilogue", to_string(kernel->source().tile), 2,
+    const int gemms = static_cast<int>(d.size());
+    add_row("cublas_then_epilogue", "cuBLAS + epifuse epilogue", to_string(kernel->source().tile), gemms + 1,
             [this, run_gemm, kernel, t, es] {
               run_gemm();
               jit_.launch(*kernel, t->bindings, es, opt_.args);
             });
+    g_.rows.back().bytes = path_bytes(spec_, shape_, gemms, gemm_dtype_);
     g_.checks.push_back(compare_results("fused vs cublas_then_epilogue", fused_t_.bindings.outputs.at(0),
                                         spec_.graph.outputs().front().dtype, t->bindings.outputs.at(0),
                                         spec_.graph.outputs().front().dtype, shape_));
@@ -243,11 +284,15 @@ class GemmBench {
       kernels->push_back(jit_.compile(s, es));
       bound->push_back(upload(kernels->back()->source(), make_inputs(s, es, opt_.data_seed), s, es));
     }
-    const int n = static_cast<int>(kernels->size()) + 1;
+    const int gemms = dual_ ? 2 : 1, n = static_cast<int>(kernels->size()) + gemms;
     add_row("unfused", "cuBLAS + one kernel per op", fmt::format("{} kernels", n), n, [this, run_gemm, kernels, bound, es] {
       run_gemm();
       for (std::size_t k = 0; k < kernels->size(); ++k) jit_.launch(*(*kernels)[k], (*bound)[k].bindings, es, opt_.args);
     });
+    // Every op's result but the last (the output) is an [M,N] intermediate.
+    g_.rows.back().bytes = path_bytes(spec_, shape_, gemms, gemm_dtype_) +
+                           (kernels->size() - 1) * static_cast<std::size_t>(shape_.m * shape_.n) *
+                               size_of(spec_.graph.outputs().front().dtype);
     r_.unfused_kernels = n;
   }
 
@@ -278,6 +323,7 @@ class GemmBench {
   const DeviceTensors& fused_t_;
   const BenchOptions& opt_;
   const DType gemm_dtype_;  // what the separate GEMM writes: the operands' dtype, as torch.matmul
+  const bool dual_ = spec_.mainloop.kind == MainloopKind::dual_gemm;
   GemmBenchReport g_;
   std::vector<std::function<void()>> runs_;     // one per row of g_.rows, timed in finish()
   std::vector<std::shared_ptr<const void>> keep_;     // what the runs use

@@ -93,18 +93,22 @@ std::optional<KernelSpec> without_dropout(const KernelSpec& spec) {
 }
 
 EpilogueAfterGemm epilogue_after_gemm(const KernelSpec& gemm_spec, DType gemm_dtype) {
-  EPIFUSE_ASSERT(gemm_spec.mainloop.kind == MainloopKind::gemm, "epilogue_after_gemm of a {} spec",
-                 to_string(gemm_spec.mainloop.kind));
+  EPIFUSE_ASSERT(gemm_spec.mainloop.kind != MainloopKind::elementwise, "epilogue_after_gemm of an elementwise spec");
   EpilogueAfterGemm out;
-  out.gemm_output = "gemm_out";
-  while (gemm_spec.graph.find(out.gemm_output).valid()) out.gemm_output += "_";
+  const bool dual = gemm_spec.mainloop.kind == MainloopKind::dual_gemm;
+  for (int i = 0; i < (dual ? 2 : 1); ++i) {
+    std::string name = dual ? fmt::format("gemm_out{}", i) : "gemm_out";
+    while (gemm_spec.graph.find(name).valid()) name += "_";
+    out.gemm_outputs.push_back(name);
+  }
+  out.gemm_output = out.gemm_outputs.front();
   KernelSpec& s = out.spec;
   s.name = gemm_spec.name.empty() ? std::string() : gemm_spec.name + "_epilogue";
   s.mainloop = Mainloop{};  // elementwise
   s.precision = gemm_spec.precision;
-  const std::vector<Value> map = copy_nodes(
-      gemm_spec.graph, s.graph,
-      [&](Graph& to, const Node&) { return to.input(out.gemm_output, gemm_dtype, Broadcast::full); }, false);
+  const std::vector<Value> map = copy_nodes(gemm_spec.graph, s.graph, [&](Graph& to, const Node& n) {
+    return to.input(out.gemm_outputs.at(static_cast<std::size_t>(n.accumulator)), gemm_dtype, Broadcast::full);
+  }, false);
   for (const Output& o : gemm_spec.graph.outputs()) s.graph.output(o.name, map[o.value.id], o.dtype);
   return out;
 }

@@ -22,6 +22,8 @@ std::optional<KernelSpec> without_dropout(const KernelSpec& spec);
 struct EpilogueAfterGemm {
   KernelSpec spec;          ///< elementwise
   std::string gemm_output;  ///< the input that replaces `acc` ("gemm_out" unless the chain uses that name)
+  /// One per accumulator: gemm_output; a dual GEMM's "gemm_out0", "gemm_out1".
+  std::vector<std::string> gemm_outputs;
 };
 EpilogueAfterGemm epilogue_after_gemm(const KernelSpec& gemm_spec, DType gemm_dtype);
 

@@ -119,6 +119,35 @@ TEST_CASE("epilogue_after_gemm: the accumulator read as an [M,N] input gives the
   CHECK_NOTHROW(verify(renamed.spec));
 }
 
+TEST_CASE("epilogue_after_gemm: a dual GEMM's two accumulators become gemm_out0 and gemm_out1") {
+  // f32 operands: D0 and D1 are the accumulators themselves, so the two-step
+  // result equals the fused one bit for bit.
+  KernelSpec dual;
+  dual.mainloop = {MainloopKind::dual_gemm, DType::f32, DType::f32, Layout::row, Layout::col};
+  Graph& g = dual.graph;
+  const Value gate = g.sigmoid(g.add(g.accumulator(0), g.input("bias", DType::f32, Broadcast::row)));
+  g.output("y", g.dropout(g.mul(gate, g.accumulator(1)), 0.25), DType::f32);
+  const EpilogueAfterGemm ep = epilogue_after_gemm(dual, DType::f32);
+  CHECK(ep.gemm_outputs == std::vector<std::string>{"gemm_out0", "gemm_out1"});
+  CHECK_NOTHROW(verify(ep.spec));
+  const Shape shape{5, 12, 7};
+  const LaunchArgs args{99, 3};
+  const TensorMap in_dual = make_inputs(dual, shape, 6);
+  const TensorMap fused = evaluate(dual, shape, in_dual, args);
+  // D0 = A B0 and D1 = A B1, from the reference's own GEMM (a chain that outputs acc0 / acc1).
+  TensorMap in_ep{{"bias", in_dual.at("bias")}};
+  for (int i = 0; i < 2; ++i) {
+    KernelSpec acc;
+    acc.mainloop = dual.mainloop;
+    acc.graph.output("d", acc.graph.accumulator(i), DType::f32);
+    acc.graph.output("other", acc.graph.accumulator(1 - i), DType::f32);
+    const TensorMap operands{{"a", in_dual.at("a")}, {"b0", in_dual.at("b0")}, {"b1", in_dual.at("b1")}};
+    in_ep.emplace(ep.gemm_outputs[static_cast<std::size_t>(i)], evaluate(acc, shape, operands, {}).at("d"));
+  }
+  const TensorMap two_step = evaluate(ep.spec, {shape.m, shape.n, 0}, in_ep, args);
+  CHECK(two_step.at("y").bytes == fused.at("y").bytes);
+}
+
 TEST_CASE("chain_is_plain_gemm: only the accumulator, stored in the GEMM's dtype") {
   CHECK(chain_is_plain_gemm(plain_gemm(DType::f16, DType::f16), DType::f16));
   CHECK_FALSE(chain_is_plain_gemm(plain_gemm(DType::f16, DType::f32), DType::f16));

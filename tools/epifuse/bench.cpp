@@ -34,6 +34,7 @@ nlohmann::ordered_json to_json(const GemmBenchReport& g, const Shape& shape) {
     nlohmann::ordered_json o = {{"label", row.label}, {"detail", row.detail}, {"kernels", row.kernels},
                                 {"ms", row.ms},       {"tflops", row.tflops}};
     if (row.of_cublas) o["of_cublas"] = *row.of_cublas;
+    if (row.bytes) o["bytes"] = row.bytes;
     j["rows"][row.key] = o;
   }
   j["skipped"] = g.skipped;
@@ -90,10 +91,12 @@ void print_gemm_report(const BenchReport& r, const KernelSpec& spec) {
   std::cout << fmt::format("== {} x {} x {} {} (A {}, B {}) on {}\n", r.shape.m, r.shape.n, r.shape.k,
                            to_string(ml.a), to_string(ml.a_layout), to_string(ml.b_layout), r.device);
   if (!g.cublaslt.empty()) std::cout << "  " << g.cublaslt << "\n";
-  std::cout << fmt::format("  {:<32} {:>10} {:>9} {:>12}\n", "", "ms", "TFLOP/s", "time/cuBLAS");
+  std::cout << fmt::format("  {:<32} {:>10} {:>9} {:>12} {:>9}\n", "", "ms", "TFLOP/s", "time/cuBLAS", "MiB");
   for (const GemmRow& row : g.rows)
-    std::cout << fmt::format("  {:<32} {:>10.4f} {:>9.1f} {:>12}   {}\n", row.label, row.ms, row.tflops,
-                             row.of_cublas ? fmt::format("{:.2f}x", *row.of_cublas) : "-", row.detail);
+    std::cout << fmt::format("  {:<32} {:>10.4f} {:>9.1f} {:>12} {:>9}   {}\n", row.label, row.ms, row.tflops,
+                             row.of_cublas ? fmt::format("{:.2f}x", *row.of_cublas) : "-",
+                             row.bytes ? fmt::format("{:.1f}", static_cast<double>(row.bytes) / (1 << 20)) : "-",
+                             row.detail);
   if (r.unfused_ms)
     std::cout << fmt::format("  fused is {:.2f}x faster than cuBLAS + one kernel per op\n", r.speedup_vs_unfused);
   for (const std::string& line : g.skipped) std::cout << "  " << line << "\n";
