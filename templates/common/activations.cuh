@@ -49,15 +49,23 @@ __device__ __forceinline__ float ef_gelu_erf(float x) {
   return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
 }
 
-// sigmoid(x) = 1/(1+exp(-x)).
-__device__ __forceinline__ float ef_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+// sigmoid(x) = 1/(1+exp(-x)), as t = exp(-|x|) in (0, 1]: 1/(1+t) for x >= 0,
+// t/(1+t) below. The divisor stays in [1, 2], so the IEEE division never takes
+// its slow path: written 1/(1+exp(-x)) it did for x < -87 (a result below
+// FLT_MIN, or an infinite divisor), which a GEMM epilogue's accumulators of
+// K = 4096 reach often, and the f16 gating chain ran 1.36x cuBLAS's two GEMMs
+// where the same kernel with sigmoid_fast ran 1.07x (docs/PERF.md, dual GEMM).
+__device__ __forceinline__ float ef_sigmoid(float x) {
+  const float t = expf(-fabsf(x)), r = 1.0f / (1.0f + t);
+  return x >= 0.0f ? r : t * r;
+}
 __device__ __forceinline__ float ef_sigmoid_fast(float x) {
   return fmaf(0.5f, ef_tanh_approx(0.5f * x), 0.5f);
 }
 
-// silu(x) = x*sigmoid(x); silu(-inf) = 0.
+// silu(x) = x*sigmoid(x) (the sigmoid above: no slow-path division); silu(-inf) = 0.
 __device__ __forceinline__ float ef_silu(float x) {
-  const float y = x / (1.0f + expf(-x));
+  const float y = x * ef_sigmoid(x);
   return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
 }
 __device__ __forceinline__ float ef_silu_fast(float x) {
