@@ -26,8 +26,12 @@ bias + relu or bias + gelu_tanh (then only dropouts, which it leaves out), and
 every row of `epifuse bench --json` (its own cuBLASLt, the fused kernel, the
 baselines of docs/bench.md), as times, TFLOP/s and ratios to torch.matmul.
 Operands are laid out as the chain's mainloop says (a column-major operand is
-a transposed view); f32 is exact fp32 on both sides (tf32 off). dual_gemm
-chains are not compared here.
+a transposed view); f32 is exact fp32 on both sides (tf32 off).
+
+dual_gemm chains (--shape M,N,K; the gating layer, SwiGLU, GEGLU): two
+torch.matmul alone (cuBLAS), eager PyTorch, torch.compile, a hand-written
+Triton dual GEMM (one kernel: A tiles shared, two accumulators, the chain's
+epilogue) where the chain is gating, SwiGLU or GEGLU, and epifuse bench's rows.
 """
 import argparse
 import json
@@ -59,8 +63,8 @@ def load_chain(path, dtype):
     with open(path) as f:
         doc = json.load(f)
     kind = mainloop_of(doc)["kind"]
-    if kind not in ("elementwise", "gemm"):
-        sys.exit(f"{path}: only elementwise and gemm chains can be compared with PyTorch here, not {kind}")
+    if kind not in ("elementwise", "gemm", "dual_gemm"):
+        sys.exit(f"{path}: only elementwise, gemm and dual_gemm chains can be compared with PyTorch here, not {kind}")
     if dtype:
         for spec in doc.get("inputs", {}).values():
             spec["dtype"] = dtype
@@ -68,7 +72,7 @@ def load_chain(path, dtype):
             spec["dtype"] = dtype
         if "chain" in doc:
             doc["out"] = dtype
-        if kind == "gemm":
+        if kind in ("gemm", "dual_gemm"):
             doc["mainloop"] = dict(mainloop_of(doc), a=dtype, b=dtype)
         doc.pop("shape", None)
     return doc
@@ -108,13 +112,17 @@ def output_dtypes(doc):
 
 def torch_fn(doc, p_override=None):
     ops, outs = chain_ops(doc)
-    gemm = mainloop_of(doc)["kind"] == "gemm"
+    kind = mainloop_of(doc)["kind"]
+    gemm = kind in ("gemm", "dual_gemm")
     out_dtypes = [TORCH_DTYPE[d] for d in output_dtypes(doc)]
 
     def run(tensors):
         v = dict(tensors)
-        if gemm:  # the GEMM as eager PyTorch runs it: cuBLAS, D in the operands' dtype
+        if kind == "gemm":  # the GEMM as eager PyTorch runs it: cuBLAS, D in the operands' dtype
             v["acc"] = torch.matmul(tensors["a"], tensors["b"])
+        elif kind == "dual_gemm":  # two GEMMs of the same A
+            v["acc0"] = torch.matmul(tensors["a"], tensors["b0"])
+            v["acc1"] = torch.matmul(tensors["a"], tensors["b1"])
         for name, op, args, attrs in ops:
             a = [v[x] for x in args]
             if op == "add": r = a[0] + a[1]
@@ -246,11 +254,121 @@ def make_gemm_tensors(doc, m, n, k):
     a_dt, b_dt = TORCH_DTYPE[ml["a"]], TORCH_DTYPE[ml["b"]]
     a = torch.randn(m, k, device="cuda", dtype=a_dt) if ml["a_layout"] == "row" else \
         torch.randn(k, m, device="cuda", dtype=a_dt).t()
-    b = torch.randn(k, n, device="cuda", dtype=b_dt) if ml["b_layout"] == "row" else \
-        torch.randn(n, k, device="cuda", dtype=b_dt).t()
+    def operand_b():
+        return torch.randn(k, n, device="cuda", dtype=b_dt) if ml["b_layout"] == "row" else \
+            torch.randn(n, k, device="cuda", dtype=b_dt).t()
     tensors, _ = make_tensors(doc, m, n)
-    tensors.update(a=a, b=b)
+    if ml["kind"] == "dual_gemm":
+        tensors.update(a=a, b0=operand_b(), b1=operand_b())
+    else:
+        tensors.update(a=a, b=operand_b())
     return tensors
+
+
+def dual_epilogue(doc):
+    """(activation, bias0, bias1) when the chain is act(acc0 [+ bias0]) * (acc1 [+ bias1]) with
+    act one of sigmoid, silu, gelu_tanh and row biases, one output; else None."""
+    ops, outs = chain_ops(doc)
+    inputs = doc.get("inputs", {})
+    names = {name: (op, args) for name, op, args, _ in ops}
+    if len(outs) != 1:
+        return None
+    out = list(outs.values())[0]
+    if out not in names or names[out][0] != "mul":
+        return None
+
+    def side(value, acc):  # acc, or acc + a row bias: (ok, bias)
+        if value == acc:
+            return True, None
+        if value in names and names[value][0] == "add" and acc in names[value][1]:
+            other = [x for x in names[value][1] if x != acc]
+            if len(other) == 1 and inputs.get(other[0], {}).get("broadcast") == "row":
+                return True, other[0]
+        return False, None
+
+    for gate, lin in (names[out][1], names[out][1][::-1]):
+        if gate not in names or names[gate][0] not in ("sigmoid", "silu", "gelu_tanh"):
+            continue
+        ok0, bias0 = side(names[gate][1][0], "acc0")
+        ok1, bias1 = side(lin, "acc1")
+        used = {out, gate} | {x for x in (names[gate][1][0], lin) if x in names}
+        if ok0 and ok1 and used == set(names):
+            return names[gate][0], bias0, bias1
+    return None
+
+
+def triton_dual_gemm_fn(doc):
+    """A hand-written Triton dual GEMM (the Triton tutorial's matmul with a second B and a
+    second accumulator, the chain's epilogue on both, one store), for chains dual_epilogue
+    recognises; None otherwise."""
+    import triton
+    import triton.language as tl
+    match = dual_epilogue(doc)
+    if match is None:
+        return None
+    act, bias0, bias1 = match
+    ACT = {"sigmoid": 0, "silu": 1, "gelu_tanh": 2}[act]
+
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 8}, num_stages=st, num_warps=w)
+               for bm, bn, bk, st, w in [(128, 128, 64, 3, 8), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4),
+                                         (128, 128, 32, 4, 8), (64, 64, 64, 4, 4), (16, 64, 128, 4, 4),
+                                         (32, 64, 128, 4, 4)]]
+
+    @triton.autotune(configs=configs, key=["M", "N", "K"])
+    @triton.jit
+    def dual_gemm(a, b0, b1, c0, c1, y, M, N, K, sam, sak, sbk, sbn, sym, syn,
+                  HAS_C0: tl.constexpr, HAS_C1: tl.constexpr, ACT: tl.constexpr,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+        pid = tl.program_id(0)
+        tiles_m, tiles_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+        group = GROUP * tiles_n
+        first_m = (pid // group) * GROUP
+        rows = min(tiles_m - first_m, GROUP)
+        pm = first_m + (pid % group) % rows
+        pn = (pid % group) // rows
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc0 = tl.zeros((BM, BN), dtype=tl.float32)
+        acc1 = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            kk = k0 + rk
+            ta = tl.load(a + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+            mb = (kk[:, None] < K) & (rn[None, :] < N)
+            tb0 = tl.load(b0 + kk[:, None] * sbk + rn[None, :] * sbn, mask=mb, other=0.0)
+            tb1 = tl.load(b1 + kk[:, None] * sbk + rn[None, :] * sbn, mask=mb, other=0.0)
+            acc0 = tl.dot(ta, tb0, acc0)
+            acc1 = tl.dot(ta, tb1, acc1)
+        if HAS_C0:
+            acc0 += tl.load(c0 + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+        if HAS_C1:
+            acc1 += tl.load(c1 + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+        if ACT == 0:
+            g = tl.sigmoid(acc0)
+        elif ACT == 1:
+            g = acc0 * tl.sigmoid(acc0)
+        else:
+            u = 0.7978845608028654 * (acc0 + 0.044715 * acc0 * acc0 * acc0)
+            g = 0.5 * acc0 * (1.0 + (2.0 * tl.sigmoid(2.0 * u) - 1.0))
+        out = g * acc1
+        tl.store(y + rm[:, None] * sym + rn[None, :] * syn, out.to(y.dtype.element_ty),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    out_dtype = TORCH_DTYPE[output_dtypes(doc)[0]]
+
+    def run(t):
+        a, b0, b1 = t["a"], t["b0"], t["b1"]
+        m, k = a.shape
+        n = b0.shape[1]
+        y = torch.empty(m, n, device="cuda", dtype=out_dtype)
+        c0 = t[bias0] if bias0 else a
+        c1 = t[bias1] if bias1 else a
+        grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)
+        dual_gemm[grid](a, b0, b1, c0, c1, y, m, n, k, a.stride(0), a.stride(1), b0.stride(0), b0.stride(1),
+                        y.stride(0), y.stride(1), HAS_C0=bias0 is not None, HAS_C1=bias1 is not None, ACT=ACT)
+        return y
+
+    return run
 
 
 def main_gemm(args):
@@ -262,22 +380,31 @@ def main_gemm(args):
         doc = load_chain(args.chain, dtype)
         fn = torch_fn(doc)
         compiled = torch.compile(fn)
-        triton_fn = triton_softmax_fn(doc)
-        addmm = addmm_activation(doc)
+        dual = mainloop_of(doc)["kind"] == "dual_gemm"
+        addmm = None if dual else addmm_activation(doc)
+        triton_dual = triton_dual_gemm_fn(doc) if dual else None
         for shape in args.shape:
             dims = [int(v) for v in shape.split(",")]
             if len(dims) != 3:
                 sys.exit(f"--shape {shape}: a gemm chain takes M,N,K")
             m, n, k = dims
-            flops = 2.0 * m * n * k
+            flops = (4.0 if dual else 2.0) * m * n * k
             t = make_gemm_tensors(doc, m, n, k)
             rows = []  # (key, label, ms)
-            rows.append(("torch_matmul", "torch.matmul (cuBLAS)",
-                         do_bench(lambda: torch.matmul(t["a"], t["b"]), return_mode="median")))
+            if dual:
+                rows.append(("torch_matmul", "torch.matmul x2 (cuBLAS)", do_bench(
+                    lambda: (torch.matmul(t["a"], t["b0"]), torch.matmul(t["a"], t["b1"])), return_mode="median")))
+            else:
+                rows.append(("torch_matmul", "torch.matmul (cuBLAS)",
+                             do_bench(lambda: torch.matmul(t["a"], t["b"]), return_mode="median")))
             rows.append(("torch_eager", "torch eager (matmul, then the ops)",
                          do_bench(lambda: fn(t), return_mode="median")))
             compiled(t)  # compile outside the timing
             rows.append(("torch_compile", "torch.compile", do_bench(lambda: compiled(t), return_mode="median")))
+            if triton_dual:
+                triton_dual(t)  # autotune outside the timing
+                rows.append(("triton_dual_gemm", "Triton dual GEMM (hand-written)",
+                             do_bench(lambda: triton_dual(t), return_mode="median")))
             if addmm:
                 bias_name, use_gelu, dropouts = addmm
                 bias = t[bias_name].to(t["a"].dtype)
@@ -347,7 +474,7 @@ def main():
     ap.add_argument("--png", help="save a bar chart of GB/s (gemm chains: TFLOP/s) here")
     ap.add_argument("--json", help="save all numbers here")
     args = ap.parse_args()
-    if mainloop_of(load_chain(args.chain, None))["kind"] == "gemm":
+    if mainloop_of(load_chain(args.chain, None))["kind"] in ("gemm", "dual_gemm"):
         return main_gemm(args)
 
     rows = []
