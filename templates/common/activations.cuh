@@ -19,11 +19,33 @@ __device__ __forceinline__ float ef_tanh_approx(float x) {
   return y;
 }
 
-// gelu_tanh(x) = 0.5*x*(1+tanh(0.7978845608028654*(x+0.044715*x^3)));
-// gelu(-inf) = 0 (the formula alone gives -inf*0).
+// 1/d for d in [1, 2]: rcp.approx and one Newton step (within 1 ulp), with no
+// branch. An IEEE division (or __frcp_rn) checks its operands and branches to
+// a slow path; in an unrolled epilogue each such branch is a basic block the
+// compiler cannot schedule across, and the accurate sigmoid ran 1.18x the
+// dual GEMM's time against 1.03x for the chain without it (docs/PERF.md).
+__device__ __forceinline__ float ef_rcp_1_2(float d) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return fmaf(fmaf(-d, r, 1.0f), r, r);
+}
+
+// sigmoid(x) = 1/(1+exp(-x)), as t = exp(-|x|) in (0, 1]: 1/(1+t) for x >= 0,
+// t/(1+t) below, so the reciprocal's argument stays in [1, 2]. Relative error
+// a few ulp everywhere (also where 1/(1+exp(-x)) would divide by infinity or
+// give a result below FLT_MIN); NaN stays NaN.
+__device__ __forceinline__ float ef_sigmoid(float x) {
+  const float t = expf(-fabsf(x)), r = ef_rcp_1_2(1.0f + t);
+  return x >= 0.0f ? r : t * r;
+}
+
+// gelu_tanh(x) = 0.5*x*(1+tanh(0.7978845608028654*(x+0.044715*x^3))), computed
+// as x*sigmoid(2u) (1 + tanh(u) = 2 sigmoid(2u)): no cancellation where
+// tanh(u) nears -1, and no branch (tanhf has them). gelu(-inf) = 0 (the
+// formula alone gives -inf*0).
 __device__ __forceinline__ float ef_gelu_tanh(float x) {
   const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-  const float y = 0.5f * x * (1.0f + tanhf(u));
+  const float y = x * ef_sigmoid(2.0f * u);
   return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
 }
 // max.NaN: like fmaxf, but NaN in gives NaN out (sm_80+).
@@ -49,21 +71,11 @@ __device__ __forceinline__ float ef_gelu_erf(float x) {
   return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
 }
 
-// sigmoid(x) = 1/(1+exp(-x)), as t = exp(-|x|) in (0, 1]: 1/(1+t) for x >= 0,
-// t/(1+t) below. The divisor stays in [1, 2], so the IEEE division never takes
-// its slow path: written 1/(1+exp(-x)) it did for x < -87 (a result below
-// FLT_MIN, or an infinite divisor), which a GEMM epilogue's accumulators of
-// K = 4096 reach often, and the f16 gating chain ran 1.36x cuBLAS's two GEMMs
-// where the same kernel with sigmoid_fast ran 1.07x (docs/PERF.md, dual GEMM).
-__device__ __forceinline__ float ef_sigmoid(float x) {
-  const float t = expf(-fabsf(x)), r = 1.0f / (1.0f + t);
-  return x >= 0.0f ? r : t * r;
-}
 __device__ __forceinline__ float ef_sigmoid_fast(float x) {
   return fmaf(0.5f, ef_tanh_approx(0.5f * x), 0.5f);
 }
 
-// silu(x) = x*sigmoid(x) (the sigmoid above: no slow-path division); silu(-inf) = 0.
+// silu(x) = x*sigmoid(x) (the sigmoid above: no division); silu(-inf) = 0.
 __device__ __forceinline__ float ef_silu(float x) {
   const float y = x * ef_sigmoid(x);
   return x == __int_as_float(0xff800000) /* -inf */ ? 0.0f : y;
