@@ -30,26 +30,12 @@ __device__ __forceinline__ float ef_rcp_1_2(float d) {
   return fmaf(fmaf(-d, r, 1.0f), r, r);
 }
 
-// exp(x) for x <= 0 with no branch: x = j ln2 + f (Cody-Waite, |f| <= ln2/2),
-// ex2.approx of f log2(e) and of j (exact for integer j). A few ulp; results
-// below FLT_MIN (x < -87.3) flush to 0. x is clamped at -104 (exp is 0 there
-// already): -inf would give inf - inf in the reduction. NaN stays NaN.
-__device__ __forceinline__ float ef_exp_nonpositive(float x) {
-  x = x < -104.0f ? -104.0f : x;
-  const float j = rintf(x * 1.4426950408889634f);
-  float f = fmaf(j, -0.693145751953125f, x);
-  f = fmaf(j, -1.428606765330187e-06f, f);
-  float e, s;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(f * 1.4426950408889634f));
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(j));
-  return e * s;
-}
-
 // sigmoid(x) = 1/(1+exp(-x)), as t = exp(-|x|) in (0, 1]: 1/(1+t) for x >= 0,
 // t/(1+t) below, so the reciprocal's argument stays in [1, 2]. Relative error
-// a few ulp down to FLT_MIN (the tail below flushes to 0); NaN stays NaN.
+// a few ulp everywhere (also where 1/(1+exp(-x)) would divide by infinity or
+// give a result below FLT_MIN); NaN stays NaN.
 __device__ __forceinline__ float ef_sigmoid(float x) {
-  const float t = ef_exp_nonpositive(-fabsf(x)), r = ef_rcp_1_2(1.0f + t);
+  const float t = expf(-fabsf(x)), r = ef_rcp_1_2(1.0f + t);
   return x >= 0.0f ? r : t * r;
 }
 
