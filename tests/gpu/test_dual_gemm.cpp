@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 
+#include "backend/cuda_driver.hpp"
 #include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
@@ -63,6 +64,17 @@ KernelSpec dual_spec(DType dt, Layout a, Layout b, Chain chain = Chain::gating, 
 // in each accumulator reaches y as at most |f(h0)| e + |f'(h0)| |h1| e, so y's
 // bound adds e (1 + 1.13 max|h1|) to y's dtype's, with max|h1| <= max|acc1| + 2
 // (a bias in [-2, 2]).
+Tolerance dual_tolerance(const std::string& output, DType dtype, const Shape& shape, const TensorMap& want) {
+  Tolerance t = testing::gemm_tolerance(dtype, shape);
+  if (output == "y") {
+    const HostTensor& acc1 = want.at("g1");
+    double peak = 0;
+    for (std::int64_t i = 0; i < acc1.numel(); ++i) peak = std::max(peak, std::abs(static_cast<double>(acc1.get(i))));
+    t.atol += static_cast<double>(shape.k) * std::ldexp(1.0, -21) * 4.0 * (1.0 + 1.13 * (peak + 2.0));
+  }
+  return t;
+}
+
 void check_dual(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t seed,
                 std::optional<TileConfig> tile = std::nullopt, std::size_t misalign = 0, LaunchArgs args = {}) {
   const TensorMap inputs = make_inputs(spec, shape, seed);
@@ -70,13 +82,7 @@ void check_dual(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint6
   const TensorMap got = run_on_device(jit, spec, shape, inputs, args, tile, misalign);
   for (const Output& o : spec.graph.outputs()) {
     const HostTensor& w = want.at(o.name);
-    Tolerance t = testing::gemm_tolerance(o.dtype, shape);
-    if (o.name == "y") {
-      const HostTensor& acc1 = want.at("g1");
-      double peak = 0;
-      for (std::int64_t i = 0; i < acc1.numel(); ++i) peak = std::max(peak, std::abs(static_cast<double>(acc1.get(i))));
-      t.atol += static_cast<double>(shape.k) * std::ldexp(1.0, -21) * 4.0 * (1.0 + 1.13 * (peak + 2.0));
-    }
+    const Tolerance t = dual_tolerance(o.name, o.dtype, shape, want);
     INFO("output " << o.name << " shape " << shape.m << "x" << shape.n << "x" << shape.k << " a "
                    << to_string(spec.mainloop.a_layout) << " b " << to_string(spec.mainloop.b_layout) << " "
                    << to_string(spec.mainloop.a) << (spec.mainloop.math == GemmMath::tf32 ? " tf32" : "") << " tile "
@@ -194,5 +200,57 @@ TEST_SUITE("gpu") {
     for (const TileConfig& t : tiles) check_mask(*jit, drop, {256, 512, 64}, ++seed, t);
     CHECK(std::holds_alternative<WgmmaTile>(jit->compile(drop, {4096, 4096, 4096})->source().tile));
     CHECK_THROWS_AS(jit->compile(drop, {256, 256, 64}, WgmmaTile{128, 256, 64, 4, 8}), UserError);
+  }
+
+  TEST_CASE("dual gemm: packed weights, one [2N, K] buffer (nn.Linear's fused gate/up), bind as B0 and B1") {
+    // B col-major: B0 and B1 are stored [N][K] (K contiguous), so nn.Linear's
+    // packed weight [2N, K] holds B0 in rows [0, N) and B1 in rows [N, 2N): the
+    // kernel takes b0 = W and b1 = W + N*K, no copy (docs/dual-gemm.md).
+    Jit* jit = dual_jit();
+    if (!jit) return;
+    auto& drv = backend::cuda();
+    std::uint64_t seed = 15000;
+    const KernelSpec spec = dual_spec(DType::bf16, Layout::row, Layout::col, Chain::swiglu);
+    std::vector<std::optional<TileConfig>> tiles = {std::nullopt, GemmTile{16, 64, 64, 1, 2, 4, 8}};
+    if (jit->target() == "sm_90a") tiles.push_back(WgmmaTile{128, 128, 64, 4, 8});
+    for (const Shape& shape : {Shape{64, 256, 128}, Shape{256, 512, 192}})
+      for (const auto& tile : tiles) {
+        const TensorMap inputs = make_inputs(spec, shape, ++seed);
+        const TensorMap want = evaluate(spec, shape, inputs, {});
+        const auto kernel = jit->compile(spec, shape, tile);
+        const KernelSource& ks = kernel->source();
+        const HostTensor b0 = to_device_layout(spec, "b0", inputs.at("b0")), b1 = to_device_layout(spec, "b1", inputs.at("b1"));
+        std::vector<backend::DeviceBuffer> buffers;
+        buffers.emplace_back(b0.bytes.size() + b1.bytes.size());  // the packed weight
+        buffers.back().upload(b0.bytes.data(), b0.bytes.size());
+        buffers.back().upload(b1.bytes.data(), b1.bytes.size(), b0.bytes.size());
+        const std::uint64_t packed = buffers.back().ptr();
+        DeviceBindings bindings;
+        for (const std::string& name : ks.inputs) {
+          if (name == "b0" || name == "b1") {
+            bindings.inputs.push_back(packed + (name == "b1" ? b0.bytes.size() : 0));
+            continue;
+          }
+          const HostTensor t = to_device_layout(spec, name, inputs.at(name));
+          buffers.emplace_back(t.bytes.size());
+          buffers.back().upload(t.bytes.data(), t.bytes.size());
+          bindings.inputs.push_back(buffers.back().ptr());
+        }
+        for (const std::string& name : ks.outputs) {
+          buffers.emplace_back(want.at(name).bytes.size());
+          buffers.back().fill_bytes(0xFF);
+          bindings.outputs.push_back(buffers.back().ptr());
+        }
+        jit->launch(*kernel, bindings, shape, {});
+        drv.synchronize();
+        for (std::size_t k = 0; k < ks.outputs.size(); ++k) {
+          HostTensor got = want.at(ks.outputs[k]);
+          drv.copy_to_host(got.bytes.data(), bindings.outputs[k], got.bytes.size());
+          const Tolerance t = dual_tolerance(ks.outputs[k], got.dtype, shape, want);
+          INFO("output " << ks.outputs[k] << " tile " << to_string(ks.tile) << " shape " << shape.m << "x" << shape.n);
+          const Comparison c = compare(got, want.at(ks.outputs[k]), t);
+          CHECK_MESSAGE(c.ok, c.message);
+        }
+      }
   }
 }

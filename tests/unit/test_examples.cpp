@@ -102,7 +102,7 @@ constexpr std::uint64_t k_seed = 5;
 
 const std::set<std::string> k_covered = {
     "gemm", "gemm_bias_relu", "gemm_bias_relu_dropout", "gemm_tf32_bias_gelu", "add_mul", "bias_gelu_dropout_add",
-    "bias_gelu_dropout_add_chain", "gating", "swiglu", "softmax", "scaled_masked_softmax_dropout", "add_rmsnorm",
+    "bias_gelu_dropout_add_chain", "gating", "swiglu", "geglu", "softmax", "scaled_masked_softmax_dropout", "add_rmsnorm",
     "layernorm"};
 const std::vector<float> W4 = {1, -2, 0.5f, 3};  // a norm's weight [N=4]
 const std::vector<float> B4 = {0, 1, -1, 2};     // a norm's bias
@@ -196,6 +196,13 @@ TEST_CASE("examples: swiglu") {
   // silu(a@b0) * (a@b1), by the script.
   auto e = run("swiglu.json", {2, 3, 2}, {{"a", A23}, {"b0", B23}, {"b1", B23b}});
   check_output(e.outputs.at("y"), DType::bf16, {2, 3}, {-0.0, -0.038330078125, -19.625, -18.0, -0.85546875, 0.0},
+               Match::close);
+}
+
+TEST_CASE("examples: geglu") {
+  // gelu_tanh(a@b0) * (a@b1), by the script; B col-major in the chain, the same logical values.
+  auto e = run("geglu.json", {2, 3, 2}, {{"a", A23}, {"b0", B23}, {"b1", B23b}});
+  check_output(e.outputs.at("y"), DType::bf16, {2, 3}, {-0.0, -1.3877787807814457e-14, -20.0, -18.0, -0.0218505859375, 0.0},
                Match::close);
 }
 
@@ -303,6 +310,9 @@ BIAS1 = np.array([0, 1, -1], float); BIAS2 = np.array([2, -1, 1], float)
 show("gating_y", f16(sigmoid(A23 @ B23 + BIAS1) * (A23 @ B23b + BIAS2)))
 acc0 = A23 @ B23; acc1 = A23 @ B23b
 show("swiglu_y", bf16(acc0 * sigmoid(acc0) * acc1))
+# gelu_tanh as x*sigmoid(2u): 1 + tanh(u) cancels at acc0 = -7 (u = -17.8) in double too.
+def gelu_tanh_nc(x): u = 0.7978845608028654 * (x + 0.044715 * x**3); return x * sigmoid(2 * u)
+show("geglu_y", bf16(gelu_tanh_nc(acc0) * acc1))
 
 W4 = np.array([1, -2, 0.5, 3], float); B4 = np.array([0, 1, -1, 2], float)
 def softmax(z):
