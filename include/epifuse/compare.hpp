@@ -30,4 +30,10 @@ struct Comparison {
 /// NaN matches only NaN; infinities must be equal; shapes and dtypes must agree.
 Comparison compare(const HostTensor& got, const HostTensor& want, const Tolerance& tol);
 
+/// As compare(), against an interval per element: `wants` are the reference
+/// evaluated a few ways (wants[0] the plain one, the others with the GEMM
+/// accumulators moved by their error bound), and an element passes when it is
+/// within `tol` of [min, max] of them. NaN and infinities follow wants[0].
+Comparison compare_within(const HostTensor& got, const std::vector<const HostTensor*>& wants, const Tolerance& tol);
+
 }  // namespace epifuse

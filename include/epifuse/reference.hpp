@@ -1,4 +1,5 @@
 #pragma once
+#include <array>
 /// The reference evaluator: the executable spec (DESIGN §1). GEMM mainloops
 /// accumulate in double; the epilogue runs in fp32 semantics; outputs are
 /// rounded to their dtype once; dropout follows DESIGN §4 bit for bit.
@@ -38,7 +39,15 @@ void check_inputs(const KernelSpec& spec, const Shape& shape, const TensorMap& i
 struct EvalOptions {
   /// Visit elements in reverse order (tests that no result depends on traversal).
   bool reverse_traversal = false;
+  /// Added to every element of accumulator 0 (acc, acc0) and 1 (acc1) after the
+  /// exact product is rounded to fp32: the chain evaluated at the edge of a
+  /// device's accumulation-order error (accumulation_bound), for --verify.
+  std::array<float, 2> accumulator_shift{0.0f, 0.0f};
 };
+
+/// A bound on |device fp32 accumulator - exact product| for a GEMM chain's
+/// inputs: K * 2^-21 * max|A| * max|B| (docs/gemm.md; 0 for elementwise specs).
+double accumulation_bound(const KernelSpec& spec, const Shape& shape, const TensorMap& inputs);
 
 /// Runs the spec; checks that every required input is present with the right
 /// dtype and shape (UserError naming it otherwise); returns the outputs by name.

@@ -221,6 +221,20 @@ void check_inputs(const KernelSpec& spec, const Shape& shape, const TensorMap& i
   check_required(spec, required_inputs(spec, shape), inputs);
 }
 
+double accumulation_bound(const KernelSpec& spec, const Shape& shape, const TensorMap& inputs) {
+  if (spec.mainloop.kind == MainloopKind::elementwise || shape.k == 0) return 0.0;
+  auto peak = [&](const std::string& name) {
+    const HostTensor& t = inputs.at(name);
+    double m = 0;
+    for (std::int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(static_cast<double>(t.get(i))));
+    return m;
+  };
+  double b = 0;
+  for (const auto& name : mainloop_operand_names(spec.mainloop.kind))
+    if (name != "a") b = std::max(b, peak(name));
+  return static_cast<double>(shape.k) * std::ldexp(1.0, -21) * peak("a") * b;
+}
+
 TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& inputs,
                    const LaunchArgs& args, const EvalOptions& options) {
   verify(spec);
@@ -237,6 +251,9 @@ TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& 
     acc[0] = gemm(a, operand(inputs.at("b0"), spec.mainloop), shape);
     acc[1] = gemm(a, operand(inputs.at("b1"), spec.mainloop), shape);
   }
+  for (int i = 0; i < 2; ++i)
+    if (options.accumulator_shift[i] != 0.0f)
+      for (float& v : acc[i]) v += options.accumulator_shift[i];
 
   // Resolve the graph into a program.
   const Graph& g = spec.graph;

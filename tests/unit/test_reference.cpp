@@ -11,6 +11,7 @@
 #include <random>
 
 #include "epifuse/codegen.hpp"
+#include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/reference.hpp"
 
@@ -548,4 +549,46 @@ TEST_CASE("M or N of 0 is an empty result, as in PyTorch; negative dimensions ar
   CHECK(y.numel() == 0);
   CHECK_THROWS_WITH_AS(verify_shape(e, {-1, 4, 0}), doctest::Contains("must not be negative"), UserError);
   CHECK_THROWS_WITH_AS(verify_shape(g, {4, -2, 4}), doctest::Contains("must not be negative"), UserError);
+}
+
+TEST_CASE("verify's interval: accumulators moved by their bound, and compare_within between the references") {
+  // sigmoid(acc0) * acc1 in f32: moving acc1 by d moves y by sigmoid(acc0) * d.
+  KernelSpec spec;
+  spec.mainloop = {MainloopKind::dual_gemm, DType::f32, DType::f32, Layout::row, Layout::row};
+  spec.graph.output("y", spec.graph.mul(spec.graph.sigmoid(spec.graph.accumulator(0)), spec.graph.accumulator(1)),
+                    DType::f32);
+  const Shape shape{3, 5, 64};
+  const TensorMap inputs = make_inputs(spec, shape, 21);
+  const double bound = accumulation_bound(spec, shape, inputs);
+  double peak_a = 0, peak_b = 0;
+  for (std::int64_t i = 0; i < inputs.at("a").numel(); ++i) peak_a = std::max(peak_a, std::fabs(double(inputs.at("a").get(i))));
+  for (const char* b : {"b0", "b1"})
+    for (std::int64_t i = 0; i < inputs.at(b).numel(); ++i) peak_b = std::max(peak_b, std::fabs(double(inputs.at(b).get(i))));
+  CHECK(bound == doctest::Approx(64 * std::ldexp(1.0, -21) * peak_a * peak_b));
+  CHECK(accumulation_bound(spec, {3, 5, 0}, make_inputs(spec, {3, 5, 0}, 1)) == 0.0);
+
+  const HostTensor plain = evaluate(spec, shape, inputs, {}).at("y");
+  EvalOptions up;
+  up.accumulator_shift = {0.0f, 0.25f};
+  const HostTensor moved = evaluate(spec, shape, inputs, {}, up).at("y");
+  KernelSpec gate = spec;
+  gate.graph = Graph{};
+  gate.graph.output("s", gate.graph.sigmoid(gate.graph.accumulator(0)), DType::f32);
+  const HostTensor s = evaluate(gate, shape, inputs, {}).at("s");
+  for (std::int64_t i = 0; i < plain.numel(); ++i)
+    CHECK(moved.get(i) - plain.get(i) == doctest::Approx(0.25 * s.get(i)).epsilon(1e-4));
+
+  // Between two references passes; outside both (beyond the tolerance) fails.
+  HostTensor between = plain, outside = plain;
+  for (std::int64_t i = 0; i < plain.numel(); ++i) {
+    between.set(i, 0.5f * (plain.get(i) + moved.get(i)));
+    outside.set(i, moved.get(i) + 0.5f);
+  }
+  const Tolerance tol{1e-6, 1e-5};
+  CHECK_FALSE(compare(between, plain, tol).ok);
+  CHECK(compare_within(between, {&plain, &moved}, tol).ok);
+  const Comparison bad = compare_within(outside, {&plain, &moved}, tol);
+  CHECK_FALSE(bad.ok);
+  CHECK(bad.mismatches == plain.numel());
+  CHECK(compare_within(plain, {&plain}, tol).ok);
 }
