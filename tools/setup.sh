@@ -18,8 +18,10 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 # /usr/bin/python3 that numpy reads the .npy files epifuse writes.
 # clang, libclang-rt-dev: libFuzzer and the sanitizers for tools/fuzz.sh (the
 # build below stays g++).
+# libamdhip64-dev, libhiprtc-builtins5: hipRTC (inside ROCm 5's HIP runtime) for
+# the AMD compile tier; opened with dlopen, never linked (docs/amd.md).
 PACKAGES=(cmake g++ make libfmt-dev nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev python3-numpy
-          clang libclang-rt-dev)
+          clang libclang-rt-dev libamdhip64-dev libhiprtc-builtins5)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/hiprtc.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #include "epifuse/errors.hpp"
@@ -116,6 +117,10 @@ int check_stdout(int exit_code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The hipRTC child process (Note [hipRTC in a child process], backend/hiprtc.hpp):
+  // started by epifuse itself, never listed; a request on stdin, the code object on stdout.
+  if (argc == 2 && std::strcmp(argv[1], "__hiprtc-compile") == 0)
+    return epifuse::backend::hiprtc_worker_main(stdin, stdout, stderr);
   int exit_code = k_exit_runtime;
   try {
     exit_code = run_cli(argc, argv);

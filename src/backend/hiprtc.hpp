@@ -1,0 +1,113 @@
+#pragma once
+/// hipRTC, loaded with dlopen (Note [Backends are dlopened]), and AMD targets
+/// (docs/amd.md, issue 15).
+///
+///   const AmdTarget t = parse_amd_target("gfx90a:xnack-");
+///   HiprtcBinary bin = compile_hip_isolated(source, "k.hip", t);  // in a child process
+///
+/// Note [hipRTC in a child process]
+/// Debian's ROCm 5.2.3 hipRTC aborts the whole process inside
+/// hiprtcCompileProgram for some targets (gfx1100, gfx942: "munmap_chunk():
+/// invalid pointer", SIGABRT). A compile therefore never runs in the caller:
+/// compile_hip_isolated starts the CLI's hidden `epifuse __hiprtc-compile` with
+/// posix_spawn (the tuner compiles from several threads, where fork is unsafe),
+/// sends it the request on stdin and reads the code object from stdout. A child
+/// that dies by a signal is a CompileError naming the signal and the hipRTC
+/// version; a known-bad (version, target) pair is refused before any child runs
+/// (UserError). Only the child calls Hiprtc::compile_in_process.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/dynlib.hpp"
+
+namespace epifuse::backend {
+
+/// An AMD GPU architecture with its feature suffixes: "gfx90a", "gfx90a:xnack-",
+/// "gfx942:sramecc+:xnack-". The whole string is part of a cache key: a code
+/// object built for xnack- does not load on an xnack+ device.
+struct AmdTarget {
+  std::string arch;                   ///< "gfx90a"
+  std::vector<std::string> features;  ///< "xnack-", "sramecc+", in the order given
+  std::string str() const;            ///< "gfx90a:xnack-"
+  /// 64 on gfx9 (CDNA: gfx90a, gfx942), 32 on gfx10, gfx11, gfx12 (RDNA).
+  int wave_size() const;
+  friend bool operator==(const AmdTarget&, const AmdTarget&) = default;
+};
+
+/// The architectures epifuse accepts (docs/amd.md).
+const std::vector<std::string>& amd_archs();
+
+/// Parses "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1201", each optionally with
+/// ":xnack+", ":xnack-", ":sramecc+", ":sramecc-" (each feature at most once).
+/// UserError naming the accepted forms otherwise.
+AmdTarget parse_amd_target(const std::string& text);
+
+/// What one hipRTC compilation produced.
+struct HiprtcBinary {
+  std::vector<char> code;            ///< the code object (ELF)
+  std::string log;                   ///< hipRTC's log, possibly empty
+  std::vector<std::string> options;  ///< every option passed, in order
+  std::string compiler;              ///< "hipRTC 9.0 (ROCm 5.2.21153)"
+  double compile_ms = 0;             ///< wall time, the child's start included
+};
+
+class Hiprtc {
+ public:
+  /// Loads hipRTC: libhiprtc.so (ROCm 6 and later) or, where hipRTC lives inside
+  /// the runtime, libamdhip64.so (ROCm 5). RuntimeError naming what was tried.
+  static std::unique_ptr<Hiprtc> load();
+
+  /// "hipRTC 9.0 (ROCm 5.2.21153)": hiprtcVersion, and the HIP runtime's version
+  /// where the library has hipRuntimeGetVersion (it answers without a GPU).
+  std::string version_string() const;
+  /// ROCm's major version (5 for 5.2.21153), 0 when unknown.
+  int rocm_major() const { return rocm_version_ / 10000000; }
+  const std::string& library_path() const { return lib_.path(); }
+  /// "libamdhip64.so.5 (hipRTC inside the HIP runtime, ROCm 5)" or "libhiprtc.so.6".
+  std::string layout() const;
+
+  /// The options compile_in_process passes: -O3, --offload-arch=<target>, then `extra`.
+  std::vector<std::string> options(const AmdTarget& target, const std::vector<std::string>& extra) const;
+
+  /// Compiles in this process. Only the `__hiprtc-compile` child calls it (Note
+  /// [hipRTC in a child process]). CompileError with the log when the source
+  /// does not compile.
+  HiprtcBinary compile_in_process(const std::string& source, const std::string& name, const AmdTarget& target,
+                                  const std::vector<std::string>& extra_options = {}) const;
+
+  struct Api;  // the hipRTC entry points (hiprtc.cpp)
+  ~Hiprtc();
+
+ private:
+  Hiprtc(DynLib lib, std::unique_ptr<Api> api);
+  DynLib lib_;
+  std::unique_ptr<Api> api_;
+  int major_ = 0, minor_ = 0;
+  int rocm_version_ = 0;  ///< hipRuntimeGetVersion: 50221153 for 5.2.21153
+};
+
+/// The process-wide hipRTC, loaded on first use; throws RuntimeError if absent.
+const Hiprtc& hiprtc();
+/// nullptr when hipRTC cannot be loaded; hiprtc_unavailable_reason() says why.
+const Hiprtc* hiprtc_or_null();
+std::string hiprtc_unavailable_reason();
+
+/// Why this hipRTC must not be asked to compile for `target` (the installed
+/// version is known to abort the process there), or "" when it may.
+std::string hiprtc_refusal(const Hiprtc& rtc, const AmdTarget& target);
+
+/// Compiles `source` for `target` in a child process (Note [hipRTC in a child
+/// process]). UserError for a refused (version, target) pair; CompileError for
+/// a source that does not compile or a child that dies; RuntimeError when no
+/// worker can be started. The worker is EPIFUSE_HIPRTC_WORKER if set, else the
+/// epifuse executable of this process (the CLI), else `epifuse` beside it.
+HiprtcBinary compile_hip_isolated(const std::string& source, const std::string& name, const AmdTarget& target,
+                                  const std::vector<std::string>& extra_options = {});
+
+/// The child's side: reads a request from `in`, compiles, writes the code object
+/// to `out` and the log to `log`. Returns the process exit code: 0 compiled,
+/// 3 the source did not compile, 2 a bad request or target, 4 hipRTC missing.
+int hiprtc_worker_main(std::FILE* in, std::FILE* out, std::FILE* log);
+
+}  // namespace epifuse::backend

@@ -1,0 +1,203 @@
+// hipRTC compiles in a child process (Note [hipRTC in a child process],
+// hiprtc.hpp): the parent's posix_spawn and pipes, and the child's main.
+//
+// The request on the child's stdin:
+//   epifuse-hiprtc 1\n  TARGET\n  NAME\n  N\n  N option lines\n  the source to EOF
+// The child writes the code object to stdout and hipRTC's log (or an error
+// message) to stderr, and exits 0 (compiled), 3 (the source did not compile),
+// 2 (a bad request or a refused target) or 4 (no hipRTC).
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "backend/hiprtc.hpp"
+
+extern char** environ;
+
+namespace epifuse::backend {
+
+namespace {
+
+constexpr const char* k_magic = "epifuse-hiprtc 1";
+
+// The worker executable (hiprtc.hpp: compile_hip_isolated).
+std::string worker_path() {
+  if (const char* env = std::getenv("EPIFUSE_HIPRTC_WORKER"); env && *env) return env;
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw RuntimeError("hipRTC: cannot find the epifuse executable to compile in (set EPIFUSE_HIPRTC_WORKER)");
+  if (self.filename() == "epifuse") return self.string();
+  const std::filesystem::path beside = self.parent_path() / "epifuse";
+  if (std::filesystem::exists(beside, ec)) return beside.string();
+  throw RuntimeError(fmt::format(
+      "hipRTC compiles run in the epifuse executable; none beside {} (set EPIFUSE_HIPRTC_WORKER to its path)",
+      self.string()));
+}
+
+// A pipe whose ends close with it.
+struct Pipe {
+  int fd[2] = {-1, -1};
+  Pipe() {
+    if (::pipe(fd) != 0) throw RuntimeError(fmt::format("pipe: {}", std::strerror(errno)));
+  }
+  void close_end(int i) {
+    if (fd[i] >= 0) ::close(fd[i]);
+    fd[i] = -1;
+  }
+  ~Pipe() {
+    close_end(0);
+    close_end(1);
+  }
+};
+
+void write_all(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the child is gone: its exit status says why
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// Reads both of the child's outputs to their ends, whichever fills first.
+void read_both(int out_fd, int err_fd, std::string& out, std::string& err) {
+  pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+  std::string* sinks[2] = {&out, &err};
+  int open = 2;
+  char buf[65536];
+  while (open > 0) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      throw RuntimeError(fmt::format("poll: {}", std::strerror(errno)));
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        fds[i].fd = -1;
+        --open;
+      } else {
+        sinks[i]->append(buf, static_cast<std::size_t>(n));
+      }
+    }
+  }
+}
+
+std::string read_line(std::FILE* in) {
+  std::string s;
+  for (int c = std::fgetc(in); c != EOF && c != '\n'; c = std::fgetc(in)) s.push_back(static_cast<char>(c));
+  return s;
+}
+
+}  // namespace
+
+HiprtcBinary compile_hip_isolated(const std::string& source, const std::string& name, const AmdTarget& target,
+                                  const std::vector<std::string>& extra_options) {
+  const Hiprtc& rtc = hiprtc();  // RuntimeError without hipRTC, before any child
+  if (const std::string why = hiprtc_refusal(rtc, target); !why.empty()) throw UserError(why);
+  const auto start = std::chrono::steady_clock::now();
+  std::string request = fmt::format("{}\n{}\n{}\n{}\n", k_magic, target.str(), name, extra_options.size());
+  for (const std::string& o : extra_options) request += o + "\n";
+  request += source;
+
+  const std::string worker = worker_path();
+  Pipe in, out, err;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in.fd[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out.fd[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err.fd[1], 2);
+  for (const Pipe* p : {&in, &out, &err})
+    for (int fd : p->fd) posix_spawn_file_actions_addclose(&actions, fd);
+  std::string arg0 = worker, arg1 = "__hiprtc-compile";
+  char* argv[] = {arg0.data(), arg1.data(), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw RuntimeError(fmt::format("hipRTC: cannot start {}: {}", worker, std::strerror(rc)));
+  in.close_end(0);
+  out.close_end(1);
+  err.close_end(1);
+  // A child that dies before reading everything must not kill us with SIGPIPE.
+  struct sigaction ignore{}, old{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, &old);
+  write_all(in.fd[1], request);
+  sigaction(SIGPIPE, &old, nullptr);
+  in.close_end(1);
+  std::string code, log;
+  read_both(out.fd[0], err.fd[0], code, log);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+
+  HiprtcBinary bin;
+  bin.options = rtc.options(target, extra_options);
+  bin.compiler = rtc.version_string();
+  bin.log = log;
+  if (WIFSIGNALED(status))
+    throw CompileError(source,
+                       fmt::format("the hipRTC child process ({} __hiprtc-compile) died of signal {} ({}) while "
+                                   "compiling for {}; its output:\n{}",
+                                   worker, WTERMSIG(status), strsignal(WTERMSIG(status)), target.str(), log),
+                       bin.options, target.str(), bin.compiler);
+  const int exit = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (exit == 3) throw CompileError(source, log, bin.options, target.str(), bin.compiler);
+  if (exit == 2) throw UserError(log.empty() ? "hipRTC: the worker refused the request" : log);
+  if (exit != 0 || code.empty())
+    throw RuntimeError(fmt::format("hipRTC child process ({}) exited with {}: {}", worker, exit, log));
+  bin.code.assign(code.begin(), code.end());
+  bin.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return bin;
+}
+
+int hiprtc_worker_main(std::FILE* in, std::FILE* out, std::FILE* log) {
+  if (read_line(in) != k_magic) {
+    std::fprintf(log, "epifuse __hiprtc-compile: not a request from epifuse (it starts this itself)\n");
+    return 2;
+  }
+  try {
+    const AmdTarget target = parse_amd_target(read_line(in));
+    const std::string name = read_line(in);
+    const long count = std::strtol(read_line(in).c_str(), nullptr, 10);
+    std::vector<std::string> options;
+    for (long i = 0; i < count; ++i) options.push_back(read_line(in));
+    std::string source;
+    char buf[65536];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, in)) > 0;) source.append(buf, n);
+    const Hiprtc* rtc = hiprtc_or_null();
+    if (!rtc) {
+      std::fprintf(log, "%s\n", hiprtc_unavailable_reason().c_str());
+      return 4;
+    }
+    const HiprtcBinary bin = rtc->compile_in_process(source, name, target, options);
+    std::fwrite(bin.log.data(), 1, bin.log.size(), log);
+    std::fwrite(bin.code.data(), 1, bin.code.size(), out);
+    std::fflush(out);
+    return 0;
+  } catch (const CompileError& e) {
+    std::fwrite(e.log().data(), 1, e.log().size(), log);
+    return 3;
+  } catch (const UserError& e) {
+    std::fprintf(log, "%s\n", e.what());
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(log, "%s\n", e.what());
+    return 4;
+  }
+}
+
+}  // namespace epifuse::backend

@@ -1,0 +1,121 @@
+// AMD targets and hipRTC in a child process (backend/hiprtc.hpp, docs/amd.md):
+// target parsing needs nothing; the compiles need hipRTC (tools/setup.sh
+// installs Debian's libamdhip64-dev and libhiprtc-builtins5) and the epifuse
+// executable beside this test binary, and say so when either is missing.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "backend/hiprtc.hpp"
+#include "epifuse/errors.hpp"
+
+using namespace epifuse;
+using namespace epifuse::backend;
+
+namespace {
+
+const char* k_kernel = R"(#include <hip/hip_runtime.h>
+extern "C" __global__ void k(float* y, const float* x, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __expf(x[i]) + __shfl_xor(x[i], 1);
+}
+)";
+
+bool have_hiprtc() {
+  if (hiprtc_or_null()) return true;
+  MESSAGE("hipRTC tests skipped: " << hiprtc_unavailable_reason());
+  return false;
+}
+
+bool is_elf(const std::vector<char>& code) {
+  return code.size() > 4 && code[0] == 0x7f && code[1] == 'E' && code[2] == 'L' && code[3] == 'F';
+}
+
+// Sets an environment variable for one scope.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) { ::setenv(name.c_str(), value.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name.c_str()); }
+};
+
+}  // namespace
+
+TEST_SUITE("compile") {
+  TEST_CASE("AMD targets: the five architectures, feature suffixes, wave sizes; anything else is a user error") {
+    CHECK(parse_amd_target("gfx90a").str() == "gfx90a");
+    CHECK(parse_amd_target("gfx90a").wave_size() == 64);
+    CHECK(parse_amd_target("gfx942:sramecc+:xnack-").features == std::vector<std::string>{"sramecc+", "xnack-"});
+    CHECK(parse_amd_target("gfx942:sramecc+:xnack-").str() == "gfx942:sramecc+:xnack-");
+    for (const char* rdna : {"gfx1030", "gfx1100", "gfx1201"}) CHECK(parse_amd_target(rdna).wave_size() == 32);
+    CHECK(parse_amd_target("gfx90a:xnack-") != parse_amd_target("gfx90a:xnack+"));
+    for (const char* bad : {"gfx", "gfx906", "sm_90a", "gfx90a:", "gfx90a:xnack", "gfx90a:xnack-:xnack+", "gfx90a:foo+"})
+      CHECK_THROWS_AS(parse_amd_target(bad), UserError);
+    CHECK_THROWS_WITH_AS(parse_amd_target("gfx906"), doctest::Contains("gfx90a, gfx942, gfx1030, gfx1100, gfx1201"),
+                         UserError);
+  }
+
+  TEST_CASE("hipRTC in a child process: gfx90a and gfx1030 code objects, compile errors with the log") {
+    if (!have_hiprtc()) return;
+    MESSAGE(hiprtc().version_string() << " from " << hiprtc().layout());
+    for (const char* target : {"gfx90a", "gfx1030", "gfx90a:xnack-"}) {
+      const HiprtcBinary bin = compile_hip_isolated(k_kernel, "k.hip", parse_amd_target(target));
+      INFO(target);
+      CHECK(is_elf(bin.code));
+      CHECK(bin.options.at(1) == std::string("--offload-arch=") + target);
+      CHECK(bin.compiler.starts_with("hipRTC"));
+    }
+    try {
+      (void)compile_hip_isolated("extern \"C\" __global__ void k() { undeclared(); }", "bad.hip",
+                                 parse_amd_target("gfx90a"));
+      FAIL("a bad source compiled");
+    } catch (const CompileError& e) {
+      CHECK(std::string(e.log()).find("undeclared") != std::string::npos);
+      CHECK(e.target() == "gfx90a");
+    }
+  }
+
+  TEST_CASE("hipRTC process safety: ROCm 5 aborts for gfx1100, so it is refused; a dying child is a CompileError") {
+    if (!have_hiprtc()) return;
+    const Hiprtc& rtc = hiprtc();
+    if (rtc.rocm_major() == 5) {
+      // The hazard itself, in a child of our own: the worker dies of SIGABRT.
+      const std::filesystem::path worker = std::filesystem::path(EPIFUSE_BINARY_DIR) / "epifuse";
+      const std::filesystem::path req = std::filesystem::temp_directory_path() / "epifuse_gfx1100_request";
+      std::ofstream(req) << "epifuse-hiprtc 1\ngfx1100\nk.hip\n0\n" << k_kernel;
+      const int status = std::system(fmt::format("'{}' __hiprtc-compile < '{}' > /dev/null 2>&1", worker.string(),
+                                                 req.string()).c_str());
+      std::filesystem::remove(req);
+      CHECK(WIFEXITED(status));  // the shell reports a signalled child as 128 + signal
+      CHECK(WEXITSTATUS(status) == 128 + SIGABRT);
+      // epifuse never starts that child: a UserError naming the version and the fix.
+      CHECK_THROWS_WITH_AS(compile_hip_isolated(k_kernel, "k.hip", parse_amd_target("gfx1100")),
+                           doctest::Contains("ROCm 5's hipRTC aborts the process"), UserError);
+      CHECK_THROWS_AS(compile_hip_isolated(k_kernel, "k.hip", parse_amd_target("gfx942")), UserError);
+    } else {
+      MESSAGE("hipRTC from ROCm " << rtc.rocm_major() << ": no known-bad targets to check");
+    }
+    // Any child that dies by a signal becomes a CompileError, never our death.
+    const std::filesystem::path script = std::filesystem::temp_directory_path() / "epifuse_abort_worker.sh";
+    std::ofstream(script) << "#!/bin/sh\ncat > /dev/null\necho 'about to abort' >&2\nkill -ABRT $$\n";
+    std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+    {
+      ScopedEnv env("EPIFUSE_HIPRTC_WORKER", script.string());
+      try {
+        (void)compile_hip_isolated(k_kernel, "k.hip", parse_amd_target("gfx90a"));
+        FAIL("the aborting worker produced code");
+      } catch (const CompileError& e) {
+        CHECK(std::string(e.log()).find("died of signal 6") != std::string::npos);
+        CHECK(std::string(e.log()).find("about to abort") != std::string::npos);
+      }
+    }
+    std::filesystem::remove(script);
+  }
+}
