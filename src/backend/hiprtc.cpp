@@ -41,6 +41,8 @@ AmdTarget parse_amd_target(const std::string& text) {
     if (!known || repeated)
       throw UserError(fmt::format("target '{}': feature '{}' {}; {}", text, f,
                                   known ? "is given twice" : "is not one epifuse knows", accepted));
+    if (!t.arch.starts_with("gfx9"))  // xnack and sramecc are CDNA features (gfx90a, gfx942)
+      throw UserError(fmt::format("target '{}': {} has no '{}' feature (only gfx90a and gfx942 do)", text, t.arch, f));
     t.features.push_back(f);
     colon = next;
   }

@@ -38,8 +38,9 @@ struct AmdTarget {
 /// The architectures epifuse accepts (docs/amd.md).
 const std::vector<std::string>& amd_archs();
 
-/// Parses "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1201", each optionally with
-/// ":xnack+", ":xnack-", ":sramecc+", ":sramecc-" (each feature at most once).
+/// Parses "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1201"; the CDNA two
+/// optionally with ":xnack+", ":xnack-", ":sramecc+", ":sramecc-" (each feature
+/// at most once; RDNA parts have neither).
 /// UserError naming the accepted forms otherwise.
 AmdTarget parse_amd_target(const std::string& text);
 
@@ -96,6 +97,16 @@ std::string hiprtc_unavailable_reason();
 /// Why this hipRTC must not be asked to compile for `target` (the installed
 /// version is known to abort the process there), or "" when it may.
 std::string hiprtc_refusal(const Hiprtc& rtc, const AmdTarget& target);
+
+/// A named header text (`#include "common/philox.cuh"` is served from `text`).
+struct HipHeader {
+  std::string name, text;
+};
+
+/// `source` with each `#include "NAME"` of a header in `headers` replaced by
+/// its text, recursively, each header once (they all say #pragma once): the
+/// child gets one self-contained source.
+std::string inline_headers(const std::string& source, const std::vector<HipHeader>& headers);
 
 /// Compiles `source` for `target` in a child process (Note [hipRTC in a child
 /// process]). UserError for a refused (version, target) pair; CompileError for

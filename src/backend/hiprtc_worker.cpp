@@ -17,7 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -103,6 +105,33 @@ std::string read_line(std::FILE* in) {
 }
 
 }  // namespace
+
+std::string inline_headers(const std::string& source, const std::vector<HipHeader>& headers) {
+  std::vector<std::string> done;
+  std::function<std::string(const std::string&)> expand = [&](const std::string& text) {
+    std::string out;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      std::size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      const std::string line = text.substr(pos, end - pos);
+      pos = end + 1;
+      const HipHeader* h = nullptr;
+      if (line.starts_with("#include \""))
+        for (const HipHeader& c : headers)
+          if (line == "#include \"" + c.name + "\"") h = &c;
+      if (!h) {
+        if (line != "#pragma once") out += line + "\n";
+        continue;
+      }
+      if (std::find(done.begin(), done.end(), h->name) != done.end()) continue;
+      done.push_back(h->name);
+      out += fmt::format("// ---- {} (inlined)\n", h->name) + expand(h->text);
+    }
+    return out;
+  };
+  return expand(source);
+}
 
 HiprtcBinary compile_hip_isolated(const std::string& source, const std::string& name, const AmdTarget& target,
                                   const std::vector<std::string>& extra_options) {

@@ -4,6 +4,7 @@
 // precision policy allows it (16-bit outputs or "precision": "fast").
 // Infinities and NaN follow the reference evaluator (src/reference).
 #pragma once
+#include "common/platform.cuh"
 
 // max/min propagate NaN (fmaxf/fminf would drop it).
 __device__ __forceinline__ float ef_max(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
@@ -14,9 +15,34 @@ __device__ __forceinline__ float ef_relu(float x) { return x != x ? x : fmaxf(x,
 
 // tanh.approx.f32: max relative error about 2^-11, one MUFU instruction.
 __device__ __forceinline__ float ef_tanh_approx(float x) {
+#if EF_HIP
+  return tanhf(x);  // AMD has no tanh instruction
+#else
   float y;
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+#endif
+}
+
+// The hardware's approximate reciprocal and 2^x (one MUFU op each on NVIDIA,
+// v_rcp_f32 and v_exp_f32 on AMD), subnormal results flushed to 0.
+__device__ __forceinline__ float ef_rcp_approx(float x) {
+#if EF_HIP
+  return __builtin_amdgcn_rcpf(x);
+#else
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#endif
+}
+__device__ __forceinline__ float ef_ex2_approx(float x) {
+#if EF_HIP
+  return exp2f(x);
+#else
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#endif
 }
 
 // 1/d for d in [1, 2]: rcp.approx and one Newton step (within 1 ulp), with no
@@ -25,8 +51,7 @@ __device__ __forceinline__ float ef_tanh_approx(float x) {
 // compiler cannot schedule across, and the accurate sigmoid ran 1.18x the
 // dual GEMM's time against 1.03x for the chain without it (docs/PERF.md).
 __device__ __forceinline__ float ef_rcp_1_2(float d) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  const float r = ef_rcp_approx(d);
   return fmaf(fmaf(-d, r, 1.0f), r, r);
 }
 
@@ -50,9 +75,13 @@ __device__ __forceinline__ float ef_gelu_tanh(float x) {
 }
 // max.NaN: like fmaxf, but NaN in gives NaN out (sm_80+).
 __device__ __forceinline__ float ef_max_nan(float a, float b) {
+#if EF_HIP
+  return (a != a || b != b) ? a + b : fmaxf(a, b);
+#else
   float y;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
   return y;
+#endif
 }
 
 // Fast sigmoid: rcp.approx(1 + ex2.approx(-x log2 e)), two MUFU ops and no
@@ -62,10 +91,7 @@ __device__ __forceinline__ float ef_max_nan(float a, float b) {
 // bf16 SwiGLU/GEGLU dual GEMMs failed `epifuse run --verify` by up to 1%.
 // x = -inf gives 0, +inf gives 1, NaN stays NaN.
 __device__ __forceinline__ float ef_sigmoid_fast(float x) {
-  float e, r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-1.4426950408889634f * x));
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
-  return r;
+  return ef_rcp_approx(1.0f + ef_ex2_approx(-1.4426950408889634f * x));
 }
 
 // Fast form: x*sigmoid_fast(2u), with 2u log2(e) folded into the polynomial
@@ -76,10 +102,7 @@ __device__ __forceinline__ float ef_gelu_tanh_fast(float x) {
   x = ef_max_nan(x, -3.4028234663852886e38f);
   constexpr float c0 = -2.0f * 0.7978845608028654f * 1.4426950408889634f, c1 = c0 * 0.044715f;
   const float a = x * fmaf(c1, x * x, c0);  // -2u log2(e)
-  float e, r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(a));
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
-  return fmaf(x, r, 0.0f);
+  return fmaf(x, ef_rcp_approx(1.0f + ef_ex2_approx(a)), 0.0f);
 }
 
 // gelu_erf(x) = 0.5*x*(1+erf(x/sqrt(2))).

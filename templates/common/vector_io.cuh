@@ -44,14 +44,22 @@ __device__ __forceinline__ void ef_load_vec(const T* __restrict__ ptr, float (&o
 // storage with a single cvt.rn.{bf16,f16}x2.f32; `lo` is the element at the
 // lower address.
 __device__ __forceinline__ unsigned int ef_pack2(ef_bf16*, float lo, float hi) {
+#if EF_HIP
+  return (unsigned int)ef_bf16_bits_rn(lo) | ((unsigned int)ef_bf16_bits_rn(hi) << 16);
+#else
   unsigned int r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+#endif
 }
 __device__ __forceinline__ unsigned int ef_pack2(ef_half*, float lo, float hi) {
+#if EF_HIP
+  return (unsigned int)ef_f16_bits_rn(lo) | ((unsigned int)ef_f16_bits_rn(hi) << 16);
+#else
   unsigned int r;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+#endif
 }
 
 template <class T, int VEC>

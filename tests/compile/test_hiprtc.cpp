@@ -15,10 +15,15 @@
 #include <fmt/format.h>
 
 #include "backend/hiprtc.hpp"
+#include "codegen/family.hpp"
+#include "codegen/template_engine.hpp"
+#include "epifuse/codegen.hpp"
+#include "epifuse/json.hpp"
 #include "epifuse/errors.hpp"
 
 using namespace epifuse;
 using namespace epifuse::backend;
+using epifuse::backend::HipHeader;
 
 namespace {
 
@@ -56,7 +61,8 @@ TEST_SUITE("compile") {
     CHECK(parse_amd_target("gfx942:sramecc+:xnack-").str() == "gfx942:sramecc+:xnack-");
     for (const char* rdna : {"gfx1030", "gfx1100", "gfx1201"}) CHECK(parse_amd_target(rdna).wave_size() == 32);
     CHECK(parse_amd_target("gfx90a:xnack-") != parse_amd_target("gfx90a:xnack+"));
-    for (const char* bad : {"gfx", "gfx906", "sm_90a", "gfx90a:", "gfx90a:xnack", "gfx90a:xnack-:xnack+", "gfx90a:foo+"})
+    for (const char* bad : {"gfx", "gfx906", "sm_90a", "gfx90a:", "gfx90a:xnack", "gfx90a:xnack-:xnack+", "gfx90a:foo+",
+                            "gfx1030:xnack-", "gfx1100:sramecc+"})
       CHECK_THROWS_AS(parse_amd_target(bad), UserError);
     CHECK_THROWS_WITH_AS(parse_amd_target("gfx906"), doctest::Contains("gfx90a, gfx942, gfx1030, gfx1100, gfx1201"),
                          UserError);
@@ -117,5 +123,45 @@ TEST_SUITE("compile") {
       }
     }
     std::filesystem::remove(script);
+  }
+
+  TEST_CASE("AMD compile tier: every elementwise example chain compiles for gfx90a and gfx1030 through hipRTC") {
+    if (!have_hiprtc()) return;
+    std::vector<HipHeader> headers;
+    for (const auto& [path, text] : embedded_templates())
+      if (path.starts_with("common/")) headers.push_back({std::string(path), std::string(text)});
+    int compiled = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains")) {
+      if (entry.path().extension() != ".json") continue;
+      const KernelSpec spec = load_spec(entry.path());
+      if (&family_for(spec) != &family_for(MainloopKind::elementwise)) continue;  // GEMM and row kernels: not yet
+      for (const char* target : {"gfx90a", "gfx1030"}) {
+        INFO(entry.path().filename().string() << " for " << target);
+        const KernelSource ks = emit_kernel(spec, spec.default_shape.value_or(Shape{33, 67, 0}), std::nullopt,
+                                            KernelPath::fastest, target);
+        const std::string text = inline_headers(ks.text, headers);
+        CHECK(text.find("#include \"common/") == std::string::npos);
+        const HiprtcBinary bin = compile_hip_isolated(text, ks.name + ".hip", parse_amd_target(target));
+        CHECK(is_elf(bin.code));
+        ++compiled;
+      }
+    }
+    MESSAGE("compiled " << compiled << " elementwise example kernels with " << hiprtc().version_string());
+    CHECK(compiled >= 6);  // add_mul, bias_gelu_dropout_add and its chain form, for both targets
+  }
+
+  TEST_CASE("epifuse compile --target gfx...: exit 0 with a code object, 2 for a refused target or a GEMM chain") {
+    if (!have_hiprtc()) return;
+    const std::string cli = (std::filesystem::path(EPIFUSE_BINARY_DIR) / "epifuse").string();
+    const std::string chains = (std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains/").string();
+    auto exit_code = [&](const std::string& args) {
+      const int status = std::system(fmt::format("'{}' compile {} > /dev/null 2>&1", cli, args).c_str());
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    };
+    CHECK(exit_code(fmt::format("'{}add_mul.json' --target gfx90a:xnack- --target gfx1030", chains)) == 0);
+    CHECK(exit_code(fmt::format("'{}gemm.json' --target gfx90a", chains)) == 2);
+    CHECK(exit_code(fmt::format("'{}add_mul.json' --target gfx906", chains)) == 2);
+    if (hiprtc().rocm_major() == 5)  // refused, never a signal (the child would die of SIGABRT)
+      CHECK(exit_code(fmt::format("'{}add_mul.json' --target gfx1100", chains)) == 2);
   }
 }

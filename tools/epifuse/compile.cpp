@@ -8,8 +8,12 @@
 
 #include <fmt/format.h>
 
+#include "backend/hiprtc.hpp"
+#include "codegen/family.hpp"
+#include "codegen/template_engine.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
 #include "jit_options.hpp"
@@ -32,6 +36,31 @@ void write_cubin(const std::string& path, const std::vector<char>& binary) {
   if (!out) throw OutputError(fmt::format("--cubin {}: write failed", path));
 }
 
+// An AMD target (docs/amd.md): the kernel's HIP text compiled by hipRTC in a
+// child process (Note [hipRTC in a child process]). Not cached yet, and only
+// elementwise chains have a HIP dialect so far (issue 15's order of work).
+nlohmann::ordered_json compile_amd(const CompileOptions& opt, const KernelSpec& spec, const Shape& shape,
+                                   const std::string& target_text) {
+  const backend::AmdTarget target = backend::parse_amd_target(target_text);
+  if (&family_for(spec) != &family_for(MainloopKind::elementwise))
+    throw UserError(fmt::format(
+        "target {}: only elementwise chains are generated for AMD GPUs so far; {} kernels come next (docs/amd.md, "
+        "order of work)",
+        target.str(), spec.mainloop.kind == MainloopKind::elementwise ? "row-reduction" : to_string(spec.mainloop.kind)));
+  const KernelSource ks = emit_kernel(spec, shape, opt.tile.tile(), KernelPath::fastest, target.str());
+  std::vector<backend::HipHeader> headers;
+  for (const auto& [path, text] : embedded_templates())
+    if (path.starts_with("common/")) headers.push_back({std::string(path), std::string(text)});
+  const backend::HiprtcBinary bin = backend::compile_hip_isolated(
+      backend::inline_headers(ks.text, headers), ks.name + ".hip", target);
+  if (!opt.cubin.empty()) write_cubin(opt.targets.size() == 1 ? opt.cubin : opt.cubin + "." + target.str(), bin.code);
+  if (!session().json)
+    print_text(fmt::format("{}: {} {:.1f} ms with {}, code object {} bytes (not cached: AMD kernels are not yet)\n",
+                           target.str(), ks.name, bin.compile_ms, bin.compiler, bin.code.size()));
+  return {{"target", target.str()}, {"kernel", ks.name}, {"compiler", bin.compiler},
+          {"compile_ms", bin.compile_ms}, {"code_bytes", bin.code.size()}};
+}
+
 void compile(const CompileOptions& opt) {
   const KernelSpec spec = load_spec(opt.chain);
   const Shape shape = resolve_shape(opt.shape, spec);
@@ -39,6 +68,10 @@ void compile(const CompileOptions& opt) {
   if (targets.empty()) targets.push_back("");  // the GPU's
   nlohmann::ordered_json doc = nlohmann::ordered_json::array();
   for (const std::string& target : targets) {
+    if (target.starts_with("gfx")) {
+      doc.push_back(compile_amd(opt, spec, shape, target));
+      continue;
+    }
     Jit jit(target);
     auto kernel = jit.compile(spec, shape, opt.tile.tile());
     const CacheStats first = jit.stats();
