@@ -19,9 +19,10 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 # clang, libclang-rt-dev: libFuzzer and the sanitizers for tools/fuzz.sh (the
 # build below stays g++).
 # libamdhip64-dev, libhiprtc-builtins5: hipRTC (inside ROCm 5's HIP runtime) for
-# the AMD compile tier; opened with dlopen, never linked (docs/amd.md).
+# the AMD compile tier; opened with dlopen, never linked. clang-19: the same
+# tier's gfx1100/gfx942 assembly, which ROCm 5's hipRTC cannot build (docs/amd.md).
 PACKAGES=(cmake g++ make libfmt-dev nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev python3-numpy
-          clang libclang-rt-dev libamdhip64-dev libhiprtc-builtins5)
+          clang libclang-rt-dev libamdhip64-dev libhiprtc-builtins5 clang-19)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
