@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +46,8 @@ bool is_elf(const std::vector<char>& code) {
   return code.size() > 4 && code[0] == 0x7f && code[1] == 'E' && code[2] == 'L' && code[3] == 'F';
 }
 
+// Temporary files are named with this process's id: two test runs on one
+// machine must not share them.
 // Sets an environment variable for one scope.
 struct ScopedEnv {
   std::string name;
@@ -95,7 +98,7 @@ TEST_SUITE("compile") {
     if (rtc.rocm_major() == 5) {
       // The hazard itself, in a child of our own: the worker dies of SIGABRT.
       const std::filesystem::path worker = std::filesystem::path(EPIFUSE_BINARY_DIR) / "epifuse";
-      const std::filesystem::path req = std::filesystem::temp_directory_path() / "epifuse_gfx1100_request";
+      const std::filesystem::path req = std::filesystem::temp_directory_path() / fmt::format("epifuse_gfx1100_request_{}", ::getpid());
       std::ofstream(req) << "epifuse-hiprtc 1\ngfx1100\nk.hip\n0\n" << k_kernel;
       const int status = std::system(fmt::format("'{}' __hiprtc-compile < '{}' > /dev/null 2>&1", worker.string(),
                                                  req.string()).c_str());
@@ -110,7 +113,7 @@ TEST_SUITE("compile") {
       MESSAGE("hipRTC from ROCm " << rtc.rocm_major() << ": no known-bad targets to check");
     }
     // Any child that dies by a signal becomes a CompileError, never our death.
-    const std::filesystem::path script = std::filesystem::temp_directory_path() / "epifuse_abort_worker.sh";
+    const std::filesystem::path script = std::filesystem::temp_directory_path() / fmt::format("epifuse_abort_worker_{}.sh", ::getpid());
     std::ofstream(script) << "#!/bin/sh\ncat > /dev/null\necho 'about to abort' >&2\nkill -ABRT $$\n";
     std::filesystem::permissions(script, std::filesystem::perms::owner_all);
     {
@@ -178,7 +181,7 @@ TEST_SUITE("compile") {
     std::vector<HipHeader> headers;
     for (const auto& [path, text] : embedded_templates())
       if (path.starts_with("common/")) headers.push_back({std::string(path), std::string(text)});
-    const std::filesystem::path dir = std::filesystem::temp_directory_path() / "epifuse_clang19_tier";
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / fmt::format("epifuse_clang19_tier_{}", ::getpid());
     std::filesystem::create_directories(dir);
     int compiled = 0;
     for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains")) {
