@@ -79,8 +79,26 @@ struct RowTile {
   int row_threads() const { return group_threads() * cluster; }      ///< threads on one row in all
 };
 
+/// GEMM family, matrix-instruction waves (templates/gemm_wave.cu.in, docs/amd.md):
+/// the AMD mainloop. A block of waves_m x waves_n waves (wavefronts) computes
+/// BM x BN; each wave a grid of the instruction's fragments: `op` 0 is MFMA
+/// 32x32x8 (64 lanes; gfx90a, gfx942), 1 is WMMA 16x16x16 (32 lanes; gfx11).
+/// With `fma` 1 the same fragment layout is computed with FMAs on any GPU: the
+/// portable fallback (gfx1030, gfx1201, exact f32), and how the NVIDIA GPU
+/// suite runs the AMD kernels' shared code.
+struct WaveTile {
+  int bm = 128, bn = 128, bk = 32;
+  int waves_m = 2, waves_n = 2;
+  int group_m = 8;  ///< raster: this many row tiles share each column tile (L2 reuse)
+  int op = 0;       ///< 0 MFMA 32x32x8, 1 WMMA 16x16x16
+  int fma = 0;      ///< 1: the op's fragment layout computed with FMAs (portable)
+  friend bool operator==(const WaveTile&, const WaveTile&) = default;
+  std::string str() const;  ///< "m128x128x32w2x2g8.mfma", "m64x64x32w2x2g8.wmma-fma"
+  int lanes() const { return op == 0 ? 64 : 32; }  ///< lanes of a wave: the instruction's
+};
+
 /// One alternative per kernel family or mainloop (a new one adds its tile type here).
-using TileConfig = std::variant<ElementwiseTile, GemmTile, WgmmaTile, RowTile>;
+using TileConfig = std::variant<ElementwiseTile, GemmTile, WgmmaTile, RowTile, WaveTile>;
 
 /// "128x128x32w2x2s4g8" or "...g8k2" (GemmTile::str's form) as a GemmTile; UserError naming
 /// the expected form otherwise. Fields are checked by the family, not here.
@@ -89,7 +107,9 @@ GemmTile parse_gemm_tile(const std::string& text);
 WgmmaTile parse_wgmma_tile(const std::string& text);
 /// "r256v8x2", "r256v8x4g32", "r512v8x8c8s2k" (RowTile::str's form, "x-1" auto) as a RowTile; UserError otherwise.
 RowTile parse_row_tile(const std::string& text);
-/// "h..." a WgmmaTile, "r..." a RowTile, anything else parse_gemm_tile.
+/// "m128x128x32w2x2g8.mfma" (WaveTile::str's form) as a WaveTile; UserError otherwise.
+WaveTile parse_wave_tile(const std::string& text);
+/// "h..." a WgmmaTile, "r..." a RowTile, "m..." a WaveTile, anything else parse_gemm_tile.
 TileConfig parse_tile(const std::string& text);
 
 /// "t256v8g4": the tile's own str().

@@ -109,8 +109,34 @@ RowTile parse_row_tile(const std::string& text) {
   return t;
 }
 
+std::string WaveTile::str() const {
+  return fmt::format("m{}x{}x{}w{}x{}g{}.{}{}", bm, bn, bk, waves_m, waves_n, group_m, op == 0 ? "mfma" : "wmma",
+                     fma ? "-fma" : "");
+}
+
+WaveTile parse_wave_tile(const std::string& text) {
+  WaveTile t;
+  int used = 0;
+  const int n = std::sscanf(text.c_str(), "m%dx%dx%dw%dx%dg%d%n", &t.bm, &t.bn, &t.bk, &t.waves_m, &t.waves_n,
+                            &t.group_m, &used);
+  const std::string_view rest = n == 6 ? std::string_view(text).substr(static_cast<std::size_t>(used)) : "?";
+  bool ok = true;
+  if (rest == ".mfma" || rest == ".mfma-fma")
+    t.op = 0;
+  else if (rest == ".wmma" || rest == ".wmma-fma")
+    t.op = 1;
+  else
+    ok = false;
+  t.fma = rest.ends_with("-fma") ? 1 : 0;
+  EPIFUSE_CHECK(ok, "wave tile '{}': expected mBMxBNxBKwWMxWNgGROUP.OP with OP mfma, wmma, mfma-fma or wmma-fma, e.g. "
+                "m128x128x32w2x2g8.mfma",
+                text);
+  return t;
+}
+
 TileConfig parse_tile(const std::string& text) {
   if (text.starts_with("h")) return parse_wgmma_tile(text);
+  if (text.starts_with("m")) return parse_wave_tile(text);
   if (text.starts_with("r")) return parse_row_tile(text);
   return parse_gemm_tile(text);
 }

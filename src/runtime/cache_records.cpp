@@ -47,6 +47,9 @@ std::string tile_bytes(const TileConfig& tile) {
         } else if constexpr (std::is_same_v<T, RowTile>) {
           for (int v : {t.threads, t.vec, t.regs, t.persistent, t.group, t.cluster, t.ring, t.keep})
             put(out, static_cast<std::int32_t>(v));
+        } else if constexpr (std::is_same_v<T, WaveTile>) {
+          for (int v : {t.bm, t.bn, t.bk, t.waves_m, t.waves_n, t.group_m, t.op, t.fma})
+            put(out, static_cast<std::int32_t>(v));
         } else if constexpr (std::is_same_v<T, WgmmaTile>) {
           for (int v : {t.bm, t.bn, t.bk, t.stages, t.group_m, t.cluster, t.pingpong})
             put(out, static_cast<std::int32_t>(v));
@@ -89,6 +92,11 @@ std::optional<TileConfig> tile_from_bytes(std::string_view bytes) {
   if (index == 3) {
     RowTile t;
     if (!ints({&t.threads, &t.vec, &t.regs, &t.persistent, &t.group, &t.cluster, &t.ring, &t.keep})) return std::nullopt;
+    return t;
+  }
+  if (index == 4) {
+    WaveTile t;
+    if (!ints({&t.bm, &t.bn, &t.bk, &t.waves_m, &t.waves_n, &t.group_m, &t.op, &t.fma})) return std::nullopt;
     return t;
   }
   return std::nullopt;

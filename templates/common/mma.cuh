@@ -3,6 +3,7 @@
 // of bank conflicts, ldmatrix, and mma.sync.m16n8k16 with fp32 accumulation.
 // See docs/gemm.md for the fragment layouts these produce.
 #pragma once
+#include "common/vector_io.cuh"  // ef_store4
 
 // ---- global -> shared ----
 
@@ -133,19 +134,6 @@ __device__ __forceinline__ void ef_mma_1688_tf32(float (&d)[4], const unsigned (
 }
 
 // ---- epilogue helpers ----
-
-/// Four consecutive outputs in one store: 16 bytes of f32, or 8 of 16-bit
-/// values (the pointer aligned to that, as the launch checked).
-__device__ __forceinline__ void ef_store4(float* p, const float (&v)[4]) {
-  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-template <class S>
-__device__ __forceinline__ void ef_store4(S* p, const float (&v)[4]) {
-  static_assert(sizeof(S) == 2, "16-bit storage");
-  const unsigned lo = ef_from_float<S>(v[0]).bits | ((unsigned)ef_from_float<S>(v[1]).bits << 16);
-  const unsigned hi = ef_from_float<S>(v[2]).bits | ((unsigned)ef_from_float<S>(v[3]).bits << 16);
-  *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
-}
 
 /// The philox4 draws of one m16n8 accumulator fragment (DESIGN §4), one Philox
 /// call per four elements although a thread holds two consecutive columns of

@@ -10,6 +10,38 @@
 #define EF_HIP 0
 #endif
 
+// EF_WARP: the lanes that run in lock step and exchange values by shuffles
+// (a warp; on AMD a wavefront: 64 on CDNA, 32 on RDNA). clang predefines the
+// wavefront size for an amdgcn device compile.
+#if EF_HIP
+#if defined(__AMDGCN_WAVEFRONT_SIZE__)
+#define EF_WARP __AMDGCN_WAVEFRONT_SIZE__
+#elif defined(__AMDGCN_WAVEFRONT_SIZE)
+#define EF_WARP __AMDGCN_WAVEFRONT_SIZE
+#else
+#define EF_WARP 64
+#endif
+#else
+#define EF_WARP 32
+#endif
+
+// v from the lane whose index differs from this one's by the bits of `mask`
+// (every lane of the warp takes part).
+__device__ __forceinline__ float ef_shfl_xor(float v, int mask) {
+#if EF_HIP
+  return __shfl_xor(v, mask);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif
+}
+__device__ __forceinline__ unsigned ef_shfl_xor(unsigned v, int mask) {
+#if EF_HIP
+  return (unsigned)__shfl_xor((int)v, mask);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif
+}
+
 #if EF_HIP
 // hipRTC's implicit runtime header has no __align__.
 #ifndef __align__

@@ -21,6 +21,7 @@ struct EfMax {
   static __device__ __forceinline__ float identity() { return EF_NEG_INF; }
 };
 
+#if !EF_HIP  // clusters and distributed shared memory: sm_90 (the family refuses them elsewhere)
 // Cluster special registers (read only by cluster kernels, sm_90).
 __device__ __forceinline__ unsigned ef_row_cluster_rank() {
   unsigned r;
@@ -37,8 +38,9 @@ __device__ __forceinline__ unsigned ef_row_cluster_count() {
   asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
   return r;
 }
+#endif
 
-// `scratch`: THREADS / 32 + 1 floats; `cluster_slots`: 2 * (THREADS / 32) *
+// `scratch`: THREADS / EF_WARP + 1 floats; `cluster_slots`: 2 * (THREADS / 32) *
 // CLUSTER floats; `cluster_bars`: two mbarriers.
 // Block: two barriers a call; a call right after another is safe, since a
 // warp writes its slot only after every thread passed the barrier after which
@@ -51,7 +53,10 @@ __device__ __forceinline__ unsigned ef_row_cluster_count() {
 // before the arming.
 template <int THREADS, int GROUP, int CLUSTER>
 struct EfRowReducer {
-  static constexpr int WARPS = THREADS / 32;
+  static constexpr int WARPS = THREADS / EF_WARP;
+#if EF_HIP
+  static_assert(CLUSTER == 1, "thread-block clusters are an sm_90 feature");
+#endif
   float* scratch;
   float* cluster_slots;
   unsigned long long* cluster_bars;
@@ -60,28 +65,29 @@ struct EfRowReducer {
   // This thread's index among the row's threads, the first row unit (block or
   // cluster) this block takes, and how many units the grid has.
   __device__ __forceinline__ int lane() const {
-    if constexpr (CLUSTER > 1)
-      return (int)threadIdx.x + (int)ef_row_cluster_rank() * THREADS;
-    else
-      return (int)threadIdx.x % GROUP;
+#if !EF_HIP
+    if constexpr (CLUSTER > 1) return (int)threadIdx.x + (int)ef_row_cluster_rank() * THREADS;
+#endif
+    return (int)threadIdx.x % GROUP;
   }
   __device__ __forceinline__ long long unit() const {
-    if constexpr (CLUSTER > 1)
-      return ef_row_cluster_id();
-    else
-      return blockIdx.x;
+#if !EF_HIP
+    if constexpr (CLUSTER > 1) return ef_row_cluster_id();
+#endif
+    return blockIdx.x;
   }
   __device__ __forceinline__ long long units() const {
-    if constexpr (CLUSTER > 1)
-      return ef_row_cluster_count();
-    else
-      return gridDim.x;
+#if !EF_HIP
+    if constexpr (CLUSTER > 1) return ef_row_cluster_count();
+#endif
+    return gridDim.x;
   }
 
   // Before a block stores into a peer's shared memory the peer must be
   // running and its mbarriers armed: one cluster barrier at the start
   // (without it, a cluster of 8 blocks of 128 threads faulted on the first store).
   __device__ __forceinline__ void start() const {
+#if !EF_HIP
     if constexpr (CLUSTER > 1) {
       if (threadIdx.x == 0) {
         for (int h = 0; h < 2; ++h)
@@ -91,7 +97,9 @@ struct EfRowReducer {
       }
       asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
     }
+#endif
   }
+#if !EF_HIP
   __device__ __forceinline__ unsigned bar(int h) const { return (unsigned)__cvta_generic_to_shared(cluster_bars + h); }
   // One arrival, expecting the bytes a call brings: a float from each warp of each block.
   __device__ __forceinline__ void arm(int h) const {
@@ -99,12 +107,14 @@ struct EfRowReducer {
                  "r"((unsigned)(WARPS * CLUSTER * 4))
                  : "memory");
   }
+#endif
 
   template <class Op>
   __device__ __forceinline__ float reduce(float v) {
-    constexpr int width = GROUP < 32 ? GROUP : 32;
+    constexpr int width = GROUP < EF_WARP ? GROUP : EF_WARP;
 #pragma unroll
-    for (int o = width / 2; o > 0; o >>= 1) v = Op::combine(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = width / 2; o > 0; o >>= 1) v = Op::combine(v, ef_shfl_xor(v, o));
+#if !EF_HIP
     if constexpr (CLUSTER > 1) {
       // Lane r of every warp sends the warp's value to rank r's half.
       const int h = (int)phase, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -135,21 +145,22 @@ struct EfRowReducer {
 #pragma unroll
       for (int i = lane; i < WARPS * CLUSTER; i += 32) w = Op::combine(w, slots[i]);
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) w = Op::combine(w, __shfl_xor_sync(0xffffffffu, w, o));
+      for (int o = 16; o > 0; o >>= 1) w = Op::combine(w, ef_shfl_xor(w, o));
       return w;
     }
-    if constexpr (GROUP > 32) {
-      const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+#endif
+    if constexpr (GROUP > EF_WARP) {
+      const int warp = threadIdx.x / EF_WARP, lane = threadIdx.x % EF_WARP;
       if (lane == 0) scratch[warp] = v;
       __syncthreads();
       if (warp == 0) {
-        float w = lane < THREADS / 32 ? scratch[lane] : Op::identity();
+        float w = lane < WARPS ? scratch[lane] : Op::identity();
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) w = Op::combine(w, __shfl_xor_sync(0xffffffffu, w, o));
-        if (lane == 0) scratch[THREADS / 32] = w;
+        for (int o = EF_WARP / 2; o > 0; o >>= 1) w = Op::combine(w, ef_shfl_xor(w, o));
+        if (lane == 0) scratch[WARPS] = w;
       }
       __syncthreads();
-      v = scratch[THREADS / 32];
+      v = scratch[WARPS];
     }
     return v;
   }

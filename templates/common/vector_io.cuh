@@ -2,6 +2,7 @@
 // as 16-byte (or smaller, when VEC*sizeof(T) < 16) memory instructions.
 // The caller guarantees the address is aligned to min(16, VEC*sizeof(T)).
 #pragma once
+#include "common/numeric.cuh"
 
 template <int kBytes> struct EfChunk;
 template <> struct EfChunk<16> { typedef uint4 type; };
@@ -117,4 +118,17 @@ __device__ __forceinline__ void ef_element_coords(I r0, I c0, I n, I (&row)[VEC]
       ++r0;
     }
   }
+}
+
+/// Four consecutive outputs in one store: 16 bytes of f32, or 8 of 16-bit
+/// values (the pointer aligned to that, as the launch checked).
+__device__ __forceinline__ void ef_store4(float* p, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+template <class S>
+__device__ __forceinline__ void ef_store4(S* p, const float (&v)[4]) {
+  static_assert(sizeof(S) == 2, "16-bit storage");
+  const unsigned lo = ef_from_float<S>(v[0]).bits | ((unsigned)ef_from_float<S>(v[1]).bits << 16);
+  const unsigned hi = ef_from_float<S>(v[2]).bits | ((unsigned)ef_from_float<S>(v[3]).bits << 16);
+  *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
 }

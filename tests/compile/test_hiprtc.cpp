@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -46,6 +47,34 @@ bool is_elf(const std::vector<char>& code) {
   return code.size() > 4 && code[0] == 0x7f && code[1] == 'E' && code[2] == 'L' && code[3] == 'F';
 }
 
+bool is_gemm(const KernelSpec& spec) {
+  return spec.mainloop.kind == MainloopKind::gemm || spec.mainloop.kind == MainloopKind::dual_gemm;
+}
+
+std::vector<HipHeader> common_headers() {
+  std::vector<HipHeader> headers;
+  for (const auto& [path, text] : embedded_templates())
+    if (path.starts_with("common/")) headers.push_back({std::string(path), std::string(text)});
+  return headers;
+}
+
+// Every example chain, in name order.
+std::vector<std::filesystem::path> example_chains() {
+  std::vector<std::filesystem::path> out;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains"))
+    if (entry.path().extension() == ".json") out.push_back(entry.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Runs a shell command with its stdout into `file` and returns what it wrote.
+std::string run_and_read(const std::string& command, const std::filesystem::path& file) {
+  const int status = std::system(fmt::format("{} > '{}'", command, file.string()).c_str());
+  CHECK_MESSAGE(status == 0, command);
+  std::ifstream in(file);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // Temporary files are named with this process's id: two test runs on one
 // machine must not share them.
 // Sets an environment variable for one scope.
@@ -54,6 +83,12 @@ struct ScopedEnv {
   ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) { ::setenv(name.c_str(), value.c_str(), 1); }
   ~ScopedEnv() { ::unsetenv(name.c_str()); }
 };
+
+std::filesystem::path scratch_dir(const std::string& what) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / fmt::format("epifuse_{}_{}", what, ::getpid());
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
 }  // namespace
 
@@ -129,18 +164,17 @@ TEST_SUITE("compile") {
     std::filesystem::remove(script);
   }
 
-  TEST_CASE("AMD compile tier: every elementwise example chain compiles for gfx90a and gfx1030 through hipRTC") {
+  TEST_CASE("AMD compile tier: every example chain compiles for gfx90a and gfx1030 through hipRTC; MFMA in the GEMMs") {
     if (!have_hiprtc()) return;
-    std::vector<HipHeader> headers;
-    for (const auto& [path, text] : embedded_templates())
-      if (path.starts_with("common/")) headers.push_back({std::string(path), std::string(text)});
-    int compiled = 0;
-    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains")) {
-      if (entry.path().extension() != ".json") continue;
-      const KernelSpec spec = load_spec(entry.path());
-      if (&family_for(spec) != &family_for(MainloopKind::elementwise)) continue;  // GEMM and row kernels: not yet
+    const std::vector<HipHeader> headers = common_headers();
+    const std::filesystem::path dir = scratch_dir("hiprtc_tier");
+    const bool objdump = std::system("command -v llvm-objdump-19 > /dev/null 2>&1") == 0;
+    if (!objdump) MESSAGE("instruction check skipped: llvm-objdump-19 missing (tools/setup.sh installs llvm-19)");
+    int compiled = 0, mfma = 0;
+    for (const std::filesystem::path& chain : example_chains()) {
+      const KernelSpec spec = load_spec(chain);
       for (const char* target : {"gfx90a", "gfx1030"}) {
-        INFO(entry.path().filename().string() << " for " << target);
+        INFO(chain.filename().string() << " for " << std::string(target));
         const KernelSource ks = emit_kernel(spec, spec.default_shape.value_or(Shape{33, 67, 0}), std::nullopt,
                                             KernelPath::fastest, target);
         const std::string text = inline_headers(ks.text, headers);
@@ -148,13 +182,24 @@ TEST_SUITE("compile") {
         const HiprtcBinary bin = compile_hip_isolated(text, ks.name + ".hip", parse_amd_target(target));
         CHECK(is_elf(bin.code));
         ++compiled;
+        // The GEMMs' f16/bf16 products are MFMA instructions on gfx90a (the FMA form on gfx1030).
+        const bool half = spec.mainloop.a == DType::f16 || spec.mainloop.a == DType::bf16;
+        if (!objdump || !is_gemm(spec)) continue;
+        const std::filesystem::path object = dir / fmt::format("{}_{}.o", ks.name, target);
+        std::ofstream(object, std::ios::binary).write(bin.code.data(), static_cast<std::streamsize>(bin.code.size()));
+        const std::string dis = run_and_read(fmt::format("llvm-objdump-19 -d '{}'", object.string()), dir / "dis.txt");
+        CHECK((dis.find("v_mfma") != std::string::npos) == (half && std::string(target) == "gfx90a"));
+        if (dis.find("v_mfma") != std::string::npos) ++mfma;
       }
     }
-    MESSAGE("compiled " << compiled << " elementwise example kernels with " << hiprtc().version_string());
-    CHECK(compiled >= 6);  // add_mul, bias_gelu_dropout_add and its chain form, for both targets
+    std::filesystem::remove_all(dir);
+    MESSAGE("compiled " << compiled << " example kernels with " << hiprtc().version_string() << "; " << mfma
+                        << " with v_mfma");
+    CHECK(compiled == 2 * static_cast<int>(example_chains().size()));
+    if (objdump) CHECK(mfma >= 6);  // the f16/bf16 GEMM and dual GEMM examples
   }
 
-  TEST_CASE("epifuse compile --target gfx...: exit 0 with a code object, 2 for a refused target or a GEMM chain") {
+  TEST_CASE("epifuse compile --target gfx...: exit 0 with a code object, 2 for a refused target") {
     if (!have_hiprtc()) return;
     const std::string cli = (std::filesystem::path(EPIFUSE_BINARY_DIR) / "epifuse").string();
     const std::string chains = (std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains/").string();
@@ -163,13 +208,16 @@ TEST_SUITE("compile") {
       return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     };
     CHECK(exit_code(fmt::format("'{}add_mul.json' --target gfx90a:xnack- --target gfx1030", chains)) == 0);
-    CHECK(exit_code(fmt::format("'{}gemm.json' --target gfx90a", chains)) == 2);
+    CHECK(exit_code(fmt::format("'{}gemm.json' --target gfx90a", chains)) == 0);
+    CHECK(exit_code(fmt::format("'{}softmax.json' --target gfx1030", chains)) == 0);
+    CHECK(exit_code(fmt::format("'{}gemm.json' --target gfx90a --tile 64x64x32w2x2s4g8", chains)) == 2);
+    CHECK(exit_code(fmt::format("'{}gemm.json' --target gfx1030 --tile m64x64x32w2x2g8.mfma", chains)) == 2);
     CHECK(exit_code(fmt::format("'{}add_mul.json' --target gfx906", chains)) == 2);
     if (hiprtc().rocm_major() == 5)  // refused, never a signal (the child would die of SIGABRT)
       CHECK(exit_code(fmt::format("'{}add_mul.json' --target gfx1100", chains)) == 2);
   }
 
-  TEST_CASE("AMD compile tier, clang-19: every elementwise example chain gives gfx1100 and gfx942 assembly") {
+  TEST_CASE("AMD compile tier, clang-19: every example chain gives gfx1100 and gfx942 assembly; WMMA and MFMA") {
     // ROCm 5's hipRTC cannot compile for these (it aborts); Debian's clang-19
     // with libamdhip64-dev's headers can emit their device assembly. Math
     // library calls stay unresolved (-nogpulib): a code-generation check.
@@ -178,35 +226,41 @@ TEST_SUITE("compile") {
       MESSAGE("clang-19 AMD tier skipped: clang++-19 or /usr/include/hip/hip_runtime.h missing (tools/setup.sh installs them)");
       return;
     }
-    std::vector<HipHeader> headers;
-    for (const auto& [path, text] : embedded_templates())
-      if (path.starts_with("common/")) headers.push_back({std::string(path), std::string(text)});
-    const std::filesystem::path dir = std::filesystem::temp_directory_path() / fmt::format("epifuse_clang19_tier_{}", ::getpid());
-    std::filesystem::create_directories(dir);
-    int compiled = 0;
-    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains")) {
-      if (entry.path().extension() != ".json") continue;
-      const KernelSpec spec = load_spec(entry.path());
-      if (&family_for(spec) != &family_for(MainloopKind::elementwise)) continue;
-      const KernelSource ks = emit_kernel(spec, spec.default_shape.value_or(Shape{33, 67, 0}));
-      const std::filesystem::path src = dir / (ks.name + ".hip");
-      std::ofstream(src) << inline_headers(ks.text, headers);
+    const std::vector<HipHeader> headers = common_headers();
+    const std::filesystem::path dir = scratch_dir("clang19_tier");
+    int compiled = 0, matrix = 0;
+    for (const std::filesystem::path& chain : example_chains()) {
+      const KernelSpec spec = load_spec(chain);
+      // GEMMs also at 4096^3, where the wave kernel takes its big tiles.
+      std::vector<Shape> shapes{spec.default_shape.value_or(Shape{33, 67, 0})};
+      if (is_gemm(spec)) shapes.push_back({4096, 4096, 4096});
+      for (const Shape& shape : shapes)
       for (const char* target : {"gfx1100", "gfx942"}) {
-        INFO(entry.path().filename().string() << " for " << target);
+        INFO(chain.filename().string() << " for " << std::string(target) << " at " << shape.m << "x" << shape.n << "x" << shape.k);
+        const KernelSource ks = emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, target);
+        const std::filesystem::path src = dir / fmt::format("{}_{}.hip", ks.name, target);
+        std::ofstream(src) << inline_headers(ks.text, headers);
         const std::filesystem::path out = dir / fmt::format("{}_{}.s", ks.name, target);
-        const int status = std::system(fmt::format("clang++-19 -x hip --offload-arch={} --cuda-device-only -nogpulib -O3 -S "
-                                                   "-include hip/hip_runtime.h -o '{}' '{}' 2> '{}.log'",
-                                                   target, out.string(), src.string(), out.string()).c_str());
-        REQUIRE(status == 0);
-        std::ifstream in(out);
-        const std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        const std::string s = run_and_read(fmt::format("clang++-19 -x hip --offload-arch={} --cuda-device-only -nogpulib "
+                                                       "-O3 -S -include hip/hip_runtime.h -o '{}' '{}' 2> '{}.log'; cat '{}'",
+                                                       target, out.string(), src.string(), out.string(), out.string()),
+                                           dir / "asm.txt");
         CHECK(s.find(fmt::format("amdgcn-amd-amdhsa--{}", target)) != std::string::npos);
         CHECK(s.find(ks.name + ":") != std::string::npos);  // the kernel's entry
         CHECK(s.find("global_load") != std::string::npos);
         ++compiled;
+        // f16/bf16 GEMM products: WMMA on gfx1100, MFMA on gfx942.
+        const bool half = spec.mainloop.a == DType::f16 || spec.mainloop.a == DType::bf16;
+        const char* op = std::string(target) == "gfx1100" ? "v_wmma" : "v_mfma";
+        CHECK((s.find(op) != std::string::npos) == (is_gemm(spec) && half));
+        if (s.find(op) != std::string::npos) ++matrix;
+        // No register spills, no scratch (the tile rules keep WMMA tiles to 64 accumulators a lane).
+        CHECK(s.find(".vgpr_spill_count: 0") != std::string::npos);
+        CHECK(s.find(".private_segment_fixed_size: 0") != std::string::npos);
       }
     }
     std::filesystem::remove_all(dir);
-    CHECK(compiled >= 6);
+    CHECK(compiled >= 2 * static_cast<int>(example_chains().size()));
+    CHECK(matrix >= 24);  // the six f16/bf16 GEMM and dual GEMM examples at two shapes, for both targets
   }
 }

@@ -37,16 +37,10 @@ void write_cubin(const std::string& path, const std::vector<char>& binary) {
 }
 
 // An AMD target (docs/amd.md): the kernel's HIP text compiled by hipRTC in a
-// child process (Note [hipRTC in a child process]). Not cached yet, and only
-// elementwise chains have a HIP dialect so far (issue 15's order of work).
+// child process (Note [hipRTC in a child process]). Not cached yet.
 nlohmann::ordered_json compile_amd(const CompileOptions& opt, const KernelSpec& spec, const Shape& shape,
                                    const std::string& target_text) {
   const backend::AmdTarget target = backend::parse_amd_target(target_text);
-  if (&family_for(spec) != &family_for(MainloopKind::elementwise))
-    throw UserError(fmt::format(
-        "target {}: only elementwise chains are generated for AMD GPUs so far; {} kernels come next (docs/amd.md, "
-        "order of work)",
-        target.str(), spec.mainloop.kind == MainloopKind::elementwise ? "row-reduction" : to_string(spec.mainloop.kind)));
   const KernelSource ks = emit_kernel(spec, shape, opt.tile.tile(), KernelPath::fastest, target.str());
   std::vector<backend::HipHeader> headers;
   for (const auto& [path, text] : embedded_templates())
@@ -55,9 +49,10 @@ nlohmann::ordered_json compile_amd(const CompileOptions& opt, const KernelSpec& 
       backend::inline_headers(ks.text, headers), ks.name + ".hip", target);
   if (!opt.cubin.empty()) write_cubin(opt.targets.size() == 1 ? opt.cubin : opt.cubin + "." + target.str(), bin.code);
   if (!session().json)
-    print_text(fmt::format("{}: {} {:.1f} ms with {}, code object {} bytes (not cached: AMD kernels are not yet)\n",
-                           target.str(), ks.name, bin.compile_ms, bin.compiler, bin.code.size()));
-  return {{"target", target.str()}, {"kernel", ks.name}, {"compiler", bin.compiler},
+    print_text(fmt::format("{}: {} (tile {}) {:.1f} ms with {}, code object {} bytes (not cached: AMD kernels are not "
+                           "yet)\n",
+                           target.str(), ks.name, to_string(ks.tile), bin.compile_ms, bin.compiler, bin.code.size()));
+  return {{"target", target.str()}, {"kernel", ks.name}, {"tile", to_string(ks.tile)}, {"compiler", bin.compiler},
           {"compile_ms", bin.compile_ms}, {"code_bytes", bin.code.size()}};
 }
 

@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "epifuse/json.hpp"
+#include "backend/hiprtc.hpp"
 #include "backend/target.hpp"
 #include "jit_options.hpp"
 
@@ -20,10 +21,14 @@ struct EmitOptions {
 
 void emit(const EmitOptions& opt) {
   // The source depends on the target only through the tiles it allows (wgmma
-  // on sm_90a); a target it could never compile for (sm_75, a typo) is an
-  // error here too, not only at compile time.
+  // on sm_90a; the wave kernel and its instruction on AMD targets); a target
+  // it could never compile for (sm_75, a typo) is an error here too, not only
+  // at compile time.
   std::string target;
-  if (!opt.target.empty()) target = backend::parse_target(opt.target).str();
+  if (opt.target.starts_with("gfx"))
+    target = backend::parse_amd_target(opt.target).str();
+  else if (!opt.target.empty())
+    target = backend::parse_target(opt.target).str();
   const KernelSpec spec = load_spec(opt.chain);
   Shape shape;
   if (opt.shape.empty() && !spec.default_shape) {
@@ -55,7 +60,7 @@ void add_emit(CLI::App& app) {
   sub->add_option("chain", opt->chain, "JSON op chain")->required()->check(non_empty());
   sub->add_option("--shape", opt->shape, "M,N (elementwise) or M,N,K (GEMM kinds); default the chain's shape")
       ->check(non_empty());
-  sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, ...): which tiles are allowed (wgmma tiles need sm_90a)")
+  sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, gfx90a, gfx1100, ...): which tiles are allowed (wgmma tiles need sm_90a; AMD targets take wave tiles)")
       ->check(non_empty());
   add_tile_options(*sub, opt->tile);
   add_json_flag(*sub);

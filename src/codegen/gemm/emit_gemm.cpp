@@ -5,6 +5,7 @@
 
 #include "codegen/epilogue.hpp"
 #include "codegen/gemm/gemm.hpp"
+#include "codegen/gemm/gemm_parts.hpp"
 #include "codegen/param_layout.hpp"
 #include "codegen/template_engine.hpp"
 #include "epifuse/errors.hpp"
@@ -62,11 +63,13 @@ GemmPlan plan_gemm(const KernelPlan& plan) {
   g.plan = &plan;
   if (const auto* w = std::get_if<WgmmaTile>(&plan.tile))
     g.wgmma = *w;
+  else if (const auto* v = std::get_if<WaveTile>(&plan.tile))
+    g.wave = *v;
   else
     g.tile = std::get<GemmTile>(plan.tile);
   g.a_kmajor = plan.spec->mainloop.a_layout == Layout::row;
   g.b_kmajor = plan.spec->mainloop.b_layout == Layout::col;
-  g.simt = gemm_is_simt(plan.spec->mainloop);
+  g.simt = !g.wave && gemm_is_simt(plan.spec->mainloop);  // a wave tile computes f32 in its own template
   g.operand_bytes = static_cast<int>(size_of(plan.spec->mainloop.a));
   g.ld8 = plan.shape_class.starts_with("ld8");
   g.n4 = plan.shape_class.ends_with("/n4");
@@ -74,8 +77,6 @@ GemmPlan plan_gemm(const KernelPlan& plan) {
   g.dual = plan.spec->mainloop.kind == MainloopKind::dual_gemm;
   return g;
 }
-
-namespace {
 
 // What every GEMM kernel's parameters start with: the operands (a dual
 // GEMM's B0 is `p.b`, its B1 `p.b1`), the graph's tensors, M, N, K, the
@@ -100,8 +101,7 @@ std::vector<std::string> operand_bindings(const GemmPlan& g) {
   return out;
 }
 
-// The template variables every GEMM template shares.
-TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contract, const ParamLayout& layout);
+namespace {
 
 void layout_params(const GemmPlan& g, ParamLayout& layout) {
   operand_params(g, layout);
@@ -120,7 +120,8 @@ bool shared_draws(const GemmPlan& g, const Node& n) { return n.rng == RngMode::p
 // fragments (64x32 and up) stage their accumulators through shared memory and
 // run the chain in a rolled loop, four consecutive columns per lane.
 // The wgmma kernel always stages (Note [Staged wgmma epilogue], templates/gemm_sm90.cu.in).
-bool staged_epilogue(const GemmPlan& g) { return !g.simt && (g.wgmma || gemm_staged_epilogue(g.tile)); }
+// The wave kernel always stages (templates/gemm_wave.cu.in).
+bool staged_epilogue(const GemmPlan& g) { return !g.simt && (g.wgmma || g.wave || gemm_staged_epilogue(g.tile)); }
 
 // d<k>[4]: the draws of four consecutive columns col0..col0+3 of `row` (col0 a
 // multiple of 4, N % 4 == 0): exactly one Philox call (DESIGN §4).
@@ -132,6 +133,8 @@ std::string row_quad_draws(std::size_t k, std::uint32_t stream, const std::strin
       "{0}  d{1}[0] = w.x;\n{0}  d{1}[1] = w.y;\n{0}  d{1}[2] = w.z;\n{0}  d{1}[3] = w.w;\n{0}}}\n",
       pad, k, stream);
 }
+
+}  // namespace
 
 // The staged epilogue's shared draws: a lane's four columns are one Philox call.
 std::string emit_staged_draws(const GemmPlan& g) {
@@ -146,6 +149,8 @@ std::string emit_staged_draws(const GemmPlan& g) {
   s.pop_back();
   return s;
 }
+
+namespace {
 
 // Note [Early draws]: a dropout draw depends only on the element's position,
 // so where a thread's shared draws fit in 32 registers (small warp tiles, the
@@ -296,7 +301,9 @@ std::string early_value(const TensorPlan& t) {
 // valid) position: unconditional read-only loads let the compiler issue every
 // fragment's loads at once instead of one fragment's latency after another's
 // (measured: +1.5 us at 128x256x256 for one bias load per element, docs/PERF.md).
-std::string emit_element_loads(const GemmPlan& g, const std::string& pad = "        ", bool staged = false) {
+}  // namespace
+
+std::string emit_element_loads(const GemmPlan& g, const std::string& pad, bool staged) {
   const KernelPlan& plan = *g.plan;
   if (plan.inputs.empty()) return pad + "// no inputs to load";
   if (!staged && early_loads(g)) {
@@ -323,7 +330,7 @@ std::string emit_element_loads(const GemmPlan& g, const std::string& pad = "    
 // acc's (acc0's) expression at the element; a dual GEMM's acc1 is the same
 // expression on the array named `acc1` (`quad` -> `quad1`, `acc` -> `acc1`).
 std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, std::string_view accumulator,
-                         const std::string& pad, bool quads = false) {
+                         const std::string& pad, bool quads) {
   const KernelPlan& plan = *g.plan;
   const Graph& graph = plan.spec->graph;
   std::string s;
@@ -386,6 +393,8 @@ std::string emit_staged_stores(const GemmPlan& g) {
   return s;
 }
 
+namespace {
+
 std::string describe(const KernelPlan& plan) {
   const Mainloop& ml = plan.spec->mainloop;
   const std::string chain = describe_chain(plan);  // " | out ..." when the chain has no op
@@ -394,6 +403,8 @@ std::string describe(const KernelPlan& plan) {
                      chain.starts_with(" |") ? "" : " -> ", chain);
 }
 
+}  // namespace
+
 TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contract, const ParamLayout& layout) {
   return {{"kernel", plan.kernel_name},
           {"description", describe(plan)},
@@ -401,6 +412,8 @@ TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contrac
           {"epilogue_signature", epilogue_signature(plan, contract)},
           {"epilogue_body", epilogue_body(plan)}};
 }
+
+namespace {
 
 // ef_wgmma(d, da, db): one wgmma.mma_async m64nBNk16 with fp32 accumulators,
 // A and B from shared memory, each transposed (MN-major) or not.
@@ -476,6 +489,7 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
 
 KernelSource emit_gemm(const GemmPlan& g) {
   if (g.wgmma) return emit_gemm_sm90(g);
+  if (g.wave) return emit_gemm_wave(g);
   const KernelPlan& plan = *g.plan;
   KernelSource ks;
   // Bindings: the operands (16-byte loads need them aligned), then the graph's

@@ -5,6 +5,8 @@
 // sharing the A tiles, two accumulators; docs/dual-gemm.md). Its passes: plan_gemm (layouts, load path, draw sharing), then
 // emit_gemm (templates/gemm_mma.cu.in).
 #include <optional>
+#include <string>
+#include <vector>
 #include <string_view>
 
 #include "codegen/kernel_plan.hpp"
@@ -15,6 +17,7 @@ struct GemmPlan {
   const KernelPlan* plan = nullptr;
   GemmTile tile;            // the mma.sync and FFMA kernels' tile
   std::optional<WgmmaTile> wgmma;  // the Hopper kernel's tile (templates/gemm_sm90.cu.in)
+  std::optional<WaveTile> wave;    // the matrix-instruction wave kernel's (templates/gemm_wave.cu.in, AMD)
   bool simt = false;        // f32 operands, exact math: FFMA kernel (templates/gemm_simt.cu.in)
   int operand_bytes = 2;    // 2 (f16, bf16) or 4 (f32 as tf32 on the tensor cores)
   bool a_kmajor = true;     // A row-major: K contiguous
@@ -63,6 +66,24 @@ enum TensorMapIndex : std::uint32_t {
   b1_kmajor_map = 4,
   b1_nmajor_map = 5,
 };
+
+/// Dynamic shared memory of a wave tile: two buffers of A and B (and B1)
+/// tiles, rows padded by 16 bytes, or the staged epilogue's fragment rows
+/// where that is larger (templates/gemm_wave.cu.in).
+std::uint32_t wave_shared_bytes(const WaveTile& tile, int operand_bytes, bool dual = false);
+
+// ---- wave tiles (wave_tiles.cpp) ----
+/// "gfx..." targets: the wave kernel is their GEMM mainloop.
+bool amd_target(std::string_view target);
+/// Why a wave tile cannot run this spec on `target` (empty: it can; an empty
+/// target checks everything but the instruction's architecture).
+std::string wave_tile_problem(const WaveTile& tile, const KernelSpec& spec, std::string_view target);
+/// UserError with wave_tile_problem's reason.
+void check_wave_tile(const WaveTile& tile, const KernelSpec& spec, std::string_view target);
+/// The untuned choice for an AMD target: its instruction (or the FMA form), big tiles where they fill the GPU.
+WaveTile wave_heuristic_tile(const KernelSpec& spec, const Shape& shape, std::string_view target);
+/// The tuner's wave tiles for an AMD target, the untuned choice first.
+std::vector<TileConfig> wave_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target);
 
 GemmPlan plan_gemm(const KernelPlan& plan);
 KernelSource emit_gemm(const GemmPlan& plan);

@@ -146,6 +146,19 @@ class GemmFamily final : public KernelFamily {
                           std::string_view target) const override {
     const Mainloop& ml = spec.mainloop;
     EPIFUSE_CHECK(ml.a == ml.b, "gemm: A and B must have one dtype, got a={} b={}", to_string(ml.a), to_string(ml.b));
+    // AMD targets run the wave kernel (docs/amd.md); elsewhere a wave tile is
+    // asked for by name (the GPU suite runs its FMA form on NVIDIA).
+    if (const auto* v = requested ? std::get_if<WaveTile>(&*requested) : nullptr) {
+      check_wave_tile(*v, spec, target);
+      return *v;
+    }
+    if (amd_target(target)) {
+      EPIFUSE_CHECK(!requested, "tile {}: AMD targets take wave tiles (mBMxBNxBKwWMxWNgGROUP.OP, e.g. {})",
+                    to_string(*requested), wave_heuristic_tile(spec, shape, target).str());
+      const WaveTile t = wave_heuristic_tile(spec, shape, target);
+      check_wave_tile(t, spec, target);
+      return t;
+    }
     if (requested) {
       if (const auto* w = std::get_if<WgmmaTile>(&*requested)) {
         check_wgmma_tile(*w, spec, shape, target);
@@ -183,6 +196,7 @@ class GemmFamily final : public KernelFamily {
                                           std::string_view target) const override {
     // f32 (FFMA): 8x8 outputs a thread for throughput, 8x4 and 4x4 where
     // fewer blocks would leave SMs idle; BK 16 halves the barriers.
+    if (amd_target(target)) return wave_candidates(spec, shape, target);
     if (dual()) return dual_candidates(spec, shape, target);
     if (gemm_is_simt(spec.mainloop))
       return {GemmTile{128, 128, 8, 2, 4, 2, 8}, GemmTile{128, 128, 16, 2, 4, 2, 8}, GemmTile{128, 64, 8, 2, 4, 2, 8},
@@ -242,8 +256,9 @@ class GemmFamily final : public KernelFamily {
 
   // Split-K: one flag per output tile (zeroed), one BM x BN fp32 partial per tile.
   WorkspaceNeeds workspace(const KernelSource& source, const Shape& shape) const override {
-    if (std::holds_alternative<WgmmaTile>(source.tile)) return {};
-    const auto& t = std::get<GemmTile>(source.tile);
+    const auto* gemm = std::get_if<GemmTile>(&source.tile);
+    if (!gemm) return {};
+    const GemmTile& t = *gemm;
     if (t.split_k == 1) return {};
     const std::int64_t tiles = tiles_of(shape, t.bm, t.bn);
     return {static_cast<std::size_t>(tiles) * 4, static_cast<std::size_t>(tiles) * t.bm * t.bn * 4};
@@ -302,6 +317,16 @@ class GemmFamily final : public KernelFamily {
       LaunchGeometry g;
       g.grid[0] = static_cast<unsigned>(std::min(units, slots) * w->cluster);
       g.block[0] = 384;
+      g.shared_bytes = source.shared_bytes;
+      return g;
+    }
+    if (const auto* v = std::get_if<WaveTile>(&source.tile)) {
+      const std::int64_t tiles = tiles_of(shape, v->bm, v->bn);
+      EPIFUSE_CHECK(tiles <= 0x7fffffff, "gemm: {}x{} needs {} tiles of {}x{}, more than one launch holds", shape.m,
+                    shape.n, tiles, v->bm, v->bn);
+      LaunchGeometry g;
+      g.grid[0] = static_cast<unsigned>(tiles);
+      g.block[0] = static_cast<unsigned>(v->waves_m * v->waves_n * v->lanes());
       g.shared_bytes = source.shared_bytes;
       return g;
     }

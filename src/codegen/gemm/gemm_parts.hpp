@@ -1,0 +1,42 @@
+#pragma once
+// The pieces of emit_gemm.cpp that every GEMM template's emitter uses: the
+// operand parameters and bindings, the shared template variables, and the
+// staged epilogue's text (Note [Staged epilogue], templates/gemm_mma.cu.in):
+// a lane's four consecutive columns of one row, `quad[e]` (and a dual GEMM's
+// `quad1[e]`) at (row, col0 + e).
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codegen/epilogue.hpp"
+#include "codegen/gemm/gemm.hpp"
+#include "codegen/param_layout.hpp"
+#include "codegen/template_engine.hpp"
+
+namespace epifuse {
+
+/// A, B (B0 and B1), the graph's tensors, M, N, K, the RNG and the scales.
+void operand_params(const GemmPlan& g, ParamLayout& layout);
+/// The mainloop operands' binding names, in parameter order.
+std::vector<std::string> operand_bindings(const GemmPlan& g);
+/// kernel, description, param_fields, epilogue_signature, epilogue_body.
+TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contract, const ParamLayout& layout);
+
+/// The shared dropout draws of a lane's four columns: one Philox call each.
+std::string emit_staged_draws(const GemmPlan& g);
+/// The loads of an element's epilogue inputs at (row, col), clamped into the tensor.
+std::string emit_element_loads(const GemmPlan& g, const std::string& pad = "        ", bool staged = false);
+/// One element: its own draws, the epilogue call, its stores (or, with
+/// `quads`, the value into `<out>_q[e]` for a four-element store).
+std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, std::string_view accumulator,
+                         const std::string& pad, bool quads = false);
+/// Whether the staged epilogue stores four outputs at once (N % 4 == 0, aligned outputs).
+bool vector_stores(const GemmPlan& g);
+/// The `<out>_q[4]` arrays of a four-element store, and the stores.
+std::string emit_staged_quads(const GemmPlan& g);
+std::string emit_staged_stores(const GemmPlan& g);
+
+/// templates/gemm_wave.cu.in (emit_gemm_wave.cpp).
+KernelSource emit_gemm_wave(const GemmPlan& g);
+
+}  // namespace epifuse

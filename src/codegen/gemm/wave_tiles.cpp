@@ -1,0 +1,112 @@
+// The wave GEMM's tiles (WaveTile, templates/gemm_wave.cu.in, docs/amd.md):
+// which instruction each AMD target has, the rules a tile must keep, the
+// untuned choice and the tuner's candidates.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "codegen/gemm/gemm.hpp"
+#include "epifuse/errors.hpp"
+
+namespace epifuse {
+
+namespace {
+
+// An AMD workgroup's LDS (gfx90a, gfx942, gfx10-12: 64 KiB); NVIDIA's opt-in
+// shared memory for the FMA form in the GPU suite (sm_90: 227 KiB).
+constexpr std::uint32_t k_amd_lds = 64 * 1024;
+constexpr std::uint32_t k_nvidia_shared = 227 * 1024;
+
+bool mfma_arch(std::string_view t) { return t.starts_with("gfx90a") || t.starts_with("gfx94"); }
+bool wmma_arch(std::string_view t) { return t.starts_with("gfx11"); }
+int frag_rows(const WaveTile& t) { return t.op == 0 ? 32 : 16; }
+int accumulators(const WaveTile& t) { return t.op == 0 ? 16 : 8; }
+
+std::int64_t tiles_of(const Shape& s, std::int64_t bm, std::int64_t bn) {
+  return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
+}
+
+}  // namespace
+
+bool amd_target(std::string_view target) { return target.starts_with("gfx"); }
+
+std::string wave_tile_problem(const WaveTile& t, const KernelSpec& spec, std::string_view target) {
+  const Mainloop& ml = spec.mainloop;
+  const bool dual = ml.kind == MainloopKind::dual_gemm;
+  auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
+  const std::string name = t.str();
+  if (t.op != 0 && t.op != 1) return fmt::format("wave tile {}: the op is mfma or wmma", name);
+  if (!pow2(t.bm) || !pow2(t.bn) || t.bm < 16 || t.bn < 16 || t.bm > 256 || t.bn > 256)
+    return fmt::format("wave tile {}: BM and BN must be powers of two in [16, 256]", name);
+  if (t.bk != 16 && t.bk != 32 && t.bk != 64) return fmt::format("wave tile {}: BK must be 16, 32 or 64", name);
+  if (!pow2(t.waves_m) || !pow2(t.waves_n) || t.waves_m * t.waves_n * t.lanes() > 1024)
+    return fmt::format("wave tile {}: waves_m x waves_n must be powers of two, at most 1024 lanes a block", name);
+  if (t.bm / t.waves_m % frag_rows(t) != 0 || t.bn / t.waves_n % frag_rows(t) != 0 || t.bm < t.waves_m * frag_rows(t))
+    return fmt::format("wave tile {}: a wave's tile must be whole {}x{} fragments", name, frag_rows(t), frag_rows(t));
+  if (t.group_m < 1 || t.group_m > 64) return fmt::format("wave tile {}: group_m must be in [1, 64]", name);
+  if (t.fma != 0 && t.fma != 1) return fmt::format("wave tile {}: fma is 0 or 1", name);
+  if (!t.fma && ml.a == DType::f32)
+    return fmt::format("wave tile {}: f32 operands take the FMA form ({}-fma)", name, t.op == 0 ? ".mfma" : ".wmma");
+  if (!t.fma && !target.empty() && !(t.op == 0 ? mfma_arch(target) : wmma_arch(target)))
+    return fmt::format("wave tile {}: {} runs on {} only, not {}; the FMA form ({}-fma) runs anywhere", name,
+                       t.op == 0 ? "MFMA" : "WMMA", t.op == 0 ? "gfx90a and gfx942" : "gfx11",
+                       target, t.op == 0 ? ".mfma" : ".wmma");
+  const int per_lane = (dual ? 2 : 1) * (t.bm / t.waves_m / frag_rows(t)) * (t.bn / t.waves_n / frag_rows(t)) *
+                       accumulators(t);
+  // MFMA keeps its accumulators in the 256 AGPRs; WMMA's share the VGPRs with
+  // everything else (clang-19 spilled 246 VGPRs of a 128-accumulator gfx1100 tile).
+  const int max_per_lane = t.op == 0 ? 128 : 64;
+  if (per_lane > max_per_lane)
+    return fmt::format("{} tile {}: a lane would hold {} accumulators; at most {} for {}", to_string(ml.kind), name,
+                       per_lane, max_per_lane, t.op == 0 ? "MFMA" : "WMMA");
+  const std::uint32_t limit = amd_target(target) ? k_amd_lds : k_nvidia_shared;
+  const std::uint32_t bytes = wave_shared_bytes(t, static_cast<int>(size_of(ml.a)), dual);
+  if (bytes > limit)
+    return fmt::format("wave tile {}: needs {} bytes of shared memory, more than the {} a block can have{}", name, bytes,
+                       limit, amd_target(target) ? " on AMD GPUs" : "");
+  return {};
+}
+
+void check_wave_tile(const WaveTile& t, const KernelSpec& spec, std::string_view target) {
+  const std::string why = wave_tile_problem(t, spec, target);
+  EPIFUSE_CHECK(why.empty(), "{}", why);
+}
+
+// MFMA on CDNA, WMMA on RDNA3, for f16 and bf16; otherwise the FMA form of
+// the layout whose wave is the target's (64 lanes on gfx9, 32 on RDNA).
+// Big tiles where they fill a large GPU (~100 CUs), 64x64 below. Sizes were
+// chosen by what the compilers make of them (no spills: the compile tier
+// checks), not by timings: no AMD GPU has run them.
+WaveTile wave_heuristic_tile(const KernelSpec& spec, const Shape& shape, std::string_view target) {
+  const Mainloop& ml = spec.mainloop;
+  const bool dual = ml.kind == MainloopKind::dual_gemm;
+  const bool half = ml.a == DType::f16 || ml.a == DType::bf16;
+  WaveTile t;
+  t.op = target.starts_with("gfx9") ? 0 : 1;
+  t.fma = half && (t.op == 0 ? mfma_arch(target) : wmma_arch(target)) ? 0 : 1;
+  // The FMA form (f32, or an architecture without the instruction): 64x64,
+  // which needs no more registers than an RDNA wave has.
+  if (!half) return WaveTile{64, 64, 16, 2, 2, 8, t.op, 1};
+  if (t.fma) return WaveTile{64, 64, 32, 2, 2, 8, t.op, 1};
+  const bool big = tiles_of(shape, 128, dual ? 64 : 128) >= 100;
+  if (!big) return WaveTile{64, 64, 32, 2, 2, 8, t.op, t.fma};
+  if (dual) return t.op == 0 ? WaveTile{128, 64, 32, 2, 2, 8, 0, t.fma} : WaveTile{128, 64, 32, 4, 2, 8, 1, t.fma};
+  return t.op == 0 ? WaveTile{128, 128, 32, 2, 2, 8, 0, t.fma} : WaveTile{128, 128, 32, 2, 4, 8, 1, t.fma};
+}
+
+std::vector<TileConfig> wave_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target) {
+  const WaveTile first = wave_heuristic_tile(spec, shape, target);
+  std::vector<TileConfig> out{first};
+  for (WaveTile t : {WaveTile{128, 128, 32, 2, 2, 8}, WaveTile{128, 128, 32, 2, 4, 8}, WaveTile{128, 64, 32, 2, 2, 8},
+                     WaveTile{128, 64, 32, 4, 2, 8},
+                     WaveTile{64, 128, 32, 2, 2, 8}, WaveTile{64, 64, 32, 2, 2, 8}, WaveTile{64, 64, 64, 2, 2, 8},
+                     WaveTile{64, 64, 16, 2, 2, 8}, WaveTile{32, 64, 64, 1, 2, 8}, WaveTile{32, 32, 64, 1, 1, 8}}) {
+    t.op = first.op;
+    t.fma = first.fma;
+    if (wave_tile_problem(t, spec, target).empty() && std::find(out.begin(), out.end(), TileConfig{t}) == out.end())
+      out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace epifuse
