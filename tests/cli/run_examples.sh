@@ -351,7 +351,9 @@ expect_stderr 2 "compile --target ''" "--target: must not be empty" -- "$EPIFUSE
 # Targets before sm_80 are refused at once, naming the supported range (no NVRTC needed).
 expect_stderr 2 "emit --target sm_75" "sm_80 and newer" -- "$EPIFUSE" emit "$AM" --target sm_75
 expect_stderr 2 "compile --target sm_75" "sm_80 and newer" -- "$EPIFUSE" compile "$AM" --target sm_75 --shape 8,8
-expect_stderr 2 "emit --target gfx90a" "AMD GPU" -- "$EPIFUSE" emit "$AM" --target gfx90a
+# AMD targets emit their source (no hipRTC needed); an unknown gfx name is refused with the list.
+expect 0 "emit --target gfx90a" -- "$EPIFUSE" emit "$AM" --target gfx90a
+expect_stderr 2 "emit --target gfx803" "an AMD target is one of gfx90a, gfx942" -- "$EPIFUSE" emit "$AM" --target gfx803
 # An unnamed chain is named by its file, never printed as '' or with a leading space.
 "$PYTHON" -c 'import json,sys; d = json.load(open(sys.argv[1])); d.pop("name"); json.dump(d, open(sys.argv[2], "w"))' \
   "$AM" "$TMP/unnamed.json"
