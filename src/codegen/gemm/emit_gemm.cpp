@@ -373,9 +373,15 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, st
 // four outputs are one 8- or 16-byte store; past the edge, element stores.
 bool vector_stores(const GemmPlan& g) { return staged_epilogue(g) && g.n4 && g.vector_only; }
 
+// Note [Unguarded quads]: with vector stores the quad's store checks the
+// bounds, so the chain of each of its four elements runs unguarded: it reads
+// staged accumulators and clamped inputs and has no side effect but the store,
+// so an element past the edge is computed and never stored. A branch an
+// element (a 64-bit compare, BSSY/BRA/BSYNC in the SASS) cost ~5 of the ~12
+// instructions of a bias+ReLU element (docs/PERF.md, w9).
 std::string emit_staged_quads(const GemmPlan& g) {
-  if (!vector_stores(g)) return "    // element stores";
-  std::string s;
+  if (!vector_stores(g)) return "    constexpr bool guard_elements = true;  // element stores: each checks its bounds";
+  std::string s = "    constexpr bool guard_elements = false;  // the quad's store checks them (Note [Unguarded quads])\n";
   for (const TensorPlan& t : g.plan->outputs) s += fmt::format("    float {}_q[4];\n", t.field);
   s.pop_back();
   return s;
