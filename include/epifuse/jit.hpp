@@ -1,5 +1,5 @@
 #pragma once
-/// The JIT: KernelSpec -> CUDA source -> NVRTC -> cached kernel -> launch.
+/// The JIT: KernelSpec -> kernel source -> NVRTC (NVIDIA) or hipRTC (AMD) -> cached kernel -> launch.
 #include <cstdint>
 #include <optional>
 #include <memory>
@@ -22,8 +22,8 @@ struct CacheKey {
   std::string shape_class;     ///< what the code is specialised for, e.g. "row_aligned/i32"
   KernelPath path = KernelPath::fastest;  ///< fastest may leave out the misaligned-pointer path
   TileConfig tile;             ///< resolved (the family's defaults filled in)
-  std::string target;          ///< "sm_90a"
-  std::string compiler;        ///< "NVRTC 13.0"
+  std::string target;          ///< "sm_90a", "gfx90a:xnack-" (the full string, features included)
+  std::string compiler;        ///< "NVRTC 13.0", "hipRTC 9.0 (ROCm 5.2.21153)"
   std::string options;         ///< compile options, space separated
   std::uint64_t templates = 0; ///< hash of the embedded templates
   std::string version;         ///< epifuse's own version
@@ -56,7 +56,7 @@ class CompiledKernel {
   virtual ~CompiledKernel() = default;
   virtual const KernelSource& source() const = 0;
   virtual const CacheKey& key() const = 0;
-  virtual const std::vector<char>& binary() const = 0;  ///< the cubin
+  virtual const std::vector<char>& binary() const = 0;  ///< the cubin, or an AMD target's code object
   /// NVRTC's time; for a kernel found on disk, the time it took to read it back.
   virtual double compile_ms() const = 0;
   /// True when the binary came from the disk cache rather than NVRTC.
@@ -77,8 +77,11 @@ struct DeviceBindings {
 /// the same moment (and, through the disk cache, once per machine).
 class Jit {
  public:
-  /// `target` empty: the current device's (sm_90a on Hopper); with no GPU a
-  /// target must be named. Throws RuntimeError when NVRTC is missing.
+  /// `target` empty: the current device's (sm_90a on Hopper; with no CUDA GPU,
+  /// an AMD GPU's gcnArchName, e.g. gfx90a:sramecc+:xnack-); with no GPU a
+  /// target must be named. AMD targets ("gfx90a") compile with hipRTC in a
+  /// child process and run through the HIP runtime (docs/amd.md). Throws
+  /// RuntimeError when the target's compiler (NVRTC, hipRTC) is missing.
   explicit Jit(std::string target = "");
   ~Jit();
   Jit(const Jit&) = delete;
@@ -141,7 +144,8 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
                         const std::optional<TileConfig>& tile = std::nullopt,
                         std::size_t misalign_elements = 0);
 
-/// Why no GPU can be used (empty when one can): names the missing library or device.
+/// Why no GPU can be used (empty when a CUDA or an AMD GPU can): names each
+/// vendor's missing library or device.
 std::string gpu_unavailable_reason();
 
 }  // namespace epifuse

@@ -498,38 +498,13 @@ float EventTimer::elapsed_ms() {
   return cuda().elapsed_ms(begin_.get(), end_.get());
 }
 
+// Written once against the device seam (device_runtime.cpp), with the driver's events.
 double median_ms(const std::function<void()>& fn, int repeats, int batch) {
-  for (int i = 0; i < 3; ++i) fn();  // warm-up: module load, clocks, caches
-  std::vector<double> ms;
-  for (int r = 0; r < repeats; ++r) {
-    EventTimer timer;
-    timer.start();
-    for (int b = 0; b < batch; ++b) fn();
-    timer.stop();
-    ms.push_back(timer.elapsed_ms() / batch);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return median_ms(device_runtime(Vendor::nvidia), fn, repeats, batch);
 }
 
 std::vector<double> median_ms_interleaved(const std::vector<std::function<void()>>& fns, int repeats, int batch) {
-  for (const auto& fn : fns)
-    for (int i = 0; i < 3; ++i) fn();
-  std::vector<std::vector<double>> ms(fns.size());
-  for (int r = 0; r < repeats; ++r)
-    for (std::size_t f = 0; f < fns.size(); ++f) {
-      EventTimer timer;
-      timer.start();
-      for (int b = 0; b < batch; ++b) fns[f]();
-      timer.stop();
-      ms[f].push_back(timer.elapsed_ms() / batch);
-    }
-  std::vector<double> out;
-  for (auto& m : ms) {
-    std::sort(m.begin(), m.end());
-    out.push_back(m.empty() ? 0.0 : m[m.size() / 2]);
-  }
-  return out;
+  return median_ms_interleaved(device_runtime(Vendor::nvidia), fns, repeats, batch);
 }
 
 Module::Module(const void* image) : module_(cuda().load_module(image)) {}

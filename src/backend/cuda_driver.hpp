@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/device_runtime.hpp"
 #include "backend/dynlib.hpp"
 #include "backend/target.hpp"
 
@@ -43,32 +44,6 @@ using CUmodule = ::CUmod_st*;
 using CUfunction = ::CUfunc_st*;
 using CUstream = ::CUstream_st*;
 using CUevent = ::CUevent_st*;
-
-/// What a kernel's launch shape is chosen from (cached when the driver loads).
-struct DeviceInfo {
-  int ordinal = 0;
-  std::string name;                   ///< "NVIDIA H100 80GB HBM3"
-  int cc_major = 0, cc_minor = 0;     ///< compute capability
-  int multiprocessors = 0;
-  int max_threads_per_sm = 0;
-  int l2_bytes = 0;
-  int max_shared_per_block = 0;        ///< without opt-in (48 KiB)
-  int max_shared_per_block_optin = 0;  ///< with cuFuncSetAttribute opt-in
-  int max_shared_per_sm = 0;
-  int max_registers_per_block = 0;
-};
-
-/// A loaded kernel's resource usage (cuFuncGetAttribute).
-struct FunctionInfo {
-  int registers = 0;  ///< per thread
-  int max_threads_per_block = 0;
-  int static_shared_bytes = 0;
-  int local_bytes = 0;  ///< per thread; non-zero means spills or stack
-};
-
-struct Dim3 {
-  unsigned x = 1, y = 1, z = 1;
-};
 
 class CudaDriver {
  public:

@@ -1,4 +1,4 @@
-// The Jit: key -> cache -> (emit, NVRTC, load) -> launch.
+// The Jit: key -> cache -> (emit, NVRTC or hipRTC, load) -> launch.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -12,6 +12,9 @@
 #include <sstream>
 
 #include "backend/cuda_driver.hpp"
+#include "backend/device_runtime.hpp"
+#include "backend/hip_runtime.hpp"
+#include "backend/hiprtc.hpp"
 #include "backend/nvrtc.hpp"
 #include "codegen/family.hpp"
 #include "codegen/template_engine.hpp"
@@ -21,12 +24,14 @@
 #include "runtime/cache_records.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/kernel_cache.hpp"
+#include "runtime/tensor_map_cache.hpp"
 
 namespace epifuse {
 
 namespace {
 
 using backend::CudaDriver;
+using backend::Vendor;
 
 struct LoadedKernel final : CompiledKernel {
   KernelSource src;
@@ -39,8 +44,8 @@ struct LoadedKernel final : CompiledKernel {
   std::vector<char> cubin;
   double ms = 0;
   bool disk = false;  // the cubin came from the disk cache
-  std::optional<backend::Module> module;
-  backend::CUfunction function = nullptr;
+  std::optional<backend::DeviceModule> module;
+  backend::DeviceRuntime::FunctionHandle function = nullptr;
   backend::FunctionInfo info;
   // Blocks of it the whole GPU holds at once at its launch's block size and
   // shared memory (multiprocessors x cuOccupancyMaxActiveBlocksPerMultiprocessor,
@@ -66,51 +71,23 @@ std::string tune_key(const std::string& signature, const Shape& shape) {
 }  // namespace
 
 std::string gpu_unavailable_reason() {
-  if (!backend::cuda_or_null()) return backend::cuda_unavailable_reason();
-  if (backend::cuda().device_count() == 0) return "the CUDA driver reports no device";
-  return {};
+  const std::string cuda = backend::device_unavailable_reason(Vendor::nvidia);
+  if (cuda.empty() || backend::device_runtime_or_null(Vendor::amd)) return {};
+  return fmt::format("{}; {}", cuda, backend::device_unavailable_reason(Vendor::amd));
 }
-
-// Tensor maps (TMA descriptors) are encoded once per description and reused:
-// a wgmma launch fills two, and encoding is a driver call on the host. A few
-// dozen recent ones are kept, replaced round-robin.
-class TensorMapCache {
- public:
-  void fill(CudaDriver& driver, const TensorMap2d& want, unsigned char* out) {
-    std::lock_guard lock(mutex_);
-    for (const Entry& e : entries_)
-      if (e.used && e.key == want) {
-        std::memcpy(out, e.map, sizeof e.map);
-        return;
-      }
-    Entry& e = entries_[next_++ % entries_.size()];
-    driver.encode_tensor_map_2d(e.map, want.element_bytes, want.base, want.inner, want.outer, want.row_bytes,
-                                want.box_inner, want.box_outer);
-    e.key = want;
-    e.used = true;
-    std::memcpy(out, e.map, sizeof e.map);
-  }
-
- private:
-  struct Entry {
-    TensorMap2d key;
-    bool used = false;
-    alignas(64) unsigned char map[128] = {};
-  };
-  std::mutex mutex_;
-  std::array<Entry, 32> entries_{};
-  std::size_t next_ = 0;
-};
 
 struct Jit::Impl {
   std::string target_name;
-  backend::Target target;
-  backend::Nvrtc* rtc = nullptr;
-  CudaDriver* driver = nullptr;  // null when this target cannot run here
+  backend::Target target;                // an NVIDIA target
+  std::optional<backend::AmdTarget> amd;  // or an AMD one (docs/amd.md)
+  backend::Nvrtc* rtc = nullptr;          // NVIDIA targets; AMD ones go to hipRTC in a child process
+  backend::DeviceRuntime* device = nullptr;  // null when this target cannot run here
+  CudaDriver* driver = nullptr;  // the CUDA driver behind `device` on NVIDIA: tensor maps, clusters
   int multiprocessors = 0;
   std::string compiler, options;
   std::vector<std::string> extra_options;
   std::vector<backend::Header> headers;
+  std::vector<backend::HipHeader> hip_headers;
   KernelCache cache;
   std::unique_ptr<DiskCache> disk;  // null when EPIFUSE_CACHE=0 (docs/disk-cache.md)
   std::string device_name;          // the GPU's, part of a tuned tile's disk key
@@ -120,7 +97,7 @@ struct Jit::Impl {
   // Launch scratch per stream (WorkspaceNeeds): kernels on one stream run in
   // turn and may share it; kernels on two streams may run at once and must not.
   struct Workspace {
-    backend::DeviceBuffer zeroed, scratch;
+    backend::DeviceMemory zeroed, scratch;
   };
   mutable TensorMapCache tensor_maps;
   mutable std::mutex workspace_mutex;
@@ -131,13 +108,13 @@ struct Jit::Impl {
   std::pair<std::uint64_t, std::uint64_t> workspace(void* stream, const WorkspaceNeeds& needs) const {
     std::lock_guard lock(workspace_mutex);
     Workspace& w = workspaces[stream];
-    if (w.zeroed.size() < needs.zeroed || w.scratch.size() < needs.scratch) driver->synchronize();
+    if (w.zeroed.size() < needs.zeroed || w.scratch.size() < needs.scratch) device->synchronize();
     if (w.zeroed.size() < needs.zeroed) {
-      w.zeroed = backend::DeviceBuffer(needs.zeroed);
+      w.zeroed = backend::DeviceMemory(*device, needs.zeroed);
       w.zeroed.fill_bytes(0);
-      driver->synchronize();
+      device->synchronize();
     }
-    if (w.scratch.size() < needs.scratch) w.scratch = backend::DeviceBuffer(needs.scratch);
+    if (w.scratch.size() < needs.scratch) w.scratch = backend::DeviceMemory(*device, needs.scratch);
     return {w.zeroed.ptr(), w.scratch.ptr()};
   }
 
@@ -178,7 +155,7 @@ struct Jit::Impl {
       std::lock_guard lock(tuned_mutex);
       auto it = tuned.find(tk);
       if (it != tuned.end()) return it->second;
-      if (!disk || !driver || !disk_asked.insert(tk).second) return std::nullopt;
+      if (!disk || !device || !disk_asked.insert(tk).second) return std::nullopt;
     }
     const std::optional<std::string> payload = disk->load(DiskCache::Kind::tuned, tuned_disk_key(tk));
     if (!payload) return std::nullopt;
@@ -191,6 +168,9 @@ struct Jit::Impl {
   // the spec is copied, and only on a miss, so the hit path copies nothing.
   std::shared_ptr<const CompiledKernel> compile(const CacheKey& k, const KernelSpec& spec,
                                                 std::shared_ptr<const KernelSpec> owned, const Shape& shape);
+  // What the constructor sets up for each vendor's targets ("" detects the GPU's).
+  void init_nvidia(const std::string& target);
+  void init_amd(const std::string& text);
   // The parameter struct, packed by role; false in `aligned` when a pointer
   // misses its fast-path alignment.
   void pack_params(const LoadedKernel& kernel, const DeviceBindings& b, const Shape& shape, const LaunchArgs& args,
@@ -217,7 +197,7 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
     kernel->spec = owned ? std::move(owned) : std::make_shared<const KernelSpec>(spec);
     kernel->family = &family_for(spec);
     kernel->shape = shape;
-    // Disk, then NVRTC (Note [Disk cache hits]).
+    // Disk, then NVRTC or hipRTC (Note [Disk cache hits]).
     const std::string disk_key = disk ? key_bytes(k) : std::string();
     const std::uint64_t text_hash = source_hash(kernel->src.text);
     if (disk) {
@@ -230,36 +210,46 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
         }
     }
     auto nvrtc_compile = [&] {
-      backend::CompiledBinary bin =
-          rtc->compile(kernel->src.text, kernel->src.name + ".cu", target, extra_options, headers);
-      kernel->cubin = std::move(bin.cubin);
-      kernel->ms = bin.compile_ms;
+      if (amd) {
+        backend::HiprtcBinary bin = backend::compile_hip_isolated(
+            backend::inline_headers(kernel->src.text, hip_headers), kernel->src.name + ".hip", *amd);
+        kernel->cubin = std::move(bin.code);
+        kernel->ms = bin.compile_ms;
+      } else {
+        backend::CompiledBinary bin =
+            rtc->compile(kernel->src.text, kernel->src.name + ".cu", target, extra_options, headers);
+        kernel->cubin = std::move(bin.cubin);
+        kernel->ms = bin.compile_ms;
+      }
       kernel->disk = false;
-      if (disk) disk->store(DiskCache::Kind::kernel, disk_key, encode_kernel({text_hash, bin.compile_ms, kernel->cubin}));
+      if (disk) disk->store(DiskCache::Kind::kernel, disk_key, encode_kernel({text_hash, kernel->ms, kernel->cubin}));
     };
     if (!kernel->disk) nvrtc_compile();
-    if (driver) {
+    if (device) {
       if (kernel->disk) {
         try {
-          kernel->module.emplace(kernel->cubin);
+          kernel->module.emplace(*device, kernel->cubin);
         } catch (const RuntimeError&) {
           nvrtc_compile();  // a record that is whole but that the driver refuses: compile and replace it
-          kernel->module.emplace(kernel->cubin);
+          kernel->module.emplace(*device, kernel->cubin);
         }
       } else {
-        kernel->module.emplace(kernel->cubin);
+        kernel->module.emplace(*device, kernel->cubin);
       }
       kernel->function = kernel->module->function(kernel->src.name);
-      kernel->info = driver->function_info(kernel->function);
+      kernel->info = device->function_info(kernel->function);
       const int shared = static_cast<int>(kernel->src.shared_bytes);
       const int total = shared + kernel->info.static_shared_bytes;
       if (total > 48 * 1024) {  // above 48 KB (static and dynamic together) a kernel must opt in
-        const int most = driver->device(0).max_shared_per_block_optin;
+        const int most = device->device(0).max_shared_per_block_optin;
         EPIFUSE_CHECK(total <= most, "tile {} needs {} bytes of shared memory per block; this GPU allows {}",
                       to_string(kernel->src.tile), total, most);
-        driver->set_max_dynamic_shared(kernel->function, shared);
+        device->set_max_dynamic_shared(kernel->function, shared);
       }
-      if (kernel->src.cluster_blocks > 8) driver->allow_non_portable_cluster(kernel->function);
+      if (kernel->src.cluster_blocks > 8) {
+        EPIFUSE_ASSERT(driver, "a cluster kernel for {}: clusters are an NVIDIA feature", target_name);
+        driver->allow_non_portable_cluster(static_cast<backend::CUfunction>(kernel->function));
+      }
     }
     return kernel;
   });
@@ -267,20 +257,36 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
 
 Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
+  // Without a target, the GPU's: a CUDA GPU's if there is one, else an AMD GPU's.
+  const bool amd = target.empty() ? !backend::device_runtime_or_null(Vendor::nvidia) &&
+                                        backend::device_runtime_or_null(Vendor::amd)
+                                  : backend::vendor_of(target) == Vendor::amd;
+  if (amd) {
+    d.init_amd(target);
+  } else {
+    d.init_nvidia(target);
+  }
+  d.disk = DiskCache::from_environment();
+  if (d.device) d.device_name = d.device->device(0).name;
+}
+
+void Jit::Impl::init_nvidia(const std::string& target) {
+  Impl& d = *this;
   // A bad target is the user's error whether or not NVRTC is here: check it first.
   if (!target.empty()) d.target = backend::parse_target(target);
   d.rtc = &backend::nvrtc();
-  const bool has_gpu = gpu_unavailable_reason().empty();
+  const bool has_gpu = backend::device_unavailable_reason(Vendor::nvidia).empty();
   if (target.empty()) {
     if (!has_gpu)
       throw RuntimeError(fmt::format("no GPU to run on or detect a target from ({}); emit and compile "
-                                     "work with --target, e.g. sm_90a",
+                                     "work with --target, e.g. sm_90a or gfx90a",
                                      gpu_unavailable_reason()));
     d.target = backend::detect_target(0);
   }
   d.target_name = d.target.str();
   if (has_gpu && backend::detect_target(0) == d.target) {
     d.driver = &backend::cuda();
+    d.device = backend::device_runtime_or_null(Vendor::nvidia);
     d.driver->use_device(0);
     d.multiprocessors = d.driver->device(0).multiprocessors;
   }
@@ -298,10 +304,34 @@ Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
   for (const std::string& o : d.rtc->options(d.target, d.extra_options))
     if (!o.starts_with("-I")) key_opts.push_back(o);
   d.options = backend::join(key_opts, " ");
-  d.disk = DiskCache::from_environment();
-  if (d.driver) d.device_name = d.driver->device(0).name;
   for (const auto& [path, text] : embedded_templates())
     if (path.starts_with("common/")) d.headers.push_back({std::string(path), std::string(text)});
+}
+
+// An AMD target (docs/amd.md): keyed like an NVIDIA one, its full string
+// (features included), hipRTC's version and options in the key; compiled in
+// the hipRTC child from one source with the headers inlined; loaded and
+// launched through the HIP runtime when device 0 can run it.
+void Jit::Impl::init_amd(const std::string& text) {
+  amd = text.empty() ? backend::detect_amd_target(0) : backend::parse_amd_target(text);
+  target_name = amd->str();
+  const backend::Hiprtc& hip = backend::hiprtc();  // RuntimeError when hipRTC is missing
+  if (backend::HipRuntime* runtime = backend::hip_runtime_or_null()) {
+    bool runs = false;
+    try {
+      runs = backend::runs_on(*amd, backend::detect_amd_target(0));
+    } catch (const UserError&) {  // a GPU epifuse has no target for: compile only
+    }
+    if (runs) {
+      device = runtime;
+      device->use_device(0);
+      multiprocessors = device->device(0).multiprocessors;
+    }
+  }
+  compiler = hip.version_string();
+  options = backend::join(hip.options(*amd, {}), " ");
+  for (const auto& [path, text] : embedded_templates())
+    if (path.starts_with("common/")) hip_headers.push_back({std::string(path), std::string(text)});
 }
 
 Jit::~Jit() = default;
@@ -358,6 +388,7 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
       case ParamRole::opaque: {
         EPIFUSE_ASSERT(f.size == 128, "an opaque parameter is a 128-byte tensor map");
         const std::optional<TensorMap2d> map = kernel.family->tensor_map(f, {ks, b.inputs, b.outputs, shape});
+        EPIFUSE_ASSERT(!map || driver, "a tensor map for {}: TMA is an NVIDIA feature", target_name);
         if (map) tensor_maps.fill(*driver, *map, params + f.offset);  // else left zero
         break;
       }
@@ -376,7 +407,7 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
   const auto& kernel = static_cast<const LoadedKernel&>(compiled);
   const KernelSource& ks = kernel.src;
   const KernelFamily& family = *kernel.family;
-  EPIFUSE_CHECK(d.driver && kernel.function,
+  EPIFUSE_CHECK(d.device && kernel.function,
                 "kernel for {} cannot run here: {}", d.target_name,
                 gpu_unavailable_reason().empty() ? "the GPU is a different architecture"
                                                  : gpu_unavailable_reason());
@@ -411,12 +442,13 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
     const int threads = static_cast<int>(g.block[0] * g.block[1] * g.block[2]);
     if (occupancy < 0) {
       if (g.grid_multiple > 1) {
-        const int clusters = d.driver->max_active_clusters(kernel.function, static_cast<int>(g.grid_multiple), threads,
-                                                           g.shared_bytes);
+        EPIFUSE_ASSERT(d.driver, "a cluster launch for {}: clusters are an NVIDIA feature", d.target_name);
+        const int clusters = d.driver->max_active_clusters(static_cast<backend::CUfunction>(kernel.function),
+                                                           static_cast<int>(g.grid_multiple), threads, g.shared_bytes);
         occupancy = clusters > 0 ? clusters * static_cast<int>(g.grid_multiple) : 0;
       }
       if (occupancy <= 0)
-        occupancy = d.multiprocessors * std::max(1, d.driver->max_active_blocks_per_sm(kernel.function, threads, g.shared_bytes));
+        occupancy = d.multiprocessors * std::max(1, d.device->max_active_blocks_per_sm(kernel.function, threads, g.shared_bytes));
       kernel.occupancy.store(occupancy, std::memory_order_relaxed);
     }
     // `occupancy` is the grid's blocks in all (not per multiprocessor).
@@ -425,8 +457,8 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
     g.grid[0] = static_cast<unsigned>(std::max(granule, blocks / granule * granule));
   }
   void* kernel_args[] = {params};
-  d.driver->launch(kernel.function, {g.grid[0], g.grid[1], g.grid[2]}, {g.block[0], g.block[1], g.block[2]},
-                   kernel_args, g.shared_bytes, static_cast<backend::CUstream>(stream));
+  d.device->launch(kernel.function, {g.grid[0], g.grid[1], g.grid[2]}, {g.block[0], g.block[1], g.block[2]},
+                   kernel_args, g.shared_bytes, stream);
 }
 
 std::vector<std::shared_ptr<const CompiledKernel>> Jit::compile_all(const KernelSpec& spec, const Shape& shape,
@@ -465,14 +497,16 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
   EPIFUSE_CHECK(shape.m > 0 && shape.n > 0, "tune: M={} N={} is an empty problem: there is nothing to time",
                 shape.m, shape.n);
   if (candidates.empty()) candidates = tile_candidates(spec, shape, target());
-  CudaDriver& drv = backend::cuda();
+  // The runtime of the target's vendor (RuntimeError when there is none); a
+  // GPU of another architecture gets as far as the first launch's UserError.
+  backend::DeviceRuntime& drv = impl_->device ? *impl_->device : backend::device_runtime(backend::vendor_of(target()));
   // Launches back to back in batches of ~0.2 ms or more, so a few-microsecond
   // kernel is timed as it runs in a stream, not with each launch's host cost
   // between the events (which once ranked 64x64 tiles first at 1024^3).
   auto time_tile = [&](const CompiledKernel& kernel, int reps) {
-    const double once = backend::median_ms([&] { launch(kernel, b, shape, args); }, 3);
+    const double once = backend::median_ms(drv, [&] { launch(kernel, b, shape, args); }, 3);
     const int batch = std::clamp(static_cast<int>(0.2 / std::max(once, 1e-3)), 1, 16);
-    return backend::median_ms([&] { launch(kernel, b, shape, args); }, reps, batch);
+    return backend::median_ms(drv, [&] { launch(kernel, b, shape, args); }, reps, batch);
   };
   // Two rounds: every candidate briefly, then the best few again for longer,
   // so run-to-run noise (a few percent) rarely picks a worse tile.

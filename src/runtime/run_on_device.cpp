@@ -1,6 +1,6 @@
-// Host-tensor convenience over Jit: the path `epifuse run --device cuda`,
+// Host-tensor convenience over Jit: the path `epifuse run --device cuda|hip`,
 // the examples and the GPU tests take.
-#include "backend/cuda_driver.hpp"
+#include "backend/device_runtime.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/reference.hpp"
@@ -21,13 +21,13 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
   auto kernel = jit.compile(spec, shape, tile);
   const KernelSource& ks = kernel->source();
 
-  auto& drv = backend::cuda();
-  drv.ensure_context();
-  std::vector<backend::DeviceBuffer> buffers;
+  // The runtime of the Jit's target (every call makes its context current).
+  backend::DeviceRuntime& drv = backend::device_runtime(backend::vendor_of(jit.target()));
+  std::vector<backend::DeviceMemory> buffers;
   DeviceBindings bindings;
   auto place = [&](std::size_t bytes, std::size_t elem) {
     const std::size_t shift = misalign_elements * elem;
-    buffers.emplace_back(bytes + shift + 16);
+    buffers.emplace_back(drv, bytes + shift + 16);
     return buffers.back().ptr() + shift;
   };
   for (const std::string& name : ks.inputs) {

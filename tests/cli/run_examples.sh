@@ -200,6 +200,44 @@ else
   fail "--device cuda (exit code $rc)"
 fi
 
+# --- AMD: the HIP runtime and AMD targets through the Jit (docs/amd.md) -------------
+expect 0 "info" -- "$EPIFUSE" info
+if grep -q "^HIP runtime" "$TMP/out"; then pass "info reports the HIP runtime"; else fail "info reports the HIP runtime"; fi
+expect 0 "info --json" -- "$EPIFUSE" info --json
+cp "$TMP/out" "$TMP/info.json"
+backend_available() {  # NAME: whether `info --json` found that backend
+  "$PYTHON" -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if any(b["name"]==sys.argv[2] and b["available"] for b in d["backends"]) else 1)' \
+    "$TMP/info.json" "$1"
+}
+"$EPIFUSE" --version >"$TMP/out" 2>"$TMP/err"
+if grep -q "^HIP runtime" "$TMP/out" && grep -q "^epifuse " "$TMP/out"; then pass "--version reports the HIP runtime"; else fail "--version reports the HIP runtime"; fi
+if backend_available "HIP runtime"; then
+  echo "skip  run --device hip without an AMD GPU (an AMD GPU is present)"
+else
+  # No AMD GPU: exit 4 naming why (the library is missing, or there is no device), never a crash.
+  expect_stderr 4 "run --device hip without an AMD GPU" "--device hip: no " -- "$EPIFUSE" run "$AM" --shape 3,4 --device hip
+  if grep -qE "no AMD GPU present|no HIP runtime" "$TMP/err"; then pass "--device hip says why"; else fail "--device hip says why"; fi
+fi
+if backend_available "hipRTC"; then
+  # compile --target gfx90a goes through the Jit: a miss, then a hit; a second process finds it on disk.
+  AMD_CACHE=$TMP/amd_cache
+  expect 0 "compile --target gfx90a" -- env EPIFUSE_CACHE_DIR="$AMD_CACHE" "$EPIFUSE" compile "$AM" --target gfx90a \
+    --shape 33,67 --cubin "$TMP/amd.co"
+  if grep -q "^gfx90a: .* code object [0-9]* bytes, miss (compiled); again: hit" "$TMP/out" && ! grep -q "not cached" "$TMP/out"; then
+    pass "compile --target gfx90a: miss, then hit"
+  else
+    fail "compile --target gfx90a: miss, then hit"
+  fi
+  if [[ $(head -c 4 "$TMP/amd.co" | od -An -c | tr -d ' ') == 177ELF ]]; then pass "--cubin writes the AMD code object"; else fail "--cubin writes the AMD code object"; fi
+  expect 0 "compile --target gfx90a again" -- env EPIFUSE_CACHE_DIR="$AMD_CACHE" "$EPIFUSE" compile "$AM" --target gfx90a --shape 33,67
+  if grep -q "miss (read from the disk cache); again: hit" "$TMP/out"; then pass "compile --target gfx90a: from the disk cache"; else fail "compile --target gfx90a: from the disk cache"; fi
+  expect 0 "compile --target gfx90a --json" -- env EPIFUSE_CACHE_DIR="$AMD_CACHE" "$EPIFUSE" compile "$AM" --target gfx90a:xnack- --shape 33,67 --json
+  if "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin)[0]; assert d["target"]=="gfx90a:xnack-" and d["first_lookup"]=="miss" and not d["from_disk"] and d["second_lookup"]=="hit"' \
+       <"$TMP/out" 2>"$TMP/err"; then pass "compile --target gfx90a:xnack- is its own key"; else fail "compile --target gfx90a:xnack- is its own key"; fi
+else
+  echo "skip  compile --target gfx90a (no hipRTC here)"
+fi
+
 # --- limits (docs/limits.md): refused at once, with a message naming the limit --------
 # Each chain is valid but for one size, so that before the limits it ran (or hung,
 # or crashed); now it exits 2 in well under a second. The first three are the

@@ -21,6 +21,7 @@ void add_compile(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_tune(CLI::App& app);
 void add_cache(CLI::App& app);
+void add_info(CLI::App& app);
 
 using AddCommand = void (*)(CLI::App&);
 inline constexpr AddCommand k_commands[] = {
@@ -31,6 +32,7 @@ inline constexpr AddCommand k_commands[] = {
     add_bench,
     add_tune,
     add_cache,
+    add_info,
 };
 
 }  // namespace epifuse::cli

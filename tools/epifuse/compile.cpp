@@ -1,5 +1,6 @@
-// `epifuse compile CHAIN.json --shape M,N --target T...`: compile with NVRTC
-// (no GPU needed) and print each kernel's cache key, time, size and hit/miss.
+// `epifuse compile CHAIN.json --shape M,N --target T...`: compile with NVRTC,
+// or hipRTC for AMD targets (no GPU needed), and print each kernel's cache key,
+// time, size and hit/miss.
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -8,9 +9,6 @@
 
 #include <fmt/format.h>
 
-#include "backend/hiprtc.hpp"
-#include "codegen/family.hpp"
-#include "codegen/template_engine.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #include "epifuse/codegen.hpp"
@@ -36,26 +34,6 @@ void write_cubin(const std::string& path, const std::vector<char>& binary) {
   if (!out) throw OutputError(fmt::format("--cubin {}: write failed", path));
 }
 
-// An AMD target (docs/amd.md): the kernel's HIP text compiled by hipRTC in a
-// child process (Note [hipRTC in a child process]). Not cached yet.
-nlohmann::ordered_json compile_amd(const CompileOptions& opt, const KernelSpec& spec, const Shape& shape,
-                                   const std::string& target_text) {
-  const backend::AmdTarget target = backend::parse_amd_target(target_text);
-  const KernelSource ks = emit_kernel(spec, shape, opt.tile.tile(), KernelPath::fastest, target.str());
-  std::vector<backend::HipHeader> headers;
-  for (const auto& [path, text] : embedded_templates())
-    if (path.starts_with("common/")) headers.push_back({std::string(path), std::string(text)});
-  const backend::HiprtcBinary bin = backend::compile_hip_isolated(
-      backend::inline_headers(ks.text, headers), ks.name + ".hip", target);
-  if (!opt.cubin.empty()) write_cubin(opt.targets.size() == 1 ? opt.cubin : opt.cubin + "." + target.str(), bin.code);
-  if (!session().json)
-    print_text(fmt::format("{}: {} (tile {}) {:.1f} ms with {}, code object {} bytes (not cached: AMD kernels are not "
-                           "yet)\n",
-                           target.str(), ks.name, to_string(ks.tile), bin.compile_ms, bin.compiler, bin.code.size()));
-  return {{"target", target.str()}, {"kernel", ks.name}, {"tile", to_string(ks.tile)}, {"compiler", bin.compiler},
-          {"compile_ms", bin.compile_ms}, {"code_bytes", bin.code.size()}};
-}
-
 void compile(const CompileOptions& opt) {
   const KernelSpec spec = load_spec(opt.chain);
   const Shape shape = resolve_shape(opt.shape, spec);
@@ -63,10 +41,6 @@ void compile(const CompileOptions& opt) {
   if (targets.empty()) targets.push_back("");  // the GPU's
   nlohmann::ordered_json doc = nlohmann::ordered_json::array();
   for (const std::string& target : targets) {
-    if (target.starts_with("gfx")) {
-      doc.push_back(compile_amd(opt, spec, shape, target));
-      continue;
-    }
     Jit jit(target);
     auto kernel = jit.compile(spec, shape, opt.tile.tile());
     const CacheStats first = jit.stats();
@@ -86,8 +60,10 @@ void compile(const CompileOptions& opt) {
                      {"from_disk", kernel->from_disk()},
                      {"second_lookup", second.hits > first.hits ? "hit" : "miss"}});
     } else {
-      print_text(fmt::format("{}: {} {:.1f} ms, cubin {} bytes, {}; again: {}\n  key {}\n", jit.target(),
-                             kernel->source().name, kernel->compile_ms(), kernel->binary().size(), result,
+      // An AMD target's binary is a code object (an ELF from hipRTC), an NVIDIA one's a cubin.
+      const char* binary = jit.target().starts_with("gfx") ? "code object" : "cubin";
+      print_text(fmt::format("{}: {} {:.1f} ms, {} {} bytes, {}; again: {}\n  key {}\n", jit.target(),
+                             kernel->source().name, kernel->compile_ms(), binary, kernel->binary().size(), result,
                              second.hits > first.hits ? "hit" : "miss", kernel->key().str()));
     }
   }
@@ -98,12 +74,12 @@ void compile(const CompileOptions& opt) {
 
 void add_compile(CLI::App& app) {
   auto opt = std::make_shared<CompileOptions>();
-  CLI::App* sub = app.add_subcommand("compile", "Compile a chain with NVRTC (no GPU needed) and show its cache key");
+  CLI::App* sub = app.add_subcommand("compile", "Compile a chain with NVRTC or hipRTC (no GPU needed) and show its cache key");
   sub->add_option("chain", opt->chain, "JSON op chain")->required()->check(non_empty());
   sub->add_option("--shape", opt->shape, "M,N or M,N,K; default the chain's shape")->check(non_empty());
   sub->add_option("--cubin", opt->cubin, "Write the binary here (FILE.<target> with several targets)")
       ->check(non_empty());
-  sub->add_option("--target", opt->targets, "Targets (repeatable): sm_80, sm_86, sm_89, sm_90a, ...; default the GPU's")
+  sub->add_option("--target", opt->targets, "Targets (repeatable): sm_80, sm_86, sm_89, sm_90a, ..., gfx90a, gfx1030, ...; default the GPU's")
       ->check(non_empty());
   add_tile_options(*sub, opt->tile);
   add_json_flag(*sub);

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "backend/device_runtime.hpp"
+#include "backend/hip_runtime.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
 #include "common.hpp"
@@ -22,12 +24,27 @@ std::string_view to_string(Device d) {
 
 namespace {
 
-// The GPU to use when --device is not given, or nullopt with the reason there is none.
-// The backends (src/backend) are loaded with dlopen, so this asks at run time.
+using backend::Vendor;
+
+// The GPU to use when --device is not given: a CUDA GPU if there is one, else
+// an AMD GPU, else nullopt with the reason there is neither. The backends
+// (src/backend) are loaded with dlopen, so this asks at run time.
 std::optional<Device> detect_gpu(std::string& reason) {
+  if (backend::device_runtime_or_null(Vendor::nvidia)) return Device::cuda;
+  if (backend::device_runtime_or_null(Vendor::amd)) return Device::hip;
   reason = gpu_unavailable_reason();
-  if (reason.empty()) return Device::cuda;
   return std::nullopt;
+}
+
+// Runs on `vendor`'s GPU 0, with the target read from it; RuntimeError naming
+// what is missing when there is none ("--device hip: no AMD GPU present (...)").
+TensorMap run_on_gpu(Vendor vendor, const KernelSpec& spec, const Shape& shape, const TensorMap& inputs,
+                     const LaunchArgs& args, const std::optional<TileConfig>& tile) {
+  const std::string reason = backend::device_unavailable_reason(vendor);
+  if (!reason.empty())
+    throw RuntimeError(fmt::format("--device {}: {}", vendor == Vendor::amd ? "hip" : "cuda", reason));
+  Jit jit(vendor == Vendor::amd ? backend::detect_amd_target(0).str() : "");
+  return epifuse::run_on_device(jit, spec, shape, inputs, args, tile);
 }
 
 }  // namespace
@@ -48,16 +65,10 @@ TensorMap run_on_device(Device device, const KernelSpec& spec, const Shape& shap
                         const std::optional<TileConfig>& tile) {
   switch (device) {
     case Device::cpu: return evaluate(spec, shape, inputs, args);
-    case Device::cuda: {
-      const std::string reason = gpu_unavailable_reason();
-      if (!reason.empty()) throw RuntimeError(fmt::format("--device cuda: {}", reason));
-      Jit jit;
-      return epifuse::run_on_device(jit, spec, shape, inputs, args, tile);
-    }
-    case Device::hip: break;
+    case Device::cuda: return run_on_gpu(Vendor::nvidia, spec, shape, inputs, args, tile);
+    case Device::hip: return run_on_gpu(Vendor::amd, spec, shape, inputs, args, tile);
   }
-  throw UserError(fmt::format("device '{}' is not available in this build yet; use --device cpu",
-                              to_string(device)));
+  throw InternalError(fmt::format("device {} has no runner", static_cast<int>(device)));
 }
 
 }  // namespace epifuse::cli

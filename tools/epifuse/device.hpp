@@ -13,12 +13,14 @@ enum class Device { cpu, cuda, hip };
 std::string_view to_string(Device);
 
 /// The device named by --device ("cuda", "hip", "cpu"), or when `requested` is
-/// empty the GPU that is present, else the CPU reference; in that last case it
-/// says why on stderr ("no GPU found (reason); running on the CPU reference").
+/// empty the GPU that is present (a CUDA GPU first, then an AMD one), else the
+/// CPU reference; in that last case it says why on stderr ("no GPU found
+/// (reason); running on the CPU reference").
 Device choose_device(const std::string& requested);
 
 /// Runs the spec on `device` and returns its outputs by name. The CPU device is
-/// the reference evaluator itself. UserError when the device is not available.
+/// the reference evaluator itself. RuntimeError naming what is missing when the
+/// GPU is not there (no library, no device).
 /// `tile` applies to GPU devices (default: the JIT's default tile).
 TensorMap run_on_device(Device device, const KernelSpec& spec, const Shape& shape,
                         const TensorMap& inputs, const LaunchArgs& args,

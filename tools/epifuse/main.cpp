@@ -18,6 +18,7 @@
 #include "common.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
+#include "info.hpp"
 
 namespace {
 
@@ -51,9 +52,12 @@ int report(const Failure& f, bool json) {
 
 int run_cli(int argc, char** argv) {
   CLI::App app{"epifuse: JIT-compiled fused GPU epilogues (GEMM + bias/activation/dropout/...)", "epifuse"};
-  app.set_version_flag("--version",
-                       fmt::format("epifuse {} (JSON schema version {})", EPIFUSE_VERSION,
-                                   epifuse::k_schema_version));
+  // The version, then the toolkits this process finds (what `epifuse info` shows).
+  app.set_version_flag("--version", [] {
+    std::string text = backend_text(backend_reports());
+    if (!text.empty() && text.back() == '\n') text.pop_back();  // CLI11 ends the message itself
+    return fmt::format("epifuse {} (JSON schema version {})\n{}", EPIFUSE_VERSION, epifuse::k_schema_version, text);
+  });
   app.require_subcommand(1);
   app.fallthrough(false);
   app.footer(
