@@ -32,36 +32,6 @@ void read_version(const Json& doc, const JsonPath& root) {
          k_schema_version);
 }
 
-Mainloop read_mainloop(const Json& v, const JsonPath& at) {
-  Mainloop m;
-  if (v.is_string()) {  // "gemm" alone means the defaults below
-    m.kind = schema::read_mainloop_kind(v, at);
-    return m;
-  }
-  if (!v.is_object())
-    fail(at, "expected \"elementwise\" or an object {{\"kind\": \"gemm\", ...}}, got {}",
-         schema::describe(v));
-  m.kind = schema::read_mainloop_kind(schema::require(v, at, "kind"), at.key("kind"));
-  if (m.kind == MainloopKind::elementwise) {
-    schema::check_keys(v, at, {"kind"}, "an elementwise mainloop");
-    return m;
-  }
-  schema::check_keys(v, at, {"kind", "a", "b", "a_layout", "b_layout", "math"},
-                     fmt::format("a {} mainloop", to_string(m.kind)));
-  if (const Json* a = find(v, "a")) m.a = schema::read_dtype(*a, at.key("a"));
-  if (const Json* b = find(v, "b")) m.b = schema::read_dtype(*b, at.key("b"));
-  if (const Json* l = find(v, "a_layout")) m.a_layout = schema::read_layout(*l, at.key("a_layout"));
-  if (const Json* l = find(v, "b_layout")) m.b_layout = schema::read_layout(*l, at.key("b_layout"));
-  if (const Json* x = find(v, "math")) {
-    if (!x->is_string() || (*x != "exact" && *x != "tf32"))
-      fail(at.key("math"), "expected \"exact\" or \"tf32\", got {}", schema::describe(*x));
-    m.math = *x == "tf32" ? GemmMath::tf32 : GemmMath::exact;
-    if (m.math == GemmMath::tf32 && (m.a != DType::f32 || m.b != DType::f32))
-      fail(at.key("math"), "\"tf32\" needs f32 operands, got a={} b={}", to_string(m.a), to_string(m.b));
-  }
-  return m;
-}
-
 // One problem dimension: an integer in [0, 2^40] (as verify_shape; 0 is an empty problem).
 std::int64_t read_dimension(const Json& v, const JsonPath& at) {
   using limits::k_max_dim;
@@ -116,6 +86,36 @@ std::set<std::string, std::less<>> referenced_names(const Json* ops, const Json*
 
 }  // namespace
 
+Mainloop schema::read_mainloop(const Json& v, const JsonPath& at) {
+  Mainloop m;
+  if (v.is_string()) {  // "gemm" alone means the defaults below
+    m.kind = schema::read_mainloop_kind(v, at);
+    return m;
+  }
+  if (!v.is_object())
+    fail(at, "expected \"elementwise\" or an object {{\"kind\": \"gemm\", ...}}, got {}",
+         schema::describe(v));
+  m.kind = schema::read_mainloop_kind(schema::require(v, at, "kind"), at.key("kind"));
+  if (m.kind == MainloopKind::elementwise) {
+    schema::check_keys(v, at, {"kind"}, "an elementwise mainloop");
+    return m;
+  }
+  schema::check_keys(v, at, {"kind", "a", "b", "a_layout", "b_layout", "math"},
+                     fmt::format("a {} mainloop", to_string(m.kind)));
+  if (const Json* a = find(v, "a")) m.a = schema::read_dtype(*a, at.key("a"));
+  if (const Json* b = find(v, "b")) m.b = schema::read_dtype(*b, at.key("b"));
+  if (const Json* l = find(v, "a_layout")) m.a_layout = schema::read_layout(*l, at.key("a_layout"));
+  if (const Json* l = find(v, "b_layout")) m.b_layout = schema::read_layout(*l, at.key("b_layout"));
+  if (const Json* x = find(v, "math")) {
+    if (!x->is_string() || (*x != "exact" && *x != "tf32"))
+      fail(at.key("math"), "expected \"exact\" or \"tf32\", got {}", schema::describe(*x));
+    m.math = *x == "tf32" ? GemmMath::tf32 : GemmMath::exact;
+    if (m.math == GemmMath::tf32 && (m.a != DType::f32 || m.b != DType::f32))
+      fail(at.key("math"), "\"tf32\" needs f32 operands, got a={} b={}", to_string(m.a), to_string(m.b));
+  }
+  return m;
+}
+
 KernelSpec spec_from_json(const Json& doc) {
   const JsonPath root;
   if (!doc.is_object())
@@ -129,7 +129,7 @@ KernelSpec spec_from_json(const Json& doc) {
 
   KernelSpec spec;
   if (const Json* v = find(doc, "name")) spec.name = schema::read_string(*v, root.key("name"));
-  if (const Json* v = find(doc, "mainloop")) spec.mainloop = read_mainloop(*v, root.key("mainloop"));
+  if (const Json* v = find(doc, "mainloop")) spec.mainloop = schema::read_mainloop(*v, root.key("mainloop"));
   if (const Json* v = find(doc, "precision"))
     spec.precision = schema::read_precision(*v, root.key("precision"));
   if (const Json* v = find(doc, "shape")) spec.default_shape = read_shape(spec, *v, root.key("shape"));

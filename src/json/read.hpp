@@ -57,6 +57,9 @@ Broadcast read_broadcast(const Json& v, const JsonPath& at);
 Layout read_layout(const Json& v, const JsonPath& at);
 RngMode read_rng(const Json& v, const JsonPath& at);
 MainloopKind read_mainloop_kind(const Json& v, const JsonPath& at);
+/// The value of "mainloop": "elementwise", a kind alone, or {"kind", "a", "b",
+/// "a_layout", "b_layout", "math"} (parse.cpp; the C ABI reads it too).
+Mainloop read_mainloop(const Json& v, const JsonPath& at);
 Precision read_precision(const Json& v, const JsonPath& at);
 std::string_view precision_name(Precision p);
 

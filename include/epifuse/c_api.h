@@ -1,0 +1,106 @@
+/* epifuse's C ABI (docs/python.md): what the Python module calls through ctypes,
+ * and what any other language can. Opaque handles, plain C types, no exception
+ * crosses it.
+ *
+ * Every function that can fail returns a status, the CLI's exit codes:
+ * EF_OK, EF_USER_ERROR (a bad chain, operand, shape or option), EF_COMPILE_ERROR,
+ * EF_RUNTIME_ERROR (the driver, a device, a launch). The message of the last
+ * failure on the calling thread is ef_last_error()'s.
+ *
+ *   ef_spec* s;
+ *   if (ef_spec_from_json(text, "chain.json", &s) != EF_OK) puts(ef_last_error());
+ *   char* bindings;  // {"inputs": [{"name", "dtype", "shape"}...], "outputs": [...]}
+ *   ef_spec_bindings(s, 256, 1024, 0, &bindings);
+ *   ...
+ *   ef_string_free(bindings);
+ *   ef_spec_free(s);
+ */
+#ifndef EPIFUSE_C_API_H
+#define EPIFUSE_C_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EF_OK 0
+#define EF_USER_ERROR 2
+#define EF_COMPILE_ERROR 3
+#define EF_RUNTIME_ERROR 4
+
+typedef struct ef_spec ef_spec;     /* a KernelSpec: graph + mainloop */
+typedef struct ef_jit ef_jit;       /* a Jit: compiler, caches, device */
+typedef struct ef_kernel ef_kernel; /* a compiled kernel, owned by its caller */
+
+/* "0.1.0" */
+const char* ef_version(void);
+/* The message of this thread's last failure ("" after a success). */
+const char* ef_last_error(void);
+/* Frees a string an ef_* function returned. */
+void ef_string_free(char* s);
+
+/* ---- specs */
+/* A spec from JSON v1 text (docs/json-schema.md); errors name a JSON path,
+ * after `source` (a file name; NULL: "<json>"). */
+int ef_spec_from_json(const char* text, const char* source, ef_spec** out);
+/* An empty spec to build on. `mainloop_json`: NULL for "elementwise", else the
+ * JSON value of "mainloop" ({"kind": "gemm", "a": "f16", ...}). */
+int ef_spec_new(const char* name, const char* mainloop_json, ef_spec** out);
+void ef_spec_free(ef_spec* spec);
+/* The builder, checked at each call like the C++ Graph (graph.hpp). Values are ids. */
+int ef_spec_input(ef_spec* spec, const char* name, const char* dtype, const char* broadcast, uint32_t* value);
+/* `acc` (index 0) or a dual GEMM's `acc0`/`acc1`. */
+int ef_spec_accumulator(ef_spec* spec, int index, uint32_t* value);
+/* An op by its JSON name (an op-table row or a composite: softmax, rmsnorm, ...).
+ * `attributes_json`: NULL or a JSON object of its attributes ({"p": 0.1}). */
+int ef_spec_op(ef_spec* spec, const char* op, const uint32_t* args, size_t nargs, const char* attributes_json,
+               uint32_t* value);
+int ef_spec_output(ef_spec* spec, const char* name, uint32_t value, const char* dtype);
+/* "accurate" or "fast" (DESIGN §3). */
+int ef_spec_set_precision(ef_spec* spec, const char* precision);
+/* Checks the whole spec (every leaf matches the mainloop, outputs exist). */
+int ef_spec_verify(const ef_spec* spec);
+/* JSON v1 text of the spec (ef_string_free it). */
+int ef_spec_to_json(const ef_spec* spec, char** out);
+/* What a run of `spec` at (m, n, k) binds, as JSON: {"inputs": [{"name",
+ * "dtype", "shape"}...], "outputs": [...]}, logical row-major shapes, GEMM
+ * operands first. k is ignored for elementwise specs. */
+int ef_spec_bindings(const ef_spec* spec, int64_t m, int64_t n, int64_t k, char** out);
+
+/* ---- the CPU reference (--device cpu) */
+/* Runs the reference evaluator. `inputs[i]` points at input `input_names[i]`'s
+ * logical row-major bytes in its dtype (bf16 and f16 as 16-bit patterns);
+ * `outputs[i]` receives output `output_names[i]` likewise. Every binding of
+ * ef_spec_bindings must be given, with exactly its shape's bytes. */
+int ef_evaluate(const ef_spec* spec, int64_t m, int64_t n, int64_t k, const char* const* input_names,
+                const void* const* inputs, size_t ninputs, const char* const* output_names, void* const* outputs,
+                size_t noutputs, uint64_t seed, uint64_t offset);
+
+/* ---- the JIT and launches */
+/* `target` NULL or "": the GPU's. EF_RUNTIME_ERROR when there is no compiler. */
+int ef_jit_new(const char* target, ef_jit** out);
+void ef_jit_free(ef_jit* jit);
+/* The Jit's target ("sm_90a"), valid while the Jit lives. */
+const char* ef_jit_target(const ef_jit* jit);
+/* Compiles (or finds) the kernel for (m, n, k); `tile` NULL or "" for the tuned
+ * or default tile, else a tile string ("h128x256x64s4g8"). */
+int ef_jit_compile(ef_jit* jit, const ef_spec* spec, int64_t m, int64_t n, int64_t k, const char* tile,
+                   ef_kernel** out);
+void ef_kernel_free(ef_kernel* kernel);
+/* The order ef_jit_launch binds device pointers in, as JSON:
+ * {"inputs": ["a", "b", "bias"], "outputs": ["y"], "tile": "...", "name": "..."}. */
+int ef_kernel_bindings(const ef_kernel* kernel, char** out);
+/* Launches asynchronously on `stream` (NULL: the default stream). Pointers in
+ * ef_kernel_bindings' order; device buffers in the device layout (a
+ * column-major GEMM operand is its transpose, row-major). */
+int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const uint64_t* inputs, size_t ninputs,
+                  const uint64_t* outputs, size_t noutputs, int64_t m, int64_t n, int64_t k, uint64_t seed,
+                  uint64_t offset, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EPIFUSE_C_API_H */

@@ -1,0 +1,131 @@
+"""A compiled chain as a callable: torch CUDA tensors through the JIT, without a copy
+and on torch's current stream; NumPy arrays through the CPU reference.
+
+Positional arguments bind to the chain's inputs in binding order (a GEMM's operands
+`a`, `b` or `a`, `b0`, `b1` first, then the graph's inputs as declared); keywords bind by
+name. One output is returned as it is, several as a tuple in declaration order.
+"""
+import ctypes
+
+import numpy as np
+
+from . import _lib
+from ._lib import lib, check, text
+
+_NUMPY = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": np.dtype(np.uint16)}
+_TORCH_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def _product(dims):
+    p = 1
+    for d in dims:
+        p *= d
+    return p
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+class Compiled:
+    def __init__(self, chain, target=None, tile=None):
+        chain.verify()
+        self.chain, self.target, self.tile = chain, target, tile
+        b = chain.bindings(1, 1, 1)
+        self._inputs = [(t["name"], t["dtype"]) for t in b["inputs"]]
+        self._outputs = [(t["name"], t["dtype"]) for t in b["outputs"]]
+        self._gemm = chain.mainloop != "elementwise"
+        self._full = None if self._gemm else self._first_full()
+        self._jit = None
+        self._launches = {}  # (M, N, K) -> _Launch
+
+    @property
+    def input_names(self):
+        return [n for n, _ in self._inputs]
+
+    def __call__(self, *args, seed=0, offset=0, **named):
+        if len(args) > len(self._inputs):
+            raise _lib.UserError(f"{self.chain.name}: {len(args)} positional arguments for "
+                                 f"{len(self._inputs)} inputs ({', '.join(self.input_names)})")
+        bound = dict(zip(self.input_names, args))
+        for name, t in named.items():
+            if name not in self.input_names:
+                raise _lib.UserError(f"{self.chain.name}: '{name}' is not an input "
+                                     f"(inputs: {', '.join(self.input_names)})")
+            if name in bound:
+                raise _lib.UserError(f"{self.chain.name}: input '{name}' given twice")
+            bound[name] = t
+        missing = [n for n in self.input_names if n not in bound]
+        if missing:
+            raise _lib.UserError(f"{self.chain.name}: missing input(s) {', '.join(missing)}")
+        tensors = [bound[n] for n in self.input_names]
+        if any(_is_torch(t) for t in tensors):
+            return self._run_torch(tensors, seed, offset)
+        return self._run_numpy(tensors, seed, offset)
+
+    # ---- shapes
+    def _shape(self, shapes):
+        """(M, N, K) and the leading dims an elementwise result takes back."""
+        if self._gemm:
+            a, b = shapes[0], shapes[1]
+            if len(a) != 2 or len(b) != 2:
+                raise _lib.UserError(f"{self.chain.name}: GEMM operands are matrices, got a {list(a)}, b {list(b)}")
+            return (a[0], b[1], a[1]), None
+        x = shapes[self._full]
+        if len(x) == 0:
+            raise _lib.UserError(f"{self.chain.name}: input '{self._inputs[self._full][0]}' has no dimensions")
+        return (_product(x[:-1]), x[-1], 0), tuple(x)
+
+    def _first_full(self):
+        """The first full [M, N] input, which gives an elementwise chain its shape."""
+        b = self.chain.bindings(2, 3, 1)
+        for i, t in enumerate(b["inputs"]):
+            if t["shape"] == [2, 3]:
+                return i
+        raise _lib.UserError(f"{self.chain.name}: no full [M, N] input to take the shape from")
+
+    def _check_shapes(self, shapes, mnk):
+        """The run's bindings; UserError naming the first input of another shape.
+        Elementwise inputs fold their leading dimensions as x does ([B, S, H] is
+        [B*S, H]; a column vector [B, S] is [B*S])."""
+        b = self.chain.bindings(*mnk)
+        for (name, _), got, want in zip(self._inputs, shapes, b["inputs"]):
+            folded = list(got)
+            if not self._gemm and len(want["shape"]) == 2 and len(got) >= 2:
+                folded = [_product(got[:-1]), got[-1]]
+            elif not self._gemm and len(want["shape"]) == 1 and len(got) >= 1 and self._broadcast(name) == "col":
+                folded = [_product(got)]
+            if folded != want["shape"]:
+                raise _lib.UserError(f"{self.chain.name}: input '{name}' has shape {list(got)}, "
+                                     f"expected {want['shape']}")
+        return b
+
+    def _broadcast(self, name):
+        decl = self.chain.doc.get("inputs", {}).get(name, {})
+        return decl.get("broadcast", "full") if isinstance(decl, dict) else "full"
+
+    # ---- the CPU reference
+    def _run_numpy(self, arrays, seed, offset):
+        arrays = [np.asarray(a) for a in arrays]
+        for (name, dtype), a in zip(self._inputs, arrays):
+            if a.dtype != _NUMPY[dtype]:
+                raise _lib.UserError(f"{self.chain.name}: input '{name}' is {a.dtype}, the chain reads {dtype} "
+                                     f"({_NUMPY[dtype]}{'; bf16 as its 16-bit patterns' if dtype == 'bf16' else ''})")
+        mnk, lead = self._shape([a.shape for a in arrays])
+        b = self._check_shapes([a.shape for a in arrays], mnk)
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        outs = [np.empty(o["shape"], _NUMPY[o["dtype"]]) for o in b["outputs"]]
+        in_names = (ctypes.c_char_p * len(arrays))(*[text(n) for n, _ in self._inputs])
+        in_ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        out_names = (ctypes.c_char_p * len(outs))(*[text(n) for n, _ in self._outputs])
+        out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
+        check(lib.ef_evaluate(self.chain._h, mnk[0], mnk[1], mnk[2], in_names, in_ptrs, len(arrays), out_names,
+                              out_ptrs, len(outs), seed, offset))
+        if lead is not None:
+            outs = [o.reshape(lead) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    # ---- the GPU
+    def _run_torch(self, tensors, seed, offset):
+        from .torch_bind import run
+        return run(self, tensors, seed, offset)

@@ -1,0 +1,57 @@
+"""PyTorch integration: a chain as a torch.library custom op (docs/python.md).
+
+    import epifuse, epifuse.torch
+    op = epifuse.torch.op(epifuse.load("examples/chains/bias_gelu_dropout_add.json"))
+    y = op(x, bias, residual, seed=7)        # eager, inside torch.compile (no graph break),
+                                             # and under CUDA graph capture
+
+The op is `torch.ops.epifuse.<name>_<hash>`, opaque to Dynamo; its fake (meta)
+implementation gives the outputs' shapes and dtypes without running anything. The
+launch is asynchronous on torch's current stream and its outputs come from
+torch.empty, so a captured graph replays it. Seeds are Python ints below 2^63 (the
+custom op schema's int); offsets likewise.
+"""
+import hashlib
+import re
+from typing import List
+
+import torch
+
+from .chain import Chain
+
+_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+_ops = {}  # qualified name -> the Python callable
+
+
+def op(chain: Chain, target=None, tile=None):
+    """Registers `chain` once per process as a custom op; returns a callable taking the
+    chain's inputs (positional, in binding order) and `seed`, `offset` keywords."""
+    text = chain.to_json()
+    name = re.sub(r"[^0-9A-Za-z_]", "_", chain.name) + "_" + hashlib.sha1(text.encode()).hexdigest()[:12]
+    qualified = f"epifuse::{name}"
+    if qualified in _ops:
+        return _ops[qualified]
+    compiled = chain.compile(target, tile)
+    out_dtypes = [_DTYPES[d] for _, d in compiled._outputs]
+    gemm = compiled._gemm
+    full = compiled._full
+
+    def impl(inputs: List[torch.Tensor], seed: int, offset: int) -> List[torch.Tensor]:
+        out = compiled(*inputs, seed=seed, offset=offset)
+        return list(out) if isinstance(out, tuple) else [out]
+
+    custom = torch.library.custom_op(qualified, impl, mutates_args=())
+
+    @custom.register_fake
+    def _(inputs, seed, offset):
+        shape = (inputs[0].shape[0], inputs[1].shape[1]) if gemm else inputs[full].shape
+        return [inputs[0].new_empty(shape, dtype=dt) for dt in out_dtypes]
+
+    def call(*inputs, seed=0, offset=0):
+        outs = custom(list(inputs), seed, offset)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    call.op = custom
+    call.compiled = compiled
+    _ops[qualified] = call
+    return call

@@ -1,0 +1,340 @@
+// The C ABI (include/epifuse/c_api.h, docs/python.md): thin wrappers that turn
+// C arguments into the C++ API's types and its exceptions into status codes.
+// Nothing here decides anything the C++ API does not: a builder call checks what
+// Graph checks, a JSON spec is read by the JSON front end, a launch is Jit::launch.
+#include "epifuse/c_api.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
+#include "epifuse/json.hpp"
+#include "epifuse/reference.hpp"
+#include "epifuse/tile.hpp"
+#include "json/op_attributes.hpp"
+#include "json/read.hpp"
+
+struct ef_spec {
+  epifuse::KernelSpec spec;
+};
+struct ef_jit {
+  std::unique_ptr<epifuse::Jit> jit;
+  std::string target;
+};
+struct ef_kernel {
+  std::shared_ptr<const epifuse::CompiledKernel> kernel;
+};
+
+namespace {
+
+using namespace epifuse;
+using Json = nlohmann::ordered_json;
+
+thread_local std::string last_error;
+
+// Runs `fn`, mapping the C++ API's exceptions to the CLI's exit codes
+// (DESIGN §6) and keeping the message for ef_last_error().
+template <class Fn>
+int guarded(Fn&& fn) noexcept {
+  try {
+    fn();
+    last_error.clear();
+    return EF_OK;
+  } catch (const UserError& e) {
+    last_error = e.what();
+    return EF_USER_ERROR;
+  } catch (const CompileError& e) {
+    last_error = e.what();
+    return EF_COMPILE_ERROR;
+  } catch (const RuntimeError& e) {
+    last_error = e.what();
+    return EF_RUNTIME_ERROR;
+  } catch (const InternalError& e) {
+    last_error = fmt::format("internal error (a bug in epifuse): {}", e.what());
+    return EF_RUNTIME_ERROR;
+  } catch (const std::bad_alloc&) {
+    last_error = "out of host memory";
+    return EF_RUNTIME_ERROR;
+  } catch (const std::exception& e) {
+    last_error = fmt::format("unexpected error (a bug in epifuse): {}", e.what());
+    return EF_RUNTIME_ERROR;
+  } catch (...) {
+    last_error = "unexpected error (a bug in epifuse)";
+    return EF_RUNTIME_ERROR;
+  }
+}
+
+// A heap copy the caller frees with ef_string_free.
+char* c_string(const std::string& s) {
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  if (!out) throw std::bad_alloc();
+  std::memcpy(out, s.c_str(), s.size() + 1);
+  return out;
+}
+
+void require(const void* p, const char* what) {
+  if (!p) throw UserError(fmt::format("{} is NULL", what));
+}
+
+DType read_dtype(const char* text, const std::string& what) {
+  require(text, "dtype");
+  const std::optional<DType> d = parse_dtype(text);
+  EPIFUSE_CHECK(d, "{}: unknown dtype '{}' (expected f32, f16 or bf16)", what, text);
+  return *d;
+}
+
+Value read_value(const ef_spec* s, std::uint32_t id, const std::string& what) {
+  EPIFUSE_CHECK(id < s->spec.graph.nodes().size(), "{}: no value with id {} in this spec", what, id);
+  return Value{id};
+}
+
+Shape make_shape(const KernelSpec& spec, std::int64_t m, std::int64_t n, std::int64_t k) {
+  const Shape shape{m, n, spec.mainloop.kind == MainloopKind::elementwise ? 0 : k};
+  verify_shape(spec, shape);
+  return shape;
+}
+
+Json tensor_json(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) {
+  return {{"name", name}, {"dtype", std::string(to_string(dtype))}, {"shape", shape}};
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* ef_version(void) { return EPIFUSE_VERSION; }
+const char* ef_last_error(void) { return last_error.c_str(); }
+void ef_string_free(char* s) { std::free(s); }
+
+int ef_spec_from_json(const char* text, const char* source, ef_spec** out) {
+  return guarded([&] {
+    require(text, "text");
+    require(out, "out");
+    *out = new ef_spec{spec_from_json_text(text, source ? source : "<json>")};
+  });
+}
+
+int ef_spec_new(const char* name, const char* mainloop_json, ef_spec** out) {
+  return guarded([&] {
+    require(out, "out");
+    auto s = std::make_unique<ef_spec>();
+    if (name) s->spec.name = name;
+    if (mainloop_json && *mainloop_json) {
+      Json v;
+      try {
+        v = Json::parse(mainloop_json);
+      } catch (const Json::parse_error& e) {
+        throw UserError(fmt::format("mainloop: not JSON: {}", e.what()));
+      }
+      s->spec.mainloop = schema::read_mainloop(v, schema::JsonPath().key("mainloop"));
+    }
+    *out = s.release();
+  });
+}
+
+void ef_spec_free(ef_spec* spec) { delete spec; }
+
+int ef_spec_input(ef_spec* spec, const char* name, const char* dtype, const char* broadcast, std::uint32_t* value) {
+  return guarded([&] {
+    require(spec, "spec");
+    require(name, "name");
+    require(value, "value");
+    const std::string what = fmt::format("input '{}'", name);
+    Broadcast b = Broadcast::full;
+    if (broadcast && *broadcast) {
+      const std::optional<Broadcast> parsed = parse_broadcast(broadcast);
+      EPIFUSE_CHECK(parsed, "{}: unknown broadcast '{}' (expected full, row, col or scalar)", what, broadcast);
+      b = *parsed;
+    }
+    *value = spec->spec.graph.input(name, read_dtype(dtype, what), b).id;
+  });
+}
+
+int ef_spec_accumulator(ef_spec* spec, int index, std::uint32_t* value) {
+  return guarded([&] {
+    require(spec, "spec");
+    require(value, "value");
+    *value = spec->spec.graph.accumulator(index).id;
+  });
+}
+
+int ef_spec_op(ef_spec* spec, const char* op, const std::uint32_t* args, std::size_t nargs,
+               const char* attributes_json, std::uint32_t* value) {
+  return guarded([&] {
+    require(spec, "spec");
+    require(op, "op");
+    require(value, "value");
+    const std::optional<schema::JsonOp> found = schema::find_json_op(op);
+    EPIFUSE_CHECK(found, "unknown op '{}'", op);
+    const schema::JsonOp& o = *found;
+    EPIFUSE_CHECK(nargs == static_cast<std::size_t>(o.arity()), "{} takes {} operand(s), got {}", o.name(),
+                  o.arity(), nargs);
+    std::vector<Value> operands;
+    for (std::size_t i = 0; i < nargs; ++i)
+      operands.push_back(read_value(spec, args[i], fmt::format("{} operand {}", o.name(), i)));
+    const schema::JsonPath at = schema::JsonPath().key(o.name());
+    schema::OpAttributes attributes;
+    if (attributes_json && *attributes_json) {
+      Json obj;
+      try {
+        obj = Json::parse(attributes_json);
+      } catch (const Json::parse_error& e) {
+        throw UserError(fmt::format("{}: attributes are not JSON: {}", o.name(), e.what()));
+      }
+      EPIFUSE_CHECK(obj.is_object(), "{}: attributes must be a JSON object", o.name());
+      const std::vector<std::string_view> keys = schema::attribute_keys(o);
+      for (const auto& [key, v] : obj.items())
+        EPIFUSE_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(), "{}: unknown attribute '{}'{}", o.name(),
+                      key, keys.empty() ? " (it takes none)" : fmt::format(" (it takes {})", fmt::join(keys, ", ")));
+      attributes.read_all(o, obj, at);
+    }
+    *value = attributes.apply(spec->spec.graph, o, operands, at).id;
+  });
+}
+
+int ef_spec_output(ef_spec* spec, const char* name, std::uint32_t value, const char* dtype) {
+  return guarded([&] {
+    require(spec, "spec");
+    require(name, "name");
+    const std::string what = fmt::format("output '{}'", name);
+    spec->spec.graph.output(name, read_value(spec, value, what), read_dtype(dtype, what));
+  });
+}
+
+int ef_spec_set_precision(ef_spec* spec, const char* precision) {
+  return guarded([&] {
+    require(spec, "spec");
+    require(precision, "precision");
+    const std::string p = precision;
+    EPIFUSE_CHECK(p == "accurate" || p == "fast", "precision: expected \"accurate\" or \"fast\", got '{}'", p);
+    spec->spec.precision = p == "fast" ? Precision::fast : Precision::accurate;
+  });
+}
+
+int ef_spec_verify(const ef_spec* spec) {
+  return guarded([&] {
+    require(spec, "spec");
+    verify(spec->spec);
+  });
+}
+
+int ef_spec_to_json(const ef_spec* spec, char** out) {
+  return guarded([&] {
+    require(spec, "spec");
+    require(out, "out");
+    *out = c_string(spec_to_json(spec->spec).dump(2));
+  });
+}
+
+int ef_spec_bindings(const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k, char** out) {
+  return guarded([&] {
+    require(spec, "spec");
+    require(out, "out");
+    verify(spec->spec);
+    const Shape shape = make_shape(spec->spec, m, n, k);
+    Json doc = {{"inputs", Json::array()}, {"outputs", Json::array()}};
+    for (const OperandDesc& d : required_inputs(spec->spec, shape))
+      doc["inputs"].push_back(tensor_json(d.name, d.dtype, d.shape));
+    for (const Output& o : spec->spec.graph.outputs())
+      doc["outputs"].push_back(tensor_json(o.name, o.dtype, {shape.m, shape.n}));
+    *out = c_string(doc.dump());
+  });
+}
+
+int ef_evaluate(const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k, const char* const* input_names,
+                const void* const* inputs, std::size_t ninputs, const char* const* output_names, void* const* outputs,
+                std::size_t noutputs, std::uint64_t seed, std::uint64_t offset) {
+  return guarded([&] {
+    require(spec, "spec");
+    verify(spec->spec);
+    const Shape shape = make_shape(spec->spec, m, n, k);
+    const std::vector<OperandDesc> wanted = required_inputs(spec->spec, shape);
+    TensorMap host;
+    for (std::size_t i = 0; i < ninputs; ++i) {
+      require(input_names[i], "input name");
+      require(inputs[i], "input pointer");
+      const auto d = std::find_if(wanted.begin(), wanted.end(), [&](const OperandDesc& w) { return w.name == input_names[i]; });
+      EPIFUSE_CHECK(d != wanted.end(), "'{}' is not an input of this spec", input_names[i]);
+      HostTensor t = HostTensor::zeros(d->dtype, d->shape);
+      std::memcpy(t.bytes.data(), inputs[i], t.bytes.size());
+      host.emplace(d->name, std::move(t));
+    }
+    const TensorMap result = evaluate(spec->spec, shape, host, LaunchArgs{seed, offset});
+    for (std::size_t i = 0; i < noutputs; ++i) {
+      require(output_names[i], "output name");
+      require(outputs[i], "output pointer");
+      const auto it = result.find(output_names[i]);
+      EPIFUSE_CHECK(it != result.end(), "'{}' is not an output of this spec", output_names[i]);
+      std::memcpy(outputs[i], it->second.bytes.data(), it->second.bytes.size());
+    }
+  });
+}
+
+int ef_jit_new(const char* target, ef_jit** out) {
+  return guarded([&] {
+    require(out, "out");
+    auto j = std::make_unique<ef_jit>();
+    j->jit = std::make_unique<Jit>(target ? target : "");
+    j->target = j->jit->target();
+    *out = j.release();
+  });
+}
+
+void ef_jit_free(ef_jit* jit) { delete jit; }
+
+const char* ef_jit_target(const ef_jit* jit) { return jit ? jit->target.c_str() : ""; }
+
+int ef_jit_compile(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k, const char* tile,
+                   ef_kernel** out) {
+  return guarded([&] {
+    require(jit, "jit");
+    require(spec, "spec");
+    require(out, "out");
+    verify(spec->spec);
+    const Shape shape = make_shape(spec->spec, m, n, k);
+    std::optional<TileConfig> t;
+    if (tile && *tile) t = parse_tile(tile);
+    *out = new ef_kernel{jit->jit->compile(spec->spec, shape, t)};
+  });
+}
+
+void ef_kernel_free(ef_kernel* kernel) { delete kernel; }
+
+int ef_kernel_bindings(const ef_kernel* kernel, char** out) {
+  return guarded([&] {
+    require(kernel, "kernel");
+    require(out, "out");
+    const KernelSource& ks = kernel->kernel->source();
+    *out = c_string(Json{{"name", ks.name}, {"tile", to_string(ks.tile)}, {"inputs", ks.inputs}, {"outputs", ks.outputs}}
+                        .dump());
+  });
+}
+
+int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t* inputs, std::size_t ninputs,
+                  const std::uint64_t* outputs, std::size_t noutputs, std::int64_t m, std::int64_t n, std::int64_t k,
+                  std::uint64_t seed, std::uint64_t offset, void* stream) {
+  return guarded([&] {
+    require(jit, "jit");
+    require(kernel, "kernel");
+    const KernelSource& ks = kernel->kernel->source();
+    EPIFUSE_CHECK(ninputs == ks.inputs.size() && noutputs == ks.outputs.size(),
+                  "{} binds {} inputs and {} outputs, got {} and {}", ks.name, ks.inputs.size(), ks.outputs.size(),
+                  ninputs, noutputs);
+    DeviceBindings b;
+    b.inputs.assign(inputs, inputs + ninputs);
+    b.outputs.assign(outputs, outputs + noutputs);
+    jit->jit->launch(*kernel->kernel, b, Shape{m, n, k}, LaunchArgs{seed, offset}, stream);
+  });
+}
+
+}  // extern "C"
