@@ -37,13 +37,23 @@ class Compiled:
         self._gemm = chain.mainloop != "elementwise"
         self._full = None if self._gemm else self._first_full()
         self._jit = None
-        self._launches = {}  # (M, N, K) -> _Launch
+        self._launches = {}  # the inputs' shapes -> torch_bind._Launch
+        self._run_torch = None  # torch_bind.run, imported on the first torch call
 
     @property
     def input_names(self):
         return [n for n, _ in self._inputs]
 
     def __call__(self, *args, seed=0, offset=0, **named):
+        # The hot path: every input positional, torch tensors (docs/python.md, overhead).
+        if not named and len(args) == len(self._inputs) and not isinstance(args[0], np.ndarray):
+            if self._run_torch is None:
+                from .torch_bind import run
+                self._run_torch = run
+            return self._run_torch(self, args, seed, offset)
+        return self._call_named(args, seed, offset, named)
+
+    def _call_named(self, args, seed, offset, named):
         if len(args) > len(self._inputs):
             raise _lib.UserError(f"{self.chain.name}: {len(args)} positional arguments for "
                                  f"{len(self._inputs)} inputs ({', '.join(self.input_names)})")
@@ -60,7 +70,8 @@ class Compiled:
             raise _lib.UserError(f"{self.chain.name}: missing input(s) {', '.join(missing)}")
         tensors = [bound[n] for n in self.input_names]
         if any(_is_torch(t) for t in tensors):
-            return self._run_torch(tensors, seed, offset)
+            from .torch_bind import run
+            return run(self, tensors, seed, offset)
         return self._run_numpy(tensors, seed, offset)
 
     # ---- shapes
@@ -124,8 +135,3 @@ class Compiled:
         if lead is not None:
             outs = [o.reshape(lead) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
-
-    # ---- the GPU
-    def _run_torch(self, tensors, seed, offset):
-        from .torch_bind import run
-        return run(self, tensors, seed, offset)

@@ -13,14 +13,20 @@ custom op schema's int); offsets likewise.
 """
 import hashlib
 import re
-from typing import List
-
 import torch
 
 from .chain import Chain
 
 _DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 _ops = {}  # qualified name -> the Python callable
+_lib = None
+
+
+def _library():
+    global _lib
+    if _lib is None:
+        _lib = torch.library.Library("epifuse", "FRAGMENT")
+    return _lib
 
 
 def op(chain: Chain, target=None, tile=None):
@@ -36,16 +42,20 @@ def op(chain: Chain, target=None, tile=None):
     gemm = compiled._gemm
     full = compiled._full
 
-    def impl(inputs: List[torch.Tensor], seed: int, offset: int) -> List[torch.Tensor]:
+    def impl(inputs, seed, offset):
         out = compiled(*inputs, seed=seed, offset=offset)
         return list(out) if isinstance(out, tuple) else [out]
 
-    custom = torch.library.custom_op(qualified, impl, mutates_args=())
-
-    @custom.register_fake
-    def _(inputs, seed, offset):
+    def fake(inputs, seed, offset):
         shape = (inputs[0].shape[0], inputs[1].shape[1]) if gemm else inputs[full].shape
         return [inputs[0].new_empty(shape, dtype=dt) for dt in out_dtypes]
+
+    # torch.library.Library rather than torch.library.custom_op: the same opaque op for
+    # Dynamo, at a fraction of custom_op's per-call Python cost (docs/PERF.md, issue 16).
+    _library().define(f"{name}(Tensor[] inputs, int seed, int offset) -> Tensor[]")
+    _library().impl(name, impl, "CUDA")
+    torch.library.register_fake(qualified)(fake)
+    custom = getattr(torch.ops.epifuse, name).default
 
     def call(*inputs, seed=0, offset=0):
         outs = custom(list(inputs), seed, offset)
