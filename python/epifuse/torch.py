@@ -13,8 +13,10 @@ custom op schema's int); offsets likewise.
 """
 import hashlib
 import re
+
 import torch
 
+from ._lib import UserError
 from .chain import Chain
 
 _DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -65,3 +67,31 @@ def op(chain: Chain, target=None, tile=None):
     call.compiled = compiled
     _ops[qualified] = call
     return call
+
+
+def linear(chain: Chain, target=None, tile=None):
+    """A GEMM chain as nn.Linear plus its epilogue: `f(x, weight, *inputs)` computes the
+    chain on acc = x @ weight.T, with x [..., K] (leading dimensions folded into M and
+    given back) and weight in nn.Linear's [N, K] layout. The chain must read B
+    column-major ("b_layout": "col"), which is that weight's layout, so nothing is
+    copied; a dual GEMM takes two weights (`f(x, w0, w1, *inputs)`)."""
+    ml = chain.doc.get("mainloop")
+    if not isinstance(ml, dict) or ml.get("kind") not in ("gemm", "dual_gemm"):
+        raise UserError(f"{chain.name}: epifuse.torch.linear takes a GEMM chain")
+    if ml.get("b_layout", "row") != "col":
+        raise UserError(f"{chain.name}: epifuse.torch.linear needs \"b_layout\": \"col\" (nn.Linear's weight is "
+                        "[N, K] row-major, which is B column-major)")
+    run = op(chain, target, tile)
+    weights = 2 if ml["kind"] == "dual_gemm" else 1
+
+    def f(x, *rest, seed=0, offset=0):
+        lead = x.shape[:-1]
+        a = x.reshape(-1, x.shape[-1])
+        ws = [w.t() for w in rest[:weights]]
+        out = run(a, *ws, *rest[weights:], seed=seed, offset=offset)
+        if isinstance(out, tuple):
+            return tuple(o.reshape(*lead, o.shape[-1]) for o in out)
+        return out.reshape(*lead, out.shape[-1])
+
+    f.op = run
+    return f

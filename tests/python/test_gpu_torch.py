@@ -155,3 +155,16 @@ def test_bad_tensors_are_user_errors():
         fn(x.t(), x.t())
     with pytest.raises(epifuse.UserError, match="float16, the chain reads f32"):
         fn(x, x.half())
+
+
+def test_linear_takes_nn_linear_weights_and_leading_dimensions():
+    chain = epifuse.load(ROOT / "examples/chains/geglu.json")  # dual GEMM, B column-major
+    f = epifuse.torch.linear(chain)
+    x = torch.randn(2, 24, 256, device="cuda", dtype=torch.bfloat16)
+    gate, up = (torch.nn.Linear(256, 512, bias=False, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    want = (F.gelu(x.float() @ gate.weight.float().t(), approximate="tanh") * (x.float() @ up.weight.float().t()))
+    got = f(x, gate.weight, up.weight)
+    assert got.shape == (2, 24, 512)
+    torch.testing.assert_close(got.float(), want, rtol=4e-2, atol=8e-2)
+    with pytest.raises(epifuse.UserError, match="b_layout"):
+        epifuse.torch.linear(epifuse.load(ROOT / "examples/chains/gemm_bias_relu.json"))
