@@ -1,5 +1,6 @@
 // What an installed library does outside its source and build trees
-// (docs/packaging.md): where it finds its hipRTC worker.
+// (docs/packaging.md): where it finds its hipRTC worker, and templates read from
+// EPIFUSE_TEMPLATE_DIR instead of the embedded copies.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "backend/hiprtc.hpp"
+#include "codegen/template_engine.hpp"
 #include "epifuse/errors.hpp"
 #include "../disk_cache_env.hpp"
 
@@ -53,5 +55,27 @@ TEST_SUITE("unit") {
     const std::string beside = (tmp.path / "x" / "epifuse").string();
     CHECK_THROWS_WITH_AS(backend::find_hiprtc_worker(tmp.path / "x" / "app", ""), doctest::Contains(beside.c_str()),
                          RuntimeError);
+  }
+
+  TEST_CASE("EPIFUSE_TEMPLATE_DIR: read_templates takes every embedded template's text from the folder") {
+    TempDir tmp("epifuse-templates");
+    // A folder missing a template is a UserError naming it.
+    CHECK_THROWS_WITH_AS(read_templates(tmp.path), doctest::Contains("cannot read"), UserError);
+
+    // A copy of every template, one of them edited: its text comes back, the rest as embedded.
+    for (const auto& [name, text] : embedded_templates()) {
+      fs::create_directories((tmp.path / name).parent_path());
+      std::ofstream(tmp.path / name, std::ios::binary) << text;
+    }
+    std::ofstream(tmp.path / "elementwise.cu.in", std::ios::app) << "// edited\n";
+    const auto texts = read_templates(tmp.path);
+    REQUIRE(texts.size() == embedded_templates().size());
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      CHECK(texts[i].first == embedded_templates()[i].first);
+      if (texts[i].first == "elementwise.cu.in")
+        CHECK(texts[i].second == std::string(embedded_templates()[i].second) + "// edited\n");
+      else
+        CHECK(texts[i].second == embedded_templates()[i].second);
+    }
   }
 }
