@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Sets up and builds (tools/setup.sh), then runs the doctest suite, the CLI tests
-# and the fuzzer (tools/fuzz.sh: its own clang build in build-fuzz/, then
-# FUZZ_SECONDS of fuzzing, default 60). Exits non-zero when anything failed. GPU
-# tests skip with a visible line when no GPU is present.
+# Sets up and builds (tools/setup.sh), then runs the doctest suite, the CLI tests,
+# the installed package's checks (tools/test_install.sh: install to a temporary
+# prefix, build and run tests/consumer against it) and the fuzzer (tools/fuzz.sh:
+# its own clang build in build-fuzz/, then FUZZ_SECONDS of fuzzing, default 60).
+# Exits non-zero when anything failed. GPU tests skip with a visible line when no
+# GPU is present.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,6 +20,9 @@ echo "== doctest suite ($BUILD_DIR/epifuse_tests)"
 echo
 echo "== CLI tests (tests/cli/run_examples.sh)"
 tests/cli/run_examples.sh "$BUILD_DIR/epifuse" || failed+=("CLI tests")
+echo
+echo "== installed package (tools/test_install.sh)"
+BUILD_DIR="$BUILD_DIR" tools/test_install.sh || failed+=("installed package")
 echo
 echo "== fuzzer (tools/fuzz.sh ${FUZZ_SECONDS:-60})"
 tools/fuzz.sh "${FUZZ_SECONDS:-60}" || failed+=("fuzzer")

@@ -15,6 +15,7 @@
 /// that dies by a signal is a CompileError naming the signal and the hipRTC
 /// version; a known-bad (version, target) pair is refused before any child runs
 /// (UserError). Only the child calls Hiprtc::compile_in_process.
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,10 +112,19 @@ std::string inline_headers(const std::string& source, const std::vector<HipHeade
 /// Compiles `source` for `target` in a child process (Note [hipRTC in a child
 /// process]). UserError for a refused (version, target) pair; CompileError for
 /// a source that does not compile or a child that dies; RuntimeError when no
-/// worker can be started. The worker is EPIFUSE_HIPRTC_WORKER if set, else the
-/// epifuse executable of this process (the CLI), else `epifuse` beside it.
+/// worker can be started. The worker is EPIFUSE_HIPRTC_WORKER if set, else
+/// find_hiprtc_worker for this process's executable.
 HiprtcBinary compile_hip_isolated(const std::string& source, const std::string& name, const AmdTarget& target,
                                   const std::vector<std::string>& extra_options = {});
+
+/// The worker for a process whose executable is `self` (EPIFUSE_HIPRTC_WORKER
+/// unset): the first that exists of `self` when it is the CLI (named `epifuse`),
+/// `epifuse` beside `self`, `epifuse` in `self`'s ../bin (a program installed
+/// under the CLI's prefix, e.g. in libexec/), and `install_bindir`/epifuse (the
+/// installed CLI; the library passes CMAKE_INSTALL_FULL_BINDIR as configured,
+/// since a static library cannot find itself). RuntimeError naming every path
+/// tried and EPIFUSE_HIPRTC_WORKER when none exists.
+std::filesystem::path find_hiprtc_worker(const std::filesystem::path& self, const std::filesystem::path& install_bindir);
 
 /// The child's side: reads a request from `in`, compiles, writes the code object
 /// to `out` and the log to `log`. Returns the process exit code: 0 compiled,

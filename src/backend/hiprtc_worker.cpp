@@ -27,24 +27,23 @@
 
 extern char** environ;
 
+#ifndef EPIFUSE_INSTALL_BINDIR  // CMakeLists.txt sets it to CMAKE_INSTALL_FULL_BINDIR
+#define EPIFUSE_INSTALL_BINDIR ""
+#endif
+
 namespace epifuse::backend {
 
 namespace {
 
 constexpr const char* k_magic = "epifuse-hiprtc 1";
 
-// The worker executable (hiprtc.hpp: compile_hip_isolated).
+// The worker executable (hiprtc.hpp: compile_hip_isolated, find_hiprtc_worker).
 std::string worker_path() {
   if (const char* env = std::getenv("EPIFUSE_HIPRTC_WORKER"); env && *env) return env;
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) throw RuntimeError("hipRTC: cannot find the epifuse executable to compile in (set EPIFUSE_HIPRTC_WORKER)");
-  if (self.filename() == "epifuse") return self.string();
-  const std::filesystem::path beside = self.parent_path() / "epifuse";
-  if (std::filesystem::exists(beside, ec)) return beside.string();
-  throw RuntimeError(fmt::format(
-      "hipRTC compiles run in the epifuse executable; none beside {} (set EPIFUSE_HIPRTC_WORKER to its path)",
-      self.string()));
+  return find_hiprtc_worker(self, EPIFUSE_INSTALL_BINDIR).string();
 }
 
 // A pipe whose ends close with it.
@@ -105,6 +104,26 @@ std::string read_line(std::FILE* in) {
 }
 
 }  // namespace
+
+std::filesystem::path find_hiprtc_worker(const std::filesystem::path& self, const std::filesystem::path& install_bindir) {
+  std::vector<std::filesystem::path> candidates;
+  const auto add = [&](const std::filesystem::path& p) {
+    if (std::find(candidates.begin(), candidates.end(), p) == candidates.end()) candidates.push_back(p);
+  };
+  if (self.filename() == "epifuse") add(self);
+  add(self.parent_path() / "epifuse");
+  add((self.parent_path() / ".." / "bin" / "epifuse").lexically_normal());
+  if (!install_bindir.empty()) add(install_bindir / "epifuse");
+  std::error_code ec;
+  for (const std::filesystem::path& p : candidates)
+    if (std::filesystem::is_regular_file(p, ec)) return p;
+  std::string tried;
+  for (const std::filesystem::path& p : candidates) tried += (tried.empty() ? "" : ", ") + p.string();
+  throw RuntimeError(fmt::format(
+      "hipRTC compiles run in a child `epifuse __hiprtc-compile`, and no epifuse executable was found "
+      "(tried {}); install the epifuse CLI there or set EPIFUSE_HIPRTC_WORKER to its path",
+      tried));
+}
 
 std::string inline_headers(const std::string& source, const std::vector<HipHeader>& headers) {
   std::vector<std::string> done;

@@ -1,5 +1,8 @@
 #include "codegen/template_engine.hpp"
 
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #define XXH_INLINE_ALL
@@ -13,12 +16,30 @@ namespace detail {
 const std::vector<std::pair<std::string_view, std::string_view>>& embedded_templates();
 }
 
+std::vector<std::pair<std::string, std::string>> read_templates(const std::filesystem::path& dir) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, embedded_text] : detail::embedded_templates()) {
+    std::ifstream in(dir / name, std::ios::binary);
+    EPIFUSE_CHECK(in, "EPIFUSE_TEMPLATE_DIR={}: cannot read {} (the folder must hold every template, as templates/ does)",
+                  dir.string(), name);
+    out.emplace_back(std::string(name), std::string(std::istreambuf_iterator<char>(in), {}));
+  }
+  return out;
+}
+
 const std::vector<std::pair<std::string_view, std::string_view>>& embedded_templates() {
-  return detail::embedded_templates();
+  static const std::vector<std::pair<std::string_view, std::string_view>> table = [] {
+    const char* dir = std::getenv("EPIFUSE_TEMPLATE_DIR");
+    if (!dir || !*dir) return detail::embedded_templates();
+    static const std::vector<std::pair<std::string, std::string>> texts = read_templates(dir);
+    std::vector<std::pair<std::string_view, std::string_view>> views(texts.begin(), texts.end());
+    return views;
+  }();
+  return table;
 }
 
 std::string_view embedded_template(std::string_view path) {
-  for (const auto& [name, text] : detail::embedded_templates())
+  for (const auto& [name, text] : embedded_templates())
     if (name == path) return text;
   EPIFUSE_ASSERT(false, "no embedded template '{}'", path);
   return {};
@@ -27,7 +48,7 @@ std::string_view embedded_template(std::string_view path) {
 std::uint64_t templates_hash() {
   static const std::uint64_t hash = [] {
     std::string all;
-    for (const auto& [name, text] : detail::embedded_templates()) {
+    for (const auto& [name, text] : embedded_templates()) {
       all.append(name);
       all.push_back('\0');
       all.append(text);

@@ -12,19 +12,19 @@ set(EPIFUSE_FUZZ_FLAGS -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GLIB
 
 # Only what a chain goes through on its way to source text: no backend,
 # runtime, reference evaluator or .npy I/O.
-file(GLOB_RECURSE EPIFUSE_FUZZ_LIB_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/json/*.cpp
-     ${CMAKE_SOURCE_DIR}/src/ir/*.cpp ${CMAKE_SOURCE_DIR}/src/codegen/*.cpp)
+file(GLOB_RECURSE EPIFUSE_FUZZ_LIB_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/json/*.cpp
+     ${PROJECT_SOURCE_DIR}/src/ir/*.cpp ${PROJECT_SOURCE_DIR}/src/codegen/*.cpp)
 add_library(epifuse_fuzz_lib STATIC ${EPIFUSE_FUZZ_LIB_SOURCES} ${EPIFUSE_EMBEDDED_CPP})
 target_include_directories(epifuse_fuzz_lib
-  PUBLIC ${CMAKE_SOURCE_DIR}/include
-  PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/templates ${XXHASH_INCLUDE_DIR})
+  PUBLIC ${PROJECT_SOURCE_DIR}/include
+  PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/templates ${XXHASH_INCLUDE_DIR})
 target_link_libraries(epifuse_fuzz_lib PUBLIC fmt::fmt-header-only nlohmann_json::nlohmann_json
                       Threads::Threads ${CMAKE_DL_LIBS})
 target_compile_definitions(epifuse_fuzz_lib PUBLIC EPIFUSE_VERSION="${PROJECT_VERSION}")
 target_compile_options(epifuse_fuzz_lib PRIVATE -fsanitize=fuzzer-no-link,address,undefined ${EPIFUSE_FUZZ_FLAGS})
 
 add_executable(epifuse_fuzz_chain ${CMAKE_CURRENT_LIST_DIR}/fuzz_chain.cpp ${CMAKE_CURRENT_LIST_DIR}/json_mutator.cpp)
-target_include_directories(epifuse_fuzz_chain PRIVATE ${CMAKE_SOURCE_DIR}/src ${XXHASH_INCLUDE_DIR})
+target_include_directories(epifuse_fuzz_chain PRIVATE ${PROJECT_SOURCE_DIR}/src ${XXHASH_INCLUDE_DIR})
 target_compile_options(epifuse_fuzz_chain PRIVATE -fsanitize=fuzzer,address,undefined ${EPIFUSE_FUZZ_FLAGS})
 target_link_options(epifuse_fuzz_chain PRIVATE -fsanitize=fuzzer,address,undefined)
 target_link_libraries(epifuse_fuzz_chain PRIVATE epifuse_fuzz_lib)
