@@ -14,7 +14,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
-# python3-pytest: the Python module's tests (tests/python, docs/python.md).
+# python3-pytest, python3-venv: the Python module's tests and its pip install . into
+# a fresh virtual environment (tools/test_python.sh, docs/python.md).
 # python3-numpy: Debian's, so that tests/cli/run_examples.sh can check with
 # /usr/bin/python3 that numpy reads the .npy files epifuse writes.
 # clang, libclang-rt-dev: libFuzzer and the sanitizers for tools/fuzz.sh (the
@@ -22,7 +23,7 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 # libamdhip64-dev, libhiprtc-builtins5: hipRTC (inside ROCm 5's HIP runtime) for
 # the AMD compile tier; opened with dlopen, never linked. clang-19: the same
 # tier's gfx1100/gfx942 assembly, which ROCm 5's hipRTC cannot build (docs/amd.md).
-PACKAGES=(cmake g++ make libfmt-dev nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev python3-numpy python3-pytest
+PACKAGES=(cmake g++ make libfmt-dev nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev python3-numpy python3-pytest python3-venv
           clang libclang-rt-dev libamdhip64-dev libhiprtc-builtins5 clang-19)
 
 missing=()

@@ -24,6 +24,9 @@ echo
 echo "== installed package (tools/test_install.sh)"
 BUILD_DIR="$BUILD_DIR" tools/test_install.sh || failed+=("installed package")
 echo
+echo "== Python module (tools/test_python.sh)"
+BUILD_DIR="$BUILD_DIR" tools/test_python.sh || failed+=("Python module")
+echo
 echo "== fuzzer (tools/fuzz.sh ${FUZZ_SECONDS:-60})"
 tools/fuzz.sh "${FUZZ_SECONDS:-60}" || failed+=("fuzzer")
 echo
