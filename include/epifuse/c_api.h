@@ -99,6 +99,22 @@ int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const uint64_t* in
                   const uint64_t* outputs, size_t noutputs, int64_t m, int64_t n, int64_t k, uint64_t seed,
                   uint64_t offset, void* stream);
 
+/* The same launch as one record, for callers that keep it per shape and change
+ * only what varies (pointers, seed, offset, stream): one argument to convert
+ * instead of twelve (the Python module's hot path, docs/python.md). */
+typedef struct ef_launch {
+  const ef_jit* jit;
+  const ef_kernel* kernel;
+  const uint64_t* inputs;
+  size_t ninputs;
+  const uint64_t* outputs;
+  size_t noutputs;
+  int64_t m, n, k;
+  uint64_t seed, offset;
+  void* stream;
+} ef_launch;
+int ef_launch_record(const ef_launch* launch);
+
 #ifdef __cplusplus
 }
 #endif

@@ -79,6 +79,17 @@ _SIGNATURES = {
     "ef_jit_launch": ([_voidp, _voidp, _c.POINTER(_c.c_uint64), _c.c_size_t, _c.POINTER(_c.c_uint64), _c.c_size_t,
                        _c.c_int64, _c.c_int64, _c.c_int64, _c.c_uint64, _c.c_uint64, _voidp], _c.c_int),
 }
+
+
+class LaunchRecord(ctypes.Structure):
+    """struct ef_launch (c_api.h): kept per shape, only pointers, seed, offset and stream change."""
+    _fields_ = [("jit", _voidp), ("kernel", _voidp), ("inputs", _c.POINTER(_c.c_uint64)), ("ninputs", _c.c_size_t),
+                ("outputs", _c.POINTER(_c.c_uint64)), ("noutputs", _c.c_size_t), ("m", _c.c_int64),
+                ("n", _c.c_int64), ("k", _c.c_int64), ("seed", _c.c_uint64), ("offset", _c.c_uint64),
+                ("stream", _voidp)]
+
+
+_SIGNATURES["ef_launch_record"] = ([_voidp], _c.c_int)
 for _name, (_args, _res) in _SIGNATURES.items():
     _f = getattr(lib, _name)
     _f.argtypes, _f.restype = _args, _res

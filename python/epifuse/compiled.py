@@ -6,6 +6,7 @@ Positional arguments bind to the chain's inputs in binding order (a GEMM's opera
 name. One output is returned as it is, several as a tuple in declaration order.
 """
 import ctypes
+import json
 
 import numpy as np
 
@@ -14,6 +15,18 @@ from ._lib import lib, check, text
 
 _NUMPY = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": np.dtype(np.uint16)}
 _TORCH_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+class Handle:
+    """An ef_jit or ef_kernel, freed with its owner."""
+
+    def __init__(self, h, free):
+        self.h, self._free = h, free
+
+    def __del__(self):
+        if self.h:
+            self._free(self.h)
+            self.h = None
 
 
 def _product(dims):
@@ -39,21 +52,46 @@ class Compiled:
         self._jit = None
         self._launches = {}  # the inputs' shapes -> torch_bind._Launch
         self._run_torch = None  # torch_bind.run, imported on the first torch call
+        self._torch_tensor = None  # torch.Tensor once torch was seen: the fast path's test
+
+    def jit(self):
+        """The JIT (created on the first GPU call: a target, a compiler, a device)."""
+        if self._jit is None:
+            h = ctypes.c_void_p()
+            check(lib.ef_jit_new(text(self.target), ctypes.byref(h)))
+            self._jit = Handle(h, lib.ef_jit_free)
+        return self._jit.h
+
+    def kernel(self, mnk):
+        """The compiled kernel for (M, N, K) and its bindings' order: (Handle, inputs, outputs)."""
+        h = ctypes.c_void_p()
+        check(lib.ef_jit_compile(self.jit(), self.chain._h, mnk[0], mnk[1], mnk[2], text(self.tile), ctypes.byref(h)))
+        handle = Handle(h, lib.ef_kernel_free)
+        kb = json.loads(_lib.take_string(lib.ef_kernel_bindings, h))
+        return handle, kb["inputs"], kb["outputs"]
+
+    def layouts(self):
+        """{operand: "row" | "col"} of a GEMM chain's operands; {} for elementwise chains."""
+        ml = self.chain.doc.get("mainloop")
+        if not isinstance(ml, dict):
+            return {}
+        names = ["a"] + (["b0", "b1"] if ml.get("kind") == "dual_gemm" else ["b"])
+        return {n: ml.get("a_layout" if n == "a" else "b_layout", "row") for n in names}
 
     @property
     def input_names(self):
         return [n for n, _ in self._inputs]
 
-    def __call__(self, *args, seed=0, offset=0, **named):
+    def __call__(self, *args, seed=0, offset=0, out=None, **named):
+        """Runs the chain. `out=`: torch outputs to write (one tensor, or a sequence
+        in declaration order) instead of new ones. Inputs named seed, offset or out
+        are passed positionally."""
         # The hot path: every input positional, torch tensors (docs/python.md, overhead).
-        if not named and len(args) == len(self._inputs) and not isinstance(args[0], np.ndarray):
-            if self._run_torch is None:
-                from .torch_bind import run
-                self._run_torch = run
-            return self._run_torch(self, args, seed, offset)
-        return self._call_named(args, seed, offset, named)
+        if not named and len(args) == len(self._inputs) and type(args[0]) is self._torch_tensor:
+            return self._run_torch(self, args, seed, offset, out)
+        return self._call_named(args, seed, offset, out, named)
 
-    def _call_named(self, args, seed, offset, named):
+    def _call_named(self, args, seed, offset, out, named):
         if len(args) > len(self._inputs):
             raise _lib.UserError(f"{self.chain.name}: {len(args)} positional arguments for "
                                  f"{len(self._inputs)} inputs ({', '.join(self.input_names)})")
@@ -71,7 +109,14 @@ class Compiled:
         tensors = [bound[n] for n in self.input_names]
         if any(_is_torch(t) for t in tensors):
             from .torch_bind import run
-            return run(self, tensors, seed, offset)
+            import torch
+            self._torch_tensor, self._run_torch = torch.Tensor, run  # the fast path from now on
+            return run(self, tensors, seed, offset, out)
+        if not isinstance(tensors[0], np.ndarray) and hasattr(tensors[0], "__dlpack__"):
+            from .dlpack import run
+            return run(self, tensors, seed, offset, out)
+        if out is not None:
+            raise _lib.UserError(f"{self.chain.name}: out= is for torch tensors; NumPy runs return new arrays")
         return self._run_numpy(tensors, seed, offset)
 
     # ---- shapes

@@ -8,64 +8,42 @@ import ctypes
 import torch
 
 from . import _lib
-from ._lib import lib, check, text
+from ._lib import lib, check
 
 _DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
-class _Handle:
-    def __init__(self, h, free):
-        self.h, self._free = h, free
-
-    def __del__(self):
-        if self.h:
-            self._free(self.h)
-            self.h = None
-
-
 class _Launch:
     """What a call with shapes seen before needs, prepared once."""
-    __slots__ = ("kernel", "order", "outputs", "ins", "outs", "mnk", "lead", "expect")
-
-
-def _jit(compiled):
-    if compiled._jit is None:
-        h = ctypes.c_void_p()
-        check(lib.ef_jit_new(text(compiled.target), ctypes.byref(h)))
-        compiled._jit = _Handle(h, lib.ef_jit_free)
-    return compiled._jit.h
+    __slots__ = ("kernel", "order", "outputs", "ins", "outs", "mnk", "lead", "expect", "record", "address")
 
 
 def _prepare(compiled, tensors):
     mnk, lead = compiled._shape([tuple(t.shape) for t in tensors])
     b = compiled._check_shapes([tuple(t.shape) for t in tensors], mnk)
-    h = ctypes.c_void_p()
-    check(lib.ef_jit_compile(_jit(compiled), compiled.chain._h, mnk[0], mnk[1], mnk[2], text(compiled.tile),
-                             ctypes.byref(h)))
-    kernel = _Handle(h, lib.ef_kernel_free)
-    import json
-    kb = json.loads(_lib.take_string(lib.ef_kernel_bindings, h))
+    kernel, kb_inputs, kb_outputs = compiled.kernel(mnk)
     names = compiled.input_names
     l = _Launch()
     l.kernel, l.mnk, l.lead = kernel, mnk, lead
-    l.order = [names.index(n) for n in kb["inputs"]]
+    l.order = [names.index(n) for n in kb_inputs]
     shapes = {o["name"]: o["shape"] for o in b["outputs"]}
     dtypes = dict(compiled._outputs)
-    l.outputs = [(lead if lead is not None else tuple(shapes[n]), _DTYPES[dtypes[n]]) for n in kb["outputs"]]
+    l.outputs = [(lead if lead is not None else tuple(shapes[n]), _DTYPES[dtypes[n]]) for n in kb_outputs]
     l.ins = (ctypes.c_uint64 * len(l.order))()
     l.outs = (ctypes.c_uint64 * len(l.outputs))()
     # What the fast path compares: each input's dtype and strides (contiguous, or
     # a column-major operand's transposed strides) as this first call checked them.
     l.expect = [(t.dtype, t.stride()) for t in tensors]
+    r = l.record = _lib.LaunchRecord()
+    r.jit, r.kernel, r.inputs, r.ninputs = compiled.jit(), kernel.h, l.ins, len(l.ins)
+    r.outputs, r.noutputs = l.outs, len(l.outs)
+    r.m, r.n, r.k = mnk
+    l.address = ctypes.addressof(r)
     return l
 
 
 def _layouts(compiled):
-    ml = compiled.chain.doc.get("mainloop")
-    if not isinstance(ml, dict):
-        return {}
-    names = ["a"] + (["b0", "b1"] if ml.get("kind") == "dual_gemm" else ["b"])
-    return {n: ml.get("a_layout" if n == "a" else "b_layout", "row") for n in names}
+    return compiled.layouts()
 
 
 def _check(compiled, tensors, device):
@@ -93,10 +71,10 @@ except AttributeError:  # pragma: no cover - older torch
     def _raw_stream(index):
         return torch.cuda.current_stream(index).cuda_stream
 
-_launch = lib.ef_jit_launch
+_launch = lib.ef_launch_record
 
 
-def run(compiled, tensors, seed, offset):
+def run(compiled, tensors, seed, offset, out=None):
     try:
         l = compiled._launches.get(tuple([t.shape for t in tensors]))
         if l is not None:
@@ -111,15 +89,33 @@ def run(compiled, tensors, seed, offset):
     ins, outs_ptr = l.ins, l.outs
     for i, j in enumerate(l.order):
         ins[i] = tensors[j].data_ptr()
-    outs = [torch.empty(shape, dtype=dt, device="cuda:0") for shape, dt in l.outputs]
+    if out is None:
+        outs = [torch.empty(shape, dtype=dt, device="cuda:0") for shape, dt in l.outputs]
+    else:
+        outs = _check_out(compiled, l, out)
     for i, o in enumerate(outs):
         outs_ptr[i] = o.data_ptr()
-    m, n, k = l.mnk
-    status = _launch(compiled._jit.h, l.kernel.h, ins, len(ins), outs_ptr, len(outs), m, n, k, seed, offset,
-                     _raw_stream(0))
+    r = l.record
+    r.seed, r.offset, r.stream = seed, offset, _raw_stream(0)
+    status = _launch(l.address)
     if status:
         check(status)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _check_out(compiled, l, out):
+    """`out=`: the outputs, one tensor or a sequence in declaration order, each of the
+    output's shape and dtype, contiguous, on device 0. They are written, not returned anew."""
+    outs = [out] if isinstance(out, torch.Tensor) else list(out)
+    if len(outs) != len(l.outputs):
+        raise _lib.UserError(f"{compiled.chain.name}: out= has {len(outs)} tensors for {len(l.outputs)} outputs")
+    for o, (shape, dt), (name, _) in zip(outs, l.outputs, compiled._outputs):
+        if (not isinstance(o, torch.Tensor) or tuple(o.shape) != tuple(shape) or o.dtype is not dt
+                or not o.is_contiguous() or o.get_device() != 0):
+            raise _lib.UserError(f"{compiled.chain.name}: out= for '{name}' must be a contiguous {dt} tensor of "
+                                 f"shape {list(shape)} on cuda:0, got {getattr(o, 'dtype', type(o).__name__)} "
+                                 f"{list(getattr(o, 'shape', []))}")
+    return outs
 
 
 def _first_call(compiled, tensors):
@@ -135,6 +131,5 @@ def _first_call(compiled, tensors):
     key = tuple([t.shape for t in tensors])
     l = compiled._launches.get(key)
     if l is None or [(t.dtype, t.stride()) for t in tensors] != l.expect:
-        _jit(compiled)
         l = compiled._launches[key] = _prepare(compiled, tensors)
     return l

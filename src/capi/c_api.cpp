@@ -337,4 +337,10 @@ int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_
   });
 }
 
+int ef_launch_record(const ef_launch* l) {
+  if (!l) return guarded([] { throw UserError("launch is NULL"); });
+  return ef_jit_launch(l->jit, l->kernel, l->inputs, l->ninputs, l->outputs, l->noutputs, l->m, l->n, l->k, l->seed,
+                       l->offset, l->stream);
+}
+
 }  // extern "C"

@@ -168,3 +168,13 @@ def test_linear_takes_nn_linear_weights_and_leading_dimensions():
     torch.testing.assert_close(got.float(), want, rtol=4e-2, atol=8e-2)
     with pytest.raises(epifuse.UserError, match="b_layout"):
         epifuse.torch.linear(epifuse.load(ROOT / "examples/chains/gemm_bias_relu.json"))
+
+
+def test_out_writes_the_given_tensors():
+    fn = epifuse.load(ROOT / "examples/chains/add_mul.json").compile()
+    x, y = torch.randn(64, 128, device="cuda"), torch.randn(64, 128, device="cuda")
+    z = torch.empty_like(x)
+    assert fn(x, y, out=z) is z
+    torch.testing.assert_close(z, (x + y) * 0.5)
+    with pytest.raises(epifuse.UserError, match="out= for 'out'"):
+        fn(x, y, out=z.half())

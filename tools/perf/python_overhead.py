@@ -45,7 +45,7 @@ def main():
     bench = subprocess.run([binary, "bench", str(CHAIN), "--shape", f"{SHAPE[0]},{SHAPE[1]}", "--no-sweep",
                             "--no-unfused", "--json"], capture_output=True, text=True, check=True)
     cxx = json.loads(bench.stdout)["results"][0]["host"]["launch_us"]
-    x, y = (torch.randn(SHAPE, device="cuda") for _ in range(2))
+    x, y, z = (torch.randn(SHAPE, device="cuda") for _ in range(3))
     fn = epifuse.load(CHAIN).compile()
     op = epifuse.torch.op(epifuse.load(CHAIN))
     compiled = op.compiled
@@ -56,13 +56,15 @@ def main():
 
     rows = [("C++ Jit::launch (epifuse bench)", cxx),
             ("Python callable fn(x, y)", host_us(lambda: fn(x, y))),
+            ("Python callable fn(x, y, out=z)", host_us(lambda: fn(x, y, out=z))),
             ("epifuse.torch.op (torch.library.Library)", host_us(lambda: op(x, y))),
             ("the same through torch.library.custom_op", host_us(lambda: via_custom_op([x, y], 0, 0))),
             ("torch eager (x + y) * 0.5, two ops", host_us(lambda: (x + y) * 0.5))]
     print(f"host time per call, add_mul f32 {SHAPE[0]}x{SHAPE[1]} on {torch.cuda.get_device_name()}")
     for label, us in rows:
         print(f"  {label:<40} {us:7.2f} us")
-    print(f"  Python over C++: {rows[1][1] - cxx:+.2f} us (bar <= 10 us); torch op over C++: {rows[2][1] - cxx:+.2f} us")
+    print(f"  Python over C++: {rows[1][1] - cxx:+.2f} us, with out= {rows[2][1] - cxx:+.2f} us (bar <= 10 us); "
+          f"torch op over C++: {rows[3][1] - cxx:+.2f} us")
 
 
 if __name__ == "__main__":
