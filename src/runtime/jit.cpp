@@ -209,7 +209,7 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
           kernel->ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         }
     }
-    auto nvrtc_compile = [&] {
+    auto compile_source = [&] {
       if (amd) {
         backend::HiprtcBinary bin = backend::compile_hip_isolated(
             backend::inline_headers(kernel->src.text, hip_headers), kernel->src.name + ".hip", *amd);
@@ -224,13 +224,13 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
       kernel->disk = false;
       if (disk) disk->store(DiskCache::Kind::kernel, disk_key, encode_kernel({text_hash, kernel->ms, kernel->cubin}));
     };
-    if (!kernel->disk) nvrtc_compile();
+    if (!kernel->disk) compile_source();
     if (device) {
       if (kernel->disk) {
         try {
           kernel->module.emplace(*device, kernel->cubin);
         } catch (const RuntimeError&) {
-          nvrtc_compile();  // a record that is whole but that the driver refuses: compile and replace it
+          compile_source();  // a record that is whole but that the driver refuses: compile and replace it
           kernel->module.emplace(*device, kernel->cubin);
         }
       } else {
