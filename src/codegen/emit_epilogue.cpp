@@ -59,7 +59,7 @@ std::string spell(const KernelPlan& plan, std::size_t id, const Node& n, const s
   switch (info.spelling) {
     case Spelling::infix: return fmt::format("{} {} {}", a, info.device, b);
     case Spelling::call:
-      return fmt::format("{}{}({}{}{})", info.device, info.approximable && plan.fast[id] ? "_fast" : "", a,
+      return fmt::format("{}{}({}{}{})", info.device, info.fast_for != FastFor::none && plan.fast[id] ? "_fast" : "", a,
                          info.arity == 2 ? ", " : "", b);
     case Spelling::special: break;
   }

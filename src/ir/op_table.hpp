@@ -13,8 +13,17 @@ namespace epifuse {
 /// overrides only the device functions' definitions, templates/common/*.cuh).
 enum class Spelling : std::uint8_t {
   infix,    ///< `a <device> b`
-  call,     ///< `<device>(a[, b])`, with `_fast` appended where approximable and allowed
+  call,     ///< `<device>(a[, b])`, with `_fast` appended where it has one and the precision policy allows it
   special,  ///< spelled by the emitter from the node's attributes (scale, dropout, cast, add_scalar)
+};
+
+/// The finest output a `_fast` form is accurate enough for (DESIGN §3: its
+/// error below half an ulp of the output's dtype: 2^-9 relative for bf16,
+/// 2^-12 for f16). f32 outputs take it only where the spec asks for "fast".
+enum class FastFor : std::uint8_t {
+  none,  ///< no `_fast` form
+  bf16,  ///< tanh.approx (2^-11 relative); lg2.approx (2^-21.4 absolute near 1, so no relative bound there)
+  f16,   ///< ex2.approx and rcp.approx forms (sigmoid, silu, gelu_tanh: ~2^-20 relative), __expf (2 + 1.173|x| ulp), rsqrt.approx
 };
 
 struct OpInfo {
@@ -24,7 +33,7 @@ struct OpInfo {
   std::string_view math;    ///< one-line definition, fp32 semantics
   Spelling spelling;
   std::string_view device;  ///< infix operator or device function (templates/common/*.cuh)
-  bool approximable;        ///< has an `_fast` form (DESIGN §3 precision policy)
+  FastFor fast_for;         ///< where its `_fast` form may replace it (DESIGN §3 precision policy)
 };
 
 std::span<const OpInfo> op_table();

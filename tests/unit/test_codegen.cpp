@@ -12,6 +12,7 @@
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
 #include "ir/dropout.hpp"
+#include "ir/op_table.hpp"
 
 using namespace epifuse;
 
@@ -55,12 +56,26 @@ TEST_CASE("emitted source is deterministic and free of user names") {
   CHECK(std::get<ElementwiseTile>(emit_kernel(bias_gelu_dropout_add(DType::bf16), shape).tile).vec == 8);
 }
 
-TEST_CASE("precision policy: approximate tanh only where every output is bf16 or precision is fast") {
+TEST_CASE("precision policy: a fast form only where its error is below half an ulp of every output") {
   const Shape shape{8, 8, 0};
   CHECK(emit_kernel(bias_gelu_dropout_add(DType::f32), shape).text.find("ef_gelu_tanh_fast") ==
         std::string::npos);
-  CHECK(emit_kernel(bias_gelu_dropout_add(DType::f16), shape).text.find("ef_gelu_tanh_fast") ==
+  // f16 (half ulp 2^-12): GELU's ex2/rcp form (~2^-20) qualifies, tanh.approx (2^-11) does not.
+  CHECK(emit_kernel(bias_gelu_dropout_add(DType::f16), shape).text.find("ef_gelu_tanh_fast") !=
         std::string::npos);
+  for (const auto& [op, fast16] : {std::pair{"tanh", false}, {"log", false}, {"sigmoid", true}, {"silu", true},
+                                   {"exp", true}, {"rsqrt", true}, {"gelu_tanh", true}}) {
+    CAPTURE(op);
+    for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+      CAPTURE(d);
+      KernelSpec s;
+      s.name = "one_op";
+      const Value x = s.graph.input("x", d);
+      s.graph.output("y", s.graph.unary(find_op(op)->kind, x), d);
+      const bool fast = emit_kernel(s, shape).text.find(fmt::format("ef_{}_fast(", op)) != std::string::npos;
+      CHECK(fast == (d == DType::bf16 || (d == DType::f16 && fast16)));
+    }
+  }
   CHECK(emit_kernel(bias_gelu_dropout_add(DType::bf16), shape).text.find("ef_gelu_tanh_fast") !=
         std::string::npos);
   auto fast = bias_gelu_dropout_add(DType::f32);
