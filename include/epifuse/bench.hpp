@@ -20,6 +20,13 @@ struct BenchOptions {
   bool cublas = true;          ///< GEMM chains: the cuBLASLt baselines (when libcublasLt loads)
   std::uint64_t data_seed = 1;
   LaunchArgs args{};
+  /// GEMM chains: other sources of the fused kernel, each timed as a row of its
+  /// own in turns with the others (`--variant`, Note [Variant kernels]).
+  struct Variant {
+    std::string label;  ///< what the table shows (the file's name)
+    std::string text;   ///< the kernel source
+  };
+  std::vector<Variant> variants;
 };
 
 /// One row of an elementwise kernel's block-size sweep.
@@ -31,7 +38,7 @@ struct SweepRow {
 /// One row of a GEMM chain's table: a way of computing the chain (or the GEMM
 /// alone), timed like the fused kernel.
 struct GemmRow {
-  std::string key;    ///< JSON key: cublas, fused, fused_no_dropout, cublaslt_epilogue, cublas_then_epilogue, unfused
+  std::string key;    ///< JSON key: cublas, fused, fused_no_dropout, cublaslt_epilogue, cublas_then_epilogue, unfused, variant:<file>
   std::string label;  ///< what the text table shows
   std::string detail; ///< the tile chosen, the cuBLASLt epilogue used, ...
   int kernels = 1;    ///< launches per run

@@ -95,6 +95,10 @@ class Jit {
   /// Compiles (or finds) the kernel; loads it when a GPU is present.
   std::shared_ptr<const CompiledKernel> compile(const KernelSpec& spec, const Shape& shape,
                                                 const std::optional<TileConfig>& tile = std::nullopt);
+  /// Another source of `like`'s kernel (`epifuse bench --variant`, Note
+  /// [Variant kernels]): compiled, not cached, launched like `like`. UserError
+  /// unless it defines the same kernel with the same parameter struct.
+  std::shared_ptr<const CompiledKernel> compile_variant(const CompiledKernel& like, std::string text);
   /// Launches on `stream` (nullptr: the default stream); asynchronous.
   /// Picks the vector path when every pointer is aligned for it.
   void launch(const CompiledKernel& kernel, const DeviceBindings& bindings, const Shape& shape,

@@ -45,10 +45,7 @@ HostTensor download(CUdeviceptr ptr, DType dtype, const Shape& s) {
 // accumulation order, an intermediate stored in the GEMM's dtype) stays far
 // below max|x|/32; a wrong layout, a transposed bias or different dropout
 // masks do not.
-GemmCheck compare_results(std::string what, CUdeviceptr x, DType x_dtype, CUdeviceptr y, DType y_dtype,
-                          const Shape& s) {
-  backend::cuda().synchronize();
-  const HostTensor a = download(x, x_dtype, s), b = download(y, y_dtype, s);
+GemmCheck compare_host(std::string what, const HostTensor& a, const HostTensor& b) {
   GemmCheck c;
   c.what = std::move(what);
   for (std::int64_t i = 0; i < a.numel(); ++i) {
@@ -60,6 +57,12 @@ GemmCheck compare_results(std::string what, CUdeviceptr x, DType x_dtype, CUdevi
   }
   c.ok = c.max_abs_diff <= c.max_abs / 32;
   return c;
+}
+
+GemmCheck compare_results(std::string what, CUdeviceptr x, DType x_dtype, CUdeviceptr y, DType y_dtype,
+                          const Shape& s) {
+  backend::cuda().synchronize();
+  return compare_host(std::move(what), download(x, x_dtype, s), download(y, y_dtype, s));
 }
 
 // Bytes of the tensors a row's path reads or writes (docs/bench.md, "memory"):
@@ -104,6 +107,8 @@ class GemmBench {
       g_.skipped.push_back(why);
     else
       attempt("cuBLAS GEMM alone", [&] { cublas_rows(); });
+    for (const BenchOptions::Variant& v : opt_.variants)
+      attempt(fmt::format("variant {}", v.label), [&] { variant_row(v); });
     finish();
     return std::move(g_);
   }
@@ -159,6 +164,25 @@ class GemmBench {
                             [&](const std::string& name) { return input(name); });
     add_row("fused_no_dropout", "fused, dropout removed", to_string(nodrop_kernel_->source().tile), 1,
             [this] { jit_.launch(*nodrop_kernel_, nodrop_t_.bindings, shape_, opt_.args); });
+  }
+
+  // Another source of the fused kernel (Note [Variant kernels]), on the fused
+  // kernel's buffers; last, so that the checks above saw the fused outputs.
+  // Its first output against the fused kernel's: equal, unless the variant
+  // changes the arithmetic.
+  void variant_row(const BenchOptions::Variant& v) {
+    const auto kernel = jit_.compile_variant(fused_, v.text);
+    keep_.push_back(kernel);
+    const DType out_dtype = spec_.graph.outputs().front().dtype;
+    const CUdeviceptr out = fused_t_.bindings.outputs.at(0);
+    jit_.launch(fused_, fused_t_.bindings, shape_, opt_.args);
+    backend::cuda().synchronize();
+    const HostTensor want = download(out, out_dtype, shape_);
+    add_row("variant:" + v.label, fmt::format("variant {}", v.label),
+            fmt::format("{}, compiled in {:.0f} ms", to_string(r_.tile), kernel->compile_ms()), 1,
+            [this, kernel] { jit_.launch(*kernel, fused_t_.bindings, shape_, opt_.args); });
+    backend::cuda().synchronize();
+    g_.checks.push_back(compare_host(fmt::format("variant {} vs fused", v.label), download(out, out_dtype, shape_), want));
   }
 
   std::string why_no_cublas() const {

@@ -168,6 +168,7 @@ struct Jit::Impl {
   // the spec is copied, and only on a miss, so the hit path copies nothing.
   std::shared_ptr<const CompiledKernel> compile(const CacheKey& k, const KernelSpec& spec,
                                                 std::shared_ptr<const KernelSpec> owned, const Shape& shape);
+  void prepare_function(LoadedKernel& kernel) const;
   // What the constructor sets up for each vendor's targets ("" detects the GPU's).
   void init_nvidia(const std::string& target);
   void init_amd(const std::string& text);
@@ -236,23 +237,29 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
       } else {
         kernel->module.emplace(*device, kernel->cubin);
       }
-      kernel->function = kernel->module->function(kernel->src.name);
-      kernel->info = device->function_info(kernel->function);
-      const int shared = static_cast<int>(kernel->src.shared_bytes);
-      const int total = shared + kernel->info.static_shared_bytes;
-      if (total > 48 * 1024) {  // above 48 KB (static and dynamic together) a kernel must opt in
-        const int most = device->device(0).max_shared_per_block_optin;
-        EPIFUSE_CHECK(total <= most, "tile {} needs {} bytes of shared memory per block; this GPU allows {}",
-                      to_string(kernel->src.tile), total, most);
-        device->set_max_dynamic_shared(kernel->function, shared);
-      }
-      if (kernel->src.cluster_blocks > 8) {
-        EPIFUSE_ASSERT(driver, "a cluster kernel for {}: clusters are an NVIDIA feature", target_name);
-        driver->allow_non_portable_cluster(static_cast<backend::CUfunction>(kernel->function));
-      }
+      prepare_function(*kernel);
     }
     return kernel;
   });
+}
+
+// The loaded module's function, its attributes, and the opt-ins its shared
+// memory and cluster size need.
+void Jit::Impl::prepare_function(LoadedKernel& kernel) const {
+  kernel.function = kernel.module->function(kernel.src.name);
+  kernel.info = device->function_info(kernel.function);
+  const int shared = static_cast<int>(kernel.src.shared_bytes);
+  const int total = shared + kernel.info.static_shared_bytes;
+  if (total > 48 * 1024) {  // above 48 KB (static and dynamic together) a kernel must opt in
+    const int most = device->device(0).max_shared_per_block_optin;
+    EPIFUSE_CHECK(total <= most, "tile {} needs {} bytes of shared memory per block; this GPU allows {}",
+                  to_string(kernel.src.tile), total, most);
+    device->set_max_dynamic_shared(kernel.function, shared);
+  }
+  if (kernel.src.cluster_blocks > 8) {
+    EPIFUSE_ASSERT(driver, "a cluster kernel for {}: clusters are an NVIDIA feature", target_name);
+    driver->allow_non_portable_cluster(static_cast<backend::CUfunction>(kernel.function));
+  }
 }
 
 Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
@@ -348,6 +355,54 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const
                                                    const std::optional<TileConfig>& tile) {
   const CacheKey k = key(spec, shape, tile);
   return impl_->compile(k, spec, nullptr, shape);
+}
+
+// Note [Variant kernels]: `epifuse bench --variant` times another source of
+// the same kernel (emitted by another build, or edited by hand) in the same
+// process as the fused kernel, rows taking turns: versions of the code measured
+// against each other without the process-to-process noise of the clocks and
+// of cuBLAS (+-3% at 4096^3, docs/PERF.md). It launches as the original does,
+// so it must define the same kernel with the same parameter struct; it is not
+// cached, and a misaligned launch runs the original's general kernel.
+std::shared_ptr<const CompiledKernel> Jit::compile_variant(const CompiledKernel& like, std::string text) {
+  const Impl& d = *impl_;
+  const auto& original = static_cast<const LoadedKernel&>(like);
+  const std::string& name = original.src.name;
+  // The parameter struct, as the emitter writes it: `struct <name>_params {` ... `};`.
+  auto params_struct = [&](const std::string& source) -> std::optional<std::string> {
+    const std::string open = fmt::format("struct {}_params {{", name);
+    const std::size_t at = source.find(open);
+    if (at == std::string::npos) return std::nullopt;
+    const std::size_t end = source.find("};", at);
+    if (end == std::string::npos) return std::nullopt;
+    return source.substr(at, end - at);
+  };
+  const std::optional<std::string> want = params_struct(original.src.text);
+  EPIFUSE_ASSERT(want.has_value(), "kernel {} has no parameter struct in its source", name);
+  EPIFUSE_CHECK(text.find(fmt::format("{}(", name)) != std::string::npos && params_struct(text).has_value(),
+                "the variant defines no kernel {} with a parameter struct {}_params: emit it with the same chain, "
+                "shape, target and tile (epifuse emit ... --tile {})",
+                name, name, to_string(original.src.tile));
+  EPIFUSE_CHECK(*params_struct(text) == *want,
+                "the variant's {}_params differs from this build's: the launch would pack the wrong parameters",
+                name);
+  auto kernel = std::make_shared<LoadedKernel>();
+  kernel->src = original.src;
+  kernel->src.text = std::move(text);
+  kernel->k = original.k;
+  kernel->k.options += kernel->k.options.empty() ? "variant" : " variant";
+  kernel->spec = original.spec;
+  kernel->shape = original.shape;
+  kernel->family = original.family;
+  EPIFUSE_CHECK(!d.amd, "--variant: NVIDIA targets only (hipRTC kernels compile in a child process)");
+  backend::CompiledBinary bin = d.rtc->compile(kernel->src.text, name + ".cu", d.target, d.extra_options, d.headers);
+  kernel->cubin = std::move(bin.cubin);
+  kernel->ms = bin.compile_ms;
+  if (d.device) {
+    kernel->module.emplace(*d.device, kernel->cubin);
+    d.prepare_function(*kernel);
+  }
+  return kernel;
 }
 
 void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b, const Shape& shape,

@@ -151,4 +151,33 @@ TEST_SUITE("compile") {
     CHECK(s.misses == 1);
     CHECK(s.hits == k_threads - 1);
   }
+
+  TEST_CASE("a variant source of a kernel compiles when it keeps the kernel and its parameters") {
+    if (!have_nvrtc()) return;
+    Jit jit("sm_90a");
+    const KernelSpec spec = load_spec(std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains/gemm_bias_relu.json");
+    const Shape shape{256, 512, 128};
+    const auto kernel = jit.compile(spec, shape);
+    const std::string& text = kernel->source().text;
+    const std::string& name = kernel->source().name;
+    // A variant that changes the code but not the kernel's name or parameters.
+    const std::string edited = "// an edited version\n" + text;
+    const auto variant = jit.compile_variant(*kernel, edited);
+    CHECK(variant->source().text == edited);
+    CHECK(variant->source().name == name);
+    CHECK(variant->binary().size() > 4);
+    CHECK(variant->key().options.find("variant") != std::string::npos);
+    CHECK(jit.stats().compiles == 1);  // variants are not cached
+    // Another kernel's source, or other parameters, are refused before NVRTC runs.
+    std::string renamed = text;
+    for (std::size_t at = renamed.find(name); at != std::string::npos; at = renamed.find(name, at + 1))
+      renamed.replace(at, name.size(), name + "x");
+    CHECK_THROWS_WITH_AS(jit.compile_variant(*kernel, renamed), doctest::Contains("defines no kernel"), UserError);
+    std::string params = text;
+    const std::size_t open = params.find(name + "_params {");
+    REQUIRE(open != std::string::npos);
+    params.insert(params.find('{', open) + 1, "\n  int extra;");
+    CHECK_THROWS_WITH_AS(jit.compile_variant(*kernel, params), doctest::Contains("differs from this build"),
+                         UserError);
+  }
 }

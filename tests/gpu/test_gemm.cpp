@@ -4,9 +4,11 @@
 // data; dropout masks compared position by position. Skips without a GPU.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
+#include "epifuse/bench.hpp"
 #include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
@@ -259,5 +261,36 @@ TEST_SUITE("gpu") {
       none.outputs.assign(kernel->source().outputs.size(), 0);
       CHECK_NOTHROW(jit->launch(*kernel, none, s, {}));
     }
+  }
+
+  TEST_CASE("gemm: bench --variant times another source of the fused kernel and checks its output") {
+    Jit* jit = gemm_jit();
+    if (!jit) return;
+    const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row, 0.25);
+    const Shape shape{256, 384, 192};
+    BenchOptions bo;
+    bo.repeats = 3;
+    bo.tune = bo.unfused = bo.sweep = bo.cublas = false;
+    // The same kernel with a comment in front: its own compile and row, the same output.
+    bo.variants.push_back({"same.cu", "// a variant\n" + jit->compile(spec, shape)->source().text});
+    const BenchReport r = bench(*jit, spec, shape, bo);
+    REQUIRE(r.gemm.has_value());
+    const auto& rows = r.gemm->rows;
+    const auto row = std::find_if(rows.begin(), rows.end(), [](const GemmRow& g) { return g.key == "variant:same.cu"; });
+    REQUIRE(row != rows.end());
+    CHECK(row->ms > 0);
+    const auto check = std::find_if(r.gemm->checks.begin(), r.gemm->checks.end(),
+                                    [](const GemmCheck& c) { return c.what == "variant same.cu vs fused"; });
+    REQUIRE(check != r.gemm->checks.end());
+    CHECK(check->ok);
+    CHECK(check->max_abs_diff == 0.0);  // the same code on the same inputs, dropout included
+    CHECK(check->max_abs > 0);
+    // A source of another kernel is a skipped row with the reason, not a fault.
+    bo.variants = {{"other.cu", "extern \"C\" __global__ void other() {}"}};
+    const BenchReport r2 = bench(*jit, spec, shape, bo);
+    REQUIRE(r2.gemm.has_value());
+    CHECK(std::none_of(r2.gemm->rows.begin(), r2.gemm->rows.end(), [](const GemmRow& g) { return g.key.starts_with("variant"); }));
+    CHECK(std::any_of(r2.gemm->skipped.begin(), r2.gemm->skipped.end(),
+                      [](const std::string& line) { return line.find("defines no kernel") != std::string::npos; }));
   }
 }

@@ -2,8 +2,13 @@
 // same chain unfused, and the copy ceiling for exactly the fused kernel's
 // bytes, all measured in one run; ratios, a block-size sweep, --json. GEMM
 // chains (--shape M,N,K) get a table against cuBLAS instead (docs/bench.md).
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -22,7 +27,22 @@ struct BenchCliOptions {
   bool no_tune = false, no_unfused = false, no_sweep = false, no_cublas = false;
   double min_of_copy = 0;
   std::string seed = "0", offset = "0";
+  std::vector<std::string> variants;
 };
+
+// A variant's kernel source (`--variant`): a text file of at most 16 MiB.
+std::string read_variant(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw UserError(fmt::format("--variant {}: it is a directory", path));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(fmt::format("--variant {}: cannot read it: {}", path, std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw UserError(fmt::format("--variant {}: read failed", path));
+  std::string s = std::move(text).str();
+  if (s.size() > (16u << 20)) throw UserError(fmt::format("--variant {}: more than 16 MiB of source", path));
+  return s;
+}
 
 nlohmann::ordered_json to_json(const GemmBenchReport& g, const Shape& shape) {
   nlohmann::ordered_json j;
@@ -143,8 +163,12 @@ void bench_command(const BenchCliOptions& opt) {
   for (const std::string& s : opt.shapes) shapes.push_back(parse_shape(s, spec));
   if (shapes.empty()) shapes.push_back(resolve_shape("", spec));
   for (const Shape& s : shapes) require_nonempty(s, "--shape");
-  Jit jit;  // the GPU's target; RuntimeError/UserError without one
   BenchOptions bo;
+  if (!opt.variants.empty() && spec.mainloop.kind == MainloopKind::elementwise)
+    throw UserError("--variant: GEMM chains only (the elementwise bench has no variant rows)");
+  for (const std::string& path : opt.variants)
+    bo.variants.push_back({std::filesystem::path(path).filename().string(), read_variant(path)});
+  Jit jit;  // the GPU's target; RuntimeError/UserError without one
   bo.repeats = opt.repeats;
   bo.tune = !opt.no_tune;
   bo.unfused = !opt.no_unfused;
@@ -198,6 +222,11 @@ void add_bench(CLI::App& app) {
   sub->add_option("--min-of-copy", opt->min_of_copy,
                   "Exit 1 when the fused kernel reaches less than this fraction of copy bandwidth")
       ->check(CLI::Range(0.0, 2.0));
+  sub->add_option("--variant", opt->variants,
+                  "GEMM chains: another source of the fused kernel (epifuse emit of another build, or edited), "
+                  "timed as its own row in turns with the others and checked against the fused output; repeatable. "
+                  "With --no-tune, emit it for the default tile (with tuning, for the tuned one): the same kernel name")
+      ->type_name("FILE");
   sub->add_option("--seed", opt->seed, "Dropout seed (uint64)");
   sub->add_option("--offset", opt->offset, "Dropout offset (uint64)");
   add_json_flag(*sub);

@@ -8,6 +8,10 @@
 # times (default 2). Prints time / cuBLAS GEMM alone of the fused kernel (and
 # of the kernel with dropout removed, where the chain has dropout).
 #   tools/perf/gemm_ab.sh gpubin/epifuse_old gpubin/epifuse_new
+# Each binary runs in its own process, so cuBLAS and the clocks move between them
+# (+-3% at 4096^3). Where the change is the kernel's source alone (the same
+# parameters), `epifuse bench --no-tune --variant new.cu` (docs/bench.md) times
+# both in one process instead; this script is for changes that cannot be.
 set -u
 cd "$(dirname "$0")/../.."
 tmp=${TMPDIR:-/tmp}/gemm_ab; mkdir -p "$tmp"
