@@ -181,6 +181,7 @@ class GemmBench {
     add_row("variant:" + v.label, fmt::format("variant {}", v.label),
             fmt::format("{}, compiled in {:.0f} ms", to_string(r_.tile), kernel->compile_ms()), 1,
             [this, kernel] { jit_.launch(*kernel, fused_t_.bindings, shape_, opt_.args); });
+    g_.rows.back().bytes = path_bytes(spec_, shape_);
     backend::cuda().synchronize();
     g_.checks.push_back(compare_host(fmt::format("variant {} vs fused", v.label), download(out, out_dtype, shape_), want));
   }
