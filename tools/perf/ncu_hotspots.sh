@@ -2,10 +2,12 @@
 # Where an epifuse kernel's warps stall, per SASS instruction: Nsight Compute's
 # warp-state sampling (SourceCounters), the N hottest instructions with their
 # stall reasons. Usage: ncu_hotspots.sh BIN CHAIN M,N,K TILE [N] [OUTDIR]
+# NCU_ARGS passes more options to ncu (e.g. "--clock-control none": clocks as
+# the power limit leaves them, instead of locked to base).
 set -eu
 bin=$1 chain=$2 shape=$3 tile=$4 top=${5:-30} out=${6:-/tmp}
 rep=$out/hot_$(basename "$chain" .json)_$tile
-ncu --section SourceCounters --section WarpStateStats -f -o "$rep" \
+ncu ${NCU_ARGS:-} --section SourceCounters --section WarpStateStats -f -o "$rep" \
   "$bin" run "$chain" --shape "$shape" --tile "$tile" --device cuda >/dev/null 2>&1
 ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" 2>/dev/null
 python3 - "$rep.csv" "$top" <<'PY'
