@@ -109,7 +109,10 @@ WgmmaTile parse_wgmma_tile(const std::string& text);
 RowTile parse_row_tile(const std::string& text);
 /// "m128x128x32w2x2g8.mfma" (WaveTile::str's form) as a WaveTile; UserError otherwise.
 WaveTile parse_wave_tile(const std::string& text);
-/// "h..." a WgmmaTile, "r..." a RowTile, "m..." a WaveTile, anything else parse_gemm_tile.
+/// "t256v8g0" (ElementwiseTile::str's form) as an ElementwiseTile; UserError otherwise.
+ElementwiseTile parse_elementwise_tile(const std::string& text);
+/// "t..." an ElementwiseTile, "h..." a WgmmaTile, "r..." a RowTile, "m..." a WaveTile,
+/// anything else parse_gemm_tile.
 TileConfig parse_tile(const std::string& text);
 
 /// "t256v8g4": the tile's own str().

@@ -14,6 +14,17 @@ namespace epifuse {
 
 std::string ElementwiseTile::str() const { return fmt::format("t{}v{}g{}", threads, vec, blocks_per_sm); }
 
+ElementwiseTile parse_elementwise_tile(const std::string& text) {
+  ElementwiseTile t;
+  int used = 0;
+  const int n = std::sscanf(text.c_str(), "t%dv%dg%d%n", &t.threads, &t.vec, &t.blocks_per_sm, &used);
+  EPIFUSE_CHECK(n == 3 && used == static_cast<int>(text.size()),
+                "elementwise tile '{}': expected tTHREADSvVECgBLOCKS, e.g. t256v8g0 (what bench and compile print; "
+                "or --threads, --vec and --blocks-per-sm)",
+                text);
+  return t;
+}
+
 std::string GemmTile::str() const {
   std::string s = fmt::format("{}x{}x{}w{}x{}s{}g{}", bm, bn, bk, warps_m, warps_n, stages, group_m);
   if (split_k != 1) s += fmt::format("k{}", split_k);
@@ -135,6 +146,7 @@ WaveTile parse_wave_tile(const std::string& text) {
 }
 
 TileConfig parse_tile(const std::string& text) {
+  if (text.starts_with("t")) return parse_elementwise_tile(text);
   if (text.starts_with("h")) return parse_wgmma_tile(text);
   if (text.starts_with("m")) return parse_wave_tile(text);
   if (text.starts_with("r")) return parse_row_tile(text);

@@ -372,6 +372,11 @@ TEST_CASE("gemm tiles: the text form reads back, split-K included; malformed tex
   CHECK(tile_hash(GemmTile{64, 64, 64, 2, 2, 3, 8, 4}) != tile_hash(GemmTile{64, 64, 64, 2, 2, 3, 8, 2}));
   for (const char* bad : {"", "128x128", "128x128x32w2x2s4g8k", "128x128x32w2x2s4g8x", "128x128x32w2x2s4g8k2z"})
     CHECK_THROWS_WITH_AS(parse_gemm_tile(bad), doctest::Contains("expected BMxBNxBKwWMxWNsSTAGESgGROUP"), UserError);
+  // Elementwise tiles read back from what bench and compile print.
+  for (const ElementwiseTile t : {ElementwiseTile{256, 8, 0}, ElementwiseTile{1024, 16, 4}, ElementwiseTile{128, 0, 2}})
+    CHECK(std::get<ElementwiseTile>(parse_tile(t.str())) == t);
+  for (const char* bad : {"t256", "t256v8", "t256v8g0x", "tile"})
+    CHECK_THROWS_WITH_AS(parse_tile(bad), doctest::Contains("expected tTHREADSvVECgBLOCKS"), UserError);
   // Split-K tiles carry the flag and partial-sum workspace; others do not.
   KernelSpec spec;
   spec.mainloop = {MainloopKind::gemm, DType::f16, DType::f16, Layout::row, Layout::row};

@@ -11,7 +11,7 @@ namespace epifuse::cli {
 std::optional<TileConfig> TileOptions::tile() const {
   if (!gemm.empty()) {
     EPIFUSE_CHECK(!threads && !vec && blocks_per_sm < 0,
-                  "--tile names a GEMM, wgmma, wave or row tile; --threads, --vec and --blocks-per-sm are elementwise options");
+                  "--tile names the whole tile; --threads, --vec and --blocks-per-sm are the parts of an elementwise one: give one or the other");
     return parse_tile(gemm);
   }
   if (!threads && !vec && blocks_per_sm < 0) return std::nullopt;
@@ -48,7 +48,7 @@ void add_tile_options(CLI::App& sub, TileOptions& opt) {
   sub.add_option("--blocks-per-sm", opt.blocks_per_sm,
                  "Grid: 0 covers every vector once; k > 0 is a grid-stride grid of k blocks per SM")
       ->check(CLI::Range(0, limits::k_max_blocks_per_sm));
-  sub.add_option("--tile", opt.gemm, "GEMM tile BMxBNxBKwWMxWNsSTAGESgGROUP (e.g. 128x128x32w2x2s4g8), wgmma tile h128x256x64s4g8, wave tile (AMD) m128x128x32w2x2g8.mfma, or row tile rTHREADSvVECxREGS[gG][cC][sS][b], e.g. r256v0x-1, r256v8x4g32, r512v8x8c8s1b (default: tuned)");
+  sub.add_option("--tile", opt.gemm, "Elementwise tile t256v8g0 (or --threads/--vec/--blocks-per-sm), GEMM tile BMxBNxBKwWMxWNsSTAGESgGROUP (e.g. 128x128x32w2x2s4g8), wgmma tile h128x256x64s4g8, wave tile (AMD) m128x128x32w2x2g8.mfma, or row tile rTHREADSvVECxREGS[gG][cC][sS][b], e.g. r256v0x-1, r256v8x4g32, r512v8x8c8s1b (default: tuned)");
 }
 
 }  // namespace epifuse::cli
