@@ -137,8 +137,13 @@ std::string inline_headers(const std::string& source, const std::vector<HipHeade
       pos = end + 1;
       const HipHeader* h = nullptr;
       if (line.starts_with("#include \""))
-        for (const HipHeader& c : headers)
-          if (line == "#include \"" + c.name + "\"") h = &c;
+        for (const HipHeader& c : headers) {
+          const std::string directive = "#include \"" + c.name + "\"";
+          if (!line.starts_with(directive)) continue;
+          // Nothing after it but blanks and a comment (`#include "x.cuh"  // why`).
+          const std::size_t rest = line.find_first_not_of(" \t", directive.size());
+          if (rest == std::string::npos || line.compare(rest, 2, "//") == 0) h = &c;
+        }
       if (!h) {
         if (line != "#pragma once") out += line + "\n";
         continue;

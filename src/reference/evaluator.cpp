@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "common/philox.cuh"
+#include "common/tf32.cuh"
 #include "epifuse/errors.hpp"
 #include "epifuse/reference.hpp"
 #include "ir/names.hpp"
@@ -93,12 +94,13 @@ std::vector<float> to_floats(const HostTensor& t) {
   return out;
 }
 
-// f32 rounded to tf32 as the tensor cores' operands are (cvt.rna.tf32.f32: 10
-// mantissa bits, to nearest, ties away from zero). Inf and NaN stay as they are.
+// f32 rounded to tf32 as the kernels round their operands: the same function
+// (common/tf32.cuh; 10 mantissa bits, to nearest, ties away from zero, as
+// cvt.rna.tf32.f32). Inf and NaN stay as they are.
 float round_to_tf32(float x) {
   std::uint32_t u;
   std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+  u = ef_round_tf32_bits(u);
   std::memcpy(&x, &u, 4);
   return x;
 }

@@ -3,6 +3,7 @@
 // of bank conflicts, ldmatrix, and mma.sync.m16n8k16 with fp32 accumulation.
 // See docs/gemm.md for the fragment layouts these produce.
 #pragma once
+#include "common/tf32.cuh"
 #include "common/vector_io.cuh"  // ef_store4
 
 // ---- global -> shared ----
@@ -115,13 +116,6 @@ __device__ __forceinline__ unsigned ef_lds32_s(unsigned s) {
   unsigned v;
   asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(s));
   return v;
-}
-
-/// An f32's bits rounded to tf32 (10 mantissa bits; nearest, ties away from zero).
-__device__ __forceinline__ unsigned ef_to_tf32(unsigned f32_bits) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(f32_bits)));
-  return r;
 }
 
 /// D = A * B + D for one m16n8k8 tile of tf32 operands (fragments as m16n8k16's,

@@ -31,14 +31,7 @@
 // all"); bare Triton `r > 0` would drop the two draws with r == 0 (0 and
 // 0xFFFFFFFF), a 2^-31 chance per element.
 #pragma once
-
-#ifndef EPIFUSE_HD
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
-#define EPIFUSE_HD __host__ __device__ __forceinline__
-#else
-#define EPIFUSE_HD inline
-#endif
-#endif
+#include "common/host_device.cuh"
 
 /// Four 32-bit words: a Philox counter or its output.
 struct ef_u32x4 {

@@ -13,6 +13,7 @@
 // otherwise the same layout is computed with FMAs from shared memory: the
 // portable fallback, and how the NVIDIA GPU suite runs this code.
 #pragma once
+#include "common/tf32.cuh"
 
 #if EF_HIP && (defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__))
 #define EF_HAS_MFMA 1
@@ -33,12 +34,6 @@ typedef short ef_i16x16 __attribute__((ext_vector_type(16)));
 typedef float ef_f32x8 __attribute__((ext_vector_type(8)));
 typedef float ef_f32x16 __attribute__((ext_vector_type(16)));
 #endif
-
-// An f32 (as bits) rounded to tf32: 10 mantissa bits, to nearest, ties away
-// from zero (cvt.rna.tf32.f32); Inf and NaN stay as they are.
-__device__ __forceinline__ unsigned ef_round_tf32_bits(unsigned u) {
-  return (u & 0x7f800000u) != 0x7f800000u ? (u + 0x1000u) & 0xffffe000u : u;
-}
 
 // The FMA form of any layout: element r of the lane is the dot product of
 // its row of A and its column of B over the fragment's K, walked k by k (one

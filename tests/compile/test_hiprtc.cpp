@@ -93,6 +93,19 @@ std::filesystem::path scratch_dir(const std::string& what) {
 }  // namespace
 
 TEST_SUITE("compile") {
+  TEST_CASE("hipRTC sources: the common headers are inlined, nested and with a comment after the directive") {
+    const std::vector<HipHeader> headers = {{"common/a.cuh", "#pragma once\nint a;\n#include \"common/b.cuh\"  // b's\n"},
+                                            {"common/b.cuh", "#pragma once\nint b;\n"}};
+    const std::string text =
+        inline_headers("#include \"common/a.cuh\"\t// why\n#include \"common/b.cuh\"\nint c;\n", headers);
+    CHECK(text.find("#include") == std::string::npos);
+    CHECK(text.find("int a;") < text.find("int b;"));
+    CHECK(text.find("int b;") == text.rfind("int b;"));  // once
+    CHECK(text.find("int c;") != std::string::npos);
+    // Another file whose name starts the same is not this header.
+    CHECK(inline_headers("#include \"common/a.cuhx\"\n", headers).find("#include") != std::string::npos);
+  }
+
   TEST_CASE("AMD targets: the five architectures, feature suffixes, wave sizes; anything else is a user error") {
     CHECK(parse_amd_target("gfx90a").str() == "gfx90a");
     CHECK(parse_amd_target("gfx90a").wave_size() == 64);

@@ -1,0 +1,12 @@
+// tf32 rounding of f32 GEMM operands, for the kernels and the reference
+// evaluator alike (THE one definition, as philox.cuh is for dropout).
+#pragma once
+#include "common/host_device.cuh"
+
+// An f32 (as bits) rounded to tf32: 10 mantissa bits, to nearest, ties away
+// from zero, as cvt.rna.tf32.f32 rounds; Inf and NaN stay as they are. Three
+// integer instructions: the mma.sync kernels used cvt.rna on every fragment
+// register, and ptxas took twice as long over them (docs/PERF.md, w14).
+EPIFUSE_HD unsigned int ef_round_tf32_bits(unsigned int u) {
+  return (u & 0x7f800000u) != 0x7f800000u ? (u + 0x1000u) & 0xffffe000u : u;
+}
