@@ -183,7 +183,8 @@ class GemmBench {
             [this, kernel] { jit_.launch(*kernel, fused_t_.bindings, shape_, opt_.args); });
     g_.rows.back().bytes = path_bytes(spec_, shape_);
     backend::cuda().synchronize();
-    g_.checks.push_back(compare_host(fmt::format("variant {} vs fused", v.label), download(out, out_dtype, shape_), want));
+    g_.checks.push_back(
+        compare_host(fmt::format("variant {} vs fused", v.label), download(out, out_dtype, shape_), want));
   }
 
   std::string why_no_cublas() const {

@@ -24,159 +24,16 @@
 #include "runtime/cache_records.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/kernel_cache.hpp"
+#include "runtime/jit_impl.hpp"
 #include "runtime/tensor_map_cache.hpp"
 
 namespace epifuse {
-
-namespace {
-
-using backend::CudaDriver;
-using backend::Vendor;
-
-struct LoadedKernel final : CompiledKernel {
-  KernelSource src;
-  CacheKey k;
-  // What it was compiled from, for the general sibling a misaligned launch of
-  // a vector-only kernel needs.
-  std::shared_ptr<const KernelSpec> spec;
-  Shape shape;
-  const KernelFamily* family = nullptr;  // found once, so a launch looks nothing up
-  std::vector<char> cubin;
-  double ms = 0;
-  bool disk = false;  // the cubin came from the disk cache
-  std::optional<backend::DeviceModule> module;
-  backend::DeviceRuntime::FunctionHandle function = nullptr;
-  backend::FunctionInfo info;
-  // Blocks of it the whole GPU holds at once at its launch's block size and
-  // shared memory (multiprocessors x cuOccupancyMaxActiveBlocksPerMultiprocessor,
-  // or cuOccupancyMaxActiveClusters x the cluster's blocks), asked on the
-  // first launch with a persistent grid; -1 until then.
-  mutable std::atomic<int> occupancy{-1};
-
-  const KernelSource& source() const override { return src; }
-  const CacheKey& key() const override { return k; }
-  const std::vector<char>& binary() const override { return cubin; }
-  double compile_ms() const override { return ms; }
-  bool from_disk() const override { return disk; }
-  int registers() const override { return info.registers; }
-  int local_bytes() const override { return info.local_bytes; }
-};
-
-// The key of (signature, M, N, K) in the tuner's memory: every dimension,
-// since a GEMM's best tile depends on K as much as on M and N.
-std::string tune_key(const std::string& signature, const Shape& shape) {
-  return fmt::format("{}|{}x{}x{}", signature, shape.m, shape.n, shape.k);
-}
-
-}  // namespace
 
 std::string gpu_unavailable_reason() {
   const std::string cuda = backend::device_unavailable_reason(Vendor::nvidia);
   if (cuda.empty() || backend::device_runtime_or_null(Vendor::amd)) return {};
   return fmt::format("{}; {}", cuda, backend::device_unavailable_reason(Vendor::amd));
 }
-
-struct Jit::Impl {
-  std::string target_name;
-  backend::Target target;                // an NVIDIA target
-  std::optional<backend::AmdTarget> amd;  // or an AMD one (docs/amd.md)
-  backend::Nvrtc* rtc = nullptr;          // NVIDIA targets; AMD ones go to hipRTC in a child process
-  backend::DeviceRuntime* device = nullptr;  // null when this target cannot run here
-  CudaDriver* driver = nullptr;  // the CUDA driver behind `device` on NVIDIA: tensor maps, clusters
-  int multiprocessors = 0;
-  std::string compiler, options;
-  std::vector<std::string> extra_options;
-  std::vector<backend::Header> headers;
-  std::vector<backend::HipHeader> hip_headers;
-  KernelCache cache;
-  std::unique_ptr<DiskCache> disk;  // null when EPIFUSE_CACHE=0 (docs/disk-cache.md)
-  std::string device_name;          // the GPU's, part of a tuned tile's disk key
-  mutable std::mutex tuned_mutex;
-  mutable std::unordered_map<std::string, TileConfig> tuned;
-  mutable std::unordered_set<std::string> disk_asked;  // tune keys already looked up on disk
-  // Launch scratch per stream (WorkspaceNeeds): kernels on one stream run in
-  // turn and may share it; kernels on two streams may run at once and must not.
-  struct Workspace {
-    backend::DeviceMemory zeroed, scratch;
-  };
-  mutable TensorMapCache tensor_maps;
-  mutable std::mutex workspace_mutex;
-  mutable std::unordered_map<void*, Workspace> workspaces;
-
-  // The stream's workspace, grown to `needs`. Growing waits for the GPU: an
-  // older, smaller buffer may still be in use by a launch in flight.
-  std::pair<std::uint64_t, std::uint64_t> workspace(void* stream, const WorkspaceNeeds& needs) const {
-    std::lock_guard lock(workspace_mutex);
-    Workspace& w = workspaces[stream];
-    if (w.zeroed.size() < needs.zeroed || w.scratch.size() < needs.scratch) device->synchronize();
-    if (w.zeroed.size() < needs.zeroed) {
-      w.zeroed = backend::DeviceMemory(*device, needs.zeroed);
-      w.zeroed.fill_bytes(0);
-      device->synchronize();
-    }
-    if (w.scratch.size() < needs.scratch) w.scratch = backend::DeviceMemory(*device, needs.scratch);
-    return {w.zeroed.ptr(), w.scratch.ptr()};
-  }
-
-  // What every key of this Jit shares: target, compiler, options, templates, version.
-  CacheKey base_key() const {
-    CacheKey k;
-    k.target = target_name;
-    k.compiler = compiler;
-    k.options = options;
-    k.templates = templates_hash();
-    k.version = EPIFUSE_VERSION;
-    return k;
-  }
-  CacheKey make_key(std::string sig, const KernelSpec& spec, const Shape& shape,
-                    const std::optional<TileConfig>& tile) const {
-    // family_for(spec): a walk over a few nodes (a row reduction picks the row family).
-    const KernelFamily& family = family_for(spec);
-    CacheKey k = base_key();
-    k.signature = std::move(sig);
-    k.tile = family.resolve_tile(spec, shape, tile, target_name);
-    k.shape_class = std::string(family.shape_class(spec, k.tile, shape));
-    k.path = family.path_for(spec, k.tile, shape);  // the general kernel is asked for at launch
-    return k;
-  }
-  // A tuned tile is kept for this GPU model, target, toolkit and epifuse build.
-  std::string tuned_disk_key(const std::string& tk) const {
-    CacheKey k = base_key();
-    k.signature = tk;
-    k.shape_class = device_name;
-    return "tuned|" + key_bytes(k);
-  }
-  // Memory first, then disk (a tile tuned by an earlier process). The disk is
-  // asked once per (signature, shape) and process: compile(spec, shape) with
-  // no tile looks here on every call, and the hit path does no file I/O.
-  std::optional<TileConfig> tuned_tile(const std::string& sig, const Shape& shape) const {
-    const std::string tk = tune_key(sig, shape);
-    {
-      std::lock_guard lock(tuned_mutex);
-      auto it = tuned.find(tk);
-      if (it != tuned.end()) return it->second;
-      if (!disk || !device || !disk_asked.insert(tk).second) return std::nullopt;
-    }
-    const std::optional<std::string> payload = disk->load(DiskCache::Kind::tuned, tuned_disk_key(tk));
-    if (!payload) return std::nullopt;
-    const std::optional<TunedRecord> r = decode_tuned(*payload);
-    if (!r) return std::nullopt;
-    std::lock_guard lock(tuned_mutex);
-    return tuned.try_emplace(tk, r->tile).first->second;
-  }
-  // `owned` is the spec as a kernel keeps it, when the caller has one; else
-  // the spec is copied, and only on a miss, so the hit path copies nothing.
-  std::shared_ptr<const CompiledKernel> compile(const CacheKey& k, const KernelSpec& spec,
-                                                std::shared_ptr<const KernelSpec> owned, const Shape& shape);
-  void prepare_function(LoadedKernel& kernel) const;
-  // What the constructor sets up for each vendor's targets ("" detects the GPU's).
-  void init_nvidia(const std::string& target);
-  void init_amd(const std::string& text);
-  // The parameter struct, packed by role; false in `aligned` when a pointer
-  // misses its fast-path alignment.
-  void pack_params(const LoadedKernel& kernel, const DeviceBindings& b, const Shape& shape, const LaunchArgs& args,
-                   void* stream, unsigned char* params, bool& aligned) const;
-};
 
 // Note [Disk cache hits]
 // On a memory miss the source is emitted (well under a millisecond) before the
@@ -377,13 +234,14 @@ std::shared_ptr<const CompiledKernel> Jit::compile_variant(const CompiledKernel&
     if (end == std::string::npos) return std::nullopt;
     return source.substr(at, end - at);
   };
-  const std::optional<std::string> want = params_struct(original.src.text);
+  EPIFUSE_CHECK(!d.amd, "--variant: NVIDIA targets only (hipRTC kernels compile in a child process)");
+  const std::optional<std::string> want = params_struct(original.src.text), got = params_struct(text);
   EPIFUSE_ASSERT(want.has_value(), "kernel {} has no parameter struct in its source", name);
-  EPIFUSE_CHECK(text.find(fmt::format("{}(", name)) != std::string::npos && params_struct(text).has_value(),
+  EPIFUSE_CHECK(text.find(fmt::format("{}(", name)) != std::string::npos && got.has_value(),
                 "the variant defines no kernel {} with a parameter struct {}_params: emit it with the same chain, "
                 "shape, target and tile (epifuse emit ... --tile {})",
                 name, name, to_string(original.src.tile));
-  EPIFUSE_CHECK(*params_struct(text) == *want,
+  EPIFUSE_CHECK(*got == *want,
                 "the variant's {}_params differs from this build's: the launch would pack the wrong parameters",
                 name);
   auto kernel = std::make_shared<LoadedKernel>();
@@ -394,7 +252,6 @@ std::shared_ptr<const CompiledKernel> Jit::compile_variant(const CompiledKernel&
   kernel->spec = original.spec;
   kernel->shape = original.shape;
   kernel->family = original.family;
-  EPIFUSE_CHECK(!d.amd, "--variant: NVIDIA targets only (hipRTC kernels compile in a child process)");
   backend::CompiledBinary bin = d.rtc->compile(kernel->src.text, name + ".cu", d.target, d.extra_options, d.headers);
   kernel->cubin = std::move(bin.cubin);
   kernel->ms = bin.compile_ms;
@@ -403,117 +260,6 @@ std::shared_ptr<const CompiledKernel> Jit::compile_variant(const CompiledKernel&
     d.prepare_function(*kernel);
   }
   return kernel;
-}
-
-void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b, const Shape& shape,
-                            const LaunchArgs& args, void* stream, unsigned char* params, bool& aligned) const {
-  const KernelSource& ks = kernel.src;
-  auto put = [&](const ParamField& f, const auto& v) {
-    static_assert(std::is_trivially_copyable_v<std::decay_t<decltype(v)>>);
-    EPIFUSE_ASSERT(f.size == sizeof v, "parameter '{}' is {} bytes, bound with {}", f.name, f.size, sizeof v);
-    std::memcpy(params + f.offset, &v, sizeof v);
-  };
-  unsigned char* flag = nullptr;
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> scratch;  // (zeroed, free), looked up once
-  aligned = true;
-  for (const ParamField& f : ks.params) {
-    switch (f.role) {
-      case ParamRole::input:
-      case ParamRole::output: {
-        const bool in = f.role == ParamRole::input;
-        const std::uint64_t ptr = in ? b.inputs[f.index] : b.outputs[f.index];
-        const int need = in ? ks.input_alignment[f.index] : ks.output_alignment[f.index];
-        if (need && ptr % need) aligned = false;
-        put(f, ptr);
-        break;
-      }
-      case ParamRole::dim_m: put(f, std::int64_t{shape.m}); break;
-      case ParamRole::dim_n: put(f, std::int64_t{shape.n}); break;
-      case ParamRole::dim_k: put(f, std::int64_t{shape.k}); break;
-      case ParamRole::inv_n: put(f, 1.0 / static_cast<double>(shape.n)); break;
-      case ParamRole::seed: put(f, std::uint64_t{args.seed}); break;
-      case ParamRole::offset: put(f, std::uint64_t{args.offset}); break;
-      case ParamRole::scalar: put(f, ks.scalars[f.index]); break;
-      case ParamRole::vector_flag: flag = params + f.offset; break;
-      case ParamRole::workspace: {
-        if (!scratch) scratch = workspace(stream, kernel.family->workspace(ks, shape));
-        put(f, f.index == 0 ? scratch->first : scratch->second);
-        break;
-      }
-      case ParamRole::opaque: {
-        EPIFUSE_ASSERT(f.size == 128, "an opaque parameter is a 128-byte tensor map");
-        const std::optional<TensorMap2d> map = kernel.family->tensor_map(f, {ks, b.inputs, b.outputs, shape});
-        EPIFUSE_ASSERT(!map || driver, "a tensor map for {}: TMA is an NVIDIA feature", target_name);
-        if (map) tensor_maps.fill(*driver, *map, params + f.offset);  // else left zero
-        break;
-      }
-    }
-  }
-  EPIFUSE_ASSERT(!ks.requires_alignment || flag == nullptr, "a kernel that requires alignment has no vector flag");
-  if (flag) {
-    const int vectorized = aligned ? 1 : 0;
-    std::memcpy(flag, &vectorized, 4);
-  }
-}
-
-void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const Shape& shape,
-                 const LaunchArgs& args, void* stream) const {
-  const Impl& d = *impl_;
-  const auto& kernel = static_cast<const LoadedKernel&>(compiled);
-  const KernelSource& ks = kernel.src;
-  const KernelFamily& family = *kernel.family;
-  EPIFUSE_CHECK(d.device && kernel.function,
-                "kernel for {} cannot run here: {}", d.target_name,
-                gpu_unavailable_reason().empty() ? "the GPU is a different architecture"
-                                                 : gpu_unavailable_reason());
-  EPIFUSE_CHECK(b.inputs.size() == ks.inputs.size() && b.outputs.size() == ks.outputs.size(),
-                "launch: {} inputs and {} outputs bound, the kernel takes {} and {}",
-                b.inputs.size(), b.outputs.size(), ks.inputs.size(), ks.outputs.size());
-  if (shape.m == 0 || shape.n == 0) return;  // an empty result: nothing to compute, no zero-size grid
-  EPIFUSE_CHECK(family.shape_class(*kernel.spec, ks.tile, shape) == kernel.k.shape_class,
-                "launch: shape {}x{}x{} is of class {}, not {} that this kernel was compiled for", shape.m,
-                shape.n, shape.k, family.shape_class(*kernel.spec, ks.tile, shape), kernel.k.shape_class);
-
-  alignas(64) unsigned char params[limits::k_kernel_param_bytes];
-  std::memset(params, 0, ks.params_size);
-  bool aligned = true;
-  d.pack_params(kernel, b, shape, args, stream, params, aligned);
-  if (ks.requires_alignment && !aligned) {
-    // The first misaligned launch compiles the general kernel (scalar path
-    // included); later ones find it in the cache.
-    CacheKey general = kernel.k;
-    general.path = KernelPath::general;
-    auto sibling = impl_->compile(general, *kernel.spec, kernel.spec, kernel.shape);
-    launch(*sibling, b, shape, args, stream);
-    return;
-  }
-  LaunchGeometry g = family.geometry(ks, shape, d.multiprocessors);
-  if (g.persistent_work > 0) {
-    // A persistent grid: as many blocks as the GPU holds at once. Clusters
-    // are placed whole within a GPC, so multiprocessors x blocks per
-    // multiprocessor would overcount them (measured: a second, partial wave
-    // made cluster-of-8 rows 1.6x slower); the driver counts clusters itself.
-    int occupancy = kernel.occupancy.load(std::memory_order_relaxed);
-    const int threads = static_cast<int>(g.block[0] * g.block[1] * g.block[2]);
-    if (occupancy < 0) {
-      if (g.grid_multiple > 1) {
-        EPIFUSE_ASSERT(d.driver, "a cluster launch for {}: clusters are an NVIDIA feature", d.target_name);
-        const int clusters = d.driver->max_active_clusters(static_cast<backend::CUfunction>(kernel.function),
-                                                           static_cast<int>(g.grid_multiple), threads, g.shared_bytes);
-        occupancy = clusters > 0 ? clusters * static_cast<int>(g.grid_multiple) : 0;
-      }
-      if (occupancy <= 0)
-        occupancy = d.multiprocessors * std::max(1, d.device->max_active_blocks_per_sm(kernel.function, threads, g.shared_bytes));
-      kernel.occupancy.store(occupancy, std::memory_order_relaxed);
-    }
-    // `occupancy` is the grid's blocks in all (not per multiprocessor).
-    const std::int64_t blocks = std::min<std::int64_t>(g.persistent_work, occupancy);
-    const std::int64_t granule = std::max(1u, g.grid_multiple);
-    g.grid[0] = static_cast<unsigned>(std::max(granule, blocks / granule * granule));
-  }
-  void* kernel_args[] = {params};
-  d.device->launch(kernel.function, {g.grid[0], g.grid[1], g.grid[2]}, {g.block[0], g.block[1], g.block[2]},
-                   kernel_args, g.shared_bytes, stream);
 }
 
 std::vector<std::shared_ptr<const CompiledKernel>> Jit::compile_all(const KernelSpec& spec, const Shape& shape,

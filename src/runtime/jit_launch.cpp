@@ -1,0 +1,124 @@
+// The Jit's launch path: the parameter struct packed by role, the general
+// kernel on a misaligned launch, the grid (persistent grids sized once per
+// kernel), the launch itself.
+#include <algorithm>
+#include <cstring>
+
+#include "epifuse/errors.hpp"
+#include "ir/limits.hpp"
+#include "runtime/jit_impl.hpp"
+
+namespace epifuse {
+
+void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b, const Shape& shape,
+                            const LaunchArgs& args, void* stream, unsigned char* params, bool& aligned) const {
+  const KernelSource& ks = kernel.src;
+  auto put = [&](const ParamField& f, const auto& v) {
+    static_assert(std::is_trivially_copyable_v<std::decay_t<decltype(v)>>);
+    EPIFUSE_ASSERT(f.size == sizeof v, "parameter '{}' is {} bytes, bound with {}", f.name, f.size, sizeof v);
+    std::memcpy(params + f.offset, &v, sizeof v);
+  };
+  unsigned char* flag = nullptr;
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> scratch;  // (zeroed, free), looked up once
+  aligned = true;
+  for (const ParamField& f : ks.params) {
+    switch (f.role) {
+      case ParamRole::input:
+      case ParamRole::output: {
+        const bool in = f.role == ParamRole::input;
+        const std::uint64_t ptr = in ? b.inputs[f.index] : b.outputs[f.index];
+        const int need = in ? ks.input_alignment[f.index] : ks.output_alignment[f.index];
+        if (need && ptr % need) aligned = false;
+        put(f, ptr);
+        break;
+      }
+      case ParamRole::dim_m: put(f, std::int64_t{shape.m}); break;
+      case ParamRole::dim_n: put(f, std::int64_t{shape.n}); break;
+      case ParamRole::dim_k: put(f, std::int64_t{shape.k}); break;
+      case ParamRole::inv_n: put(f, 1.0 / static_cast<double>(shape.n)); break;
+      case ParamRole::seed: put(f, std::uint64_t{args.seed}); break;
+      case ParamRole::offset: put(f, std::uint64_t{args.offset}); break;
+      case ParamRole::scalar: put(f, ks.scalars[f.index]); break;
+      case ParamRole::vector_flag: flag = params + f.offset; break;
+      case ParamRole::workspace: {
+        if (!scratch) scratch = workspace(stream, kernel.family->workspace(ks, shape));
+        put(f, f.index == 0 ? scratch->first : scratch->second);
+        break;
+      }
+      case ParamRole::opaque: {
+        EPIFUSE_ASSERT(f.size == 128, "an opaque parameter is a 128-byte tensor map");
+        const std::optional<TensorMap2d> map = kernel.family->tensor_map(f, {ks, b.inputs, b.outputs, shape});
+        EPIFUSE_ASSERT(!map || driver, "a tensor map for {}: TMA is an NVIDIA feature", target_name);
+        if (map) tensor_maps.fill(*driver, *map, params + f.offset);  // else left zero
+        break;
+      }
+    }
+  }
+  EPIFUSE_ASSERT(!ks.requires_alignment || flag == nullptr, "a kernel that requires alignment has no vector flag");
+  if (flag) {
+    const int vectorized = aligned ? 1 : 0;
+    std::memcpy(flag, &vectorized, 4);
+  }
+}
+
+void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const Shape& shape,
+                 const LaunchArgs& args, void* stream) const {
+  const Impl& d = *impl_;
+  const auto& kernel = static_cast<const LoadedKernel&>(compiled);
+  const KernelSource& ks = kernel.src;
+  const KernelFamily& family = *kernel.family;
+  EPIFUSE_CHECK(d.device && kernel.function,
+                "kernel for {} cannot run here: {}", d.target_name,
+                gpu_unavailable_reason().empty() ? "the GPU is a different architecture"
+                                                 : gpu_unavailable_reason());
+  EPIFUSE_CHECK(b.inputs.size() == ks.inputs.size() && b.outputs.size() == ks.outputs.size(),
+                "launch: {} inputs and {} outputs bound, the kernel takes {} and {}",
+                b.inputs.size(), b.outputs.size(), ks.inputs.size(), ks.outputs.size());
+  if (shape.m == 0 || shape.n == 0) return;  // an empty result: nothing to compute, no zero-size grid
+  EPIFUSE_CHECK(family.shape_class(*kernel.spec, ks.tile, shape) == kernel.k.shape_class,
+                "launch: shape {}x{}x{} is of class {}, not {} that this kernel was compiled for", shape.m,
+                shape.n, shape.k, family.shape_class(*kernel.spec, ks.tile, shape), kernel.k.shape_class);
+
+  alignas(64) unsigned char params[limits::k_kernel_param_bytes];
+  std::memset(params, 0, ks.params_size);
+  bool aligned = true;
+  d.pack_params(kernel, b, shape, args, stream, params, aligned);
+  if (ks.requires_alignment && !aligned) {
+    // The first misaligned launch compiles the general kernel (scalar path
+    // included); later ones find it in the cache.
+    CacheKey general = kernel.k;
+    general.path = KernelPath::general;
+    auto sibling = impl_->compile(general, *kernel.spec, kernel.spec, kernel.shape);
+    launch(*sibling, b, shape, args, stream);
+    return;
+  }
+  LaunchGeometry g = family.geometry(ks, shape, d.multiprocessors);
+  if (g.persistent_work > 0) {
+    // A persistent grid: as many blocks as the GPU holds at once. Clusters
+    // are placed whole within a GPC, so multiprocessors x blocks per
+    // multiprocessor would overcount them (measured: a second, partial wave
+    // made cluster-of-8 rows 1.6x slower); the driver counts clusters itself.
+    int occupancy = kernel.occupancy.load(std::memory_order_relaxed);
+    const int threads = static_cast<int>(g.block[0] * g.block[1] * g.block[2]);
+    if (occupancy < 0) {
+      if (g.grid_multiple > 1) {
+        EPIFUSE_ASSERT(d.driver, "a cluster launch for {}: clusters are an NVIDIA feature", d.target_name);
+        const int clusters = d.driver->max_active_clusters(static_cast<backend::CUfunction>(kernel.function),
+                                                           static_cast<int>(g.grid_multiple), threads, g.shared_bytes);
+        occupancy = clusters > 0 ? clusters * static_cast<int>(g.grid_multiple) : 0;
+      }
+      if (occupancy <= 0)
+        occupancy = d.multiprocessors * std::max(1, d.device->max_active_blocks_per_sm(kernel.function, threads, g.shared_bytes));
+      kernel.occupancy.store(occupancy, std::memory_order_relaxed);
+    }
+    // `occupancy` is the grid's blocks in all (not per multiprocessor).
+    const std::int64_t blocks = std::min<std::int64_t>(g.persistent_work, occupancy);
+    const std::int64_t granule = std::max(1u, g.grid_multiple);
+    g.grid[0] = static_cast<unsigned>(std::max(granule, blocks / granule * granule));
+  }
+  void* kernel_args[] = {params};
+  d.device->launch(kernel.function, {g.grid[0], g.grid[1], g.grid[2]}, {g.block[0], g.block[1], g.block[2]},
+                   kernel_args, g.shared_bytes, stream);
+}
+
+}  // namespace epifuse
