@@ -105,9 +105,10 @@ class CudaDriver {
   /// A 2-D TMA descriptor (a 128-byte CUtensorMap written to `map`, 64-byte
   /// aligned) for a row-major matrix of `outer` rows of `inner` elements,
   /// rows `row_bytes` apart, copied in boxes of box_inner x box_outer with the
-  /// 128-byte swizzle and zero fill past the edges. Host only, no GPU work.
+  /// 128-byte swizzle and zero fill past the edges; with `tf32`, f32
+  /// elements the copy engine rounds to tf32. Host only, no GPU work.
   void encode_tensor_map_2d(void* map, int element_bytes, CUdeviceptr base, std::uint64_t inner, std::uint64_t outer,
-                            std::uint64_t row_bytes, unsigned box_inner, unsigned box_outer) const;
+                            std::uint64_t row_bytes, unsigned box_inner, unsigned box_outer, bool tf32 = false) const;
 
   // ---- streams and events
   CUstream create_stream();

@@ -47,6 +47,7 @@ struct TensorMap2d {
   std::uint64_t base = 0, inner = 0, outer = 0, row_bytes = 0;
   unsigned box_inner = 0, box_outer = 0;
   int element_bytes = 2;
+  bool tf32 = false;  ///< f32 elements the copy engine rounds to tf32 (CU_TENSOR_MAP_DATA_TYPE_TFLOAT32)
   friend bool operator==(const TensorMap2d&, const TensorMap2d&) = default;
 };
 

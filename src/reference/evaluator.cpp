@@ -95,8 +95,8 @@ std::vector<float> to_floats(const HostTensor& t) {
 }
 
 // f32 rounded to tf32 as the kernels round their operands: the same function
-// (common/tf32.cuh; 10 mantissa bits, to nearest, ties away from zero, as
-// cvt.rna.tf32.f32). Inf and NaN stay as they are.
+// (common/tf32.cuh; 10 mantissa bits, to nearest, ties to even, as the copy
+// engine and cuBLAS round). Inf and NaN stay as they are.
 float round_to_tf32(float x) {
   std::uint32_t u;
   std::memcpy(&u, &x, 4);

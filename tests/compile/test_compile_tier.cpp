@@ -71,6 +71,14 @@ TEST_SUITE("compile") {
           for (const TileConfig& t : tile_candidates(s, shape, jit.target()))
             if (std::holds_alternative<WgmmaTile>(t)) CHECK_NOTHROW(jit.compile(s, shape, t));
         }
+    // tf32 (A row-major, B col-major).
+    KernelSpec tf;
+    tf.mainloop = {MainloopKind::gemm, DType::f32, DType::f32, Layout::row, Layout::col, GemmMath::tf32};
+    tf.graph.output("y", tf.graph.gelu_tanh(tf.graph.add(tf.graph.accumulator(0), tf.graph.input("bias", DType::f32, Broadcast::row))), DType::f32);
+    for (const TileConfig& t : tile_candidates(tf, shape, jit.target())) {
+      REQUIRE(std::holds_alternative<WgmmaTile>(t));
+      CHECK_NOTHROW(jit.compile(tf, shape, t));
+    }
     KernelSpec s;
     s.mainloop = {MainloopKind::gemm, DType::f16, DType::f16, Layout::row, Layout::row};
     s.graph.output("y", s.graph.accumulator(0), DType::f16);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,13 @@ const WgmmaTile k_tiles[] = {{128, 256, 64, 4, 8}, {256, 128, 64, 4, 8},    {128
                              {256, 128, 64, 4, 8, 2}, {128, 128, 64, 3, 1, 2}, {128, 128, 64, 6, 8, 1, 1},
                              {128, 64, 64, 3, 1, 1, 1}, {128, 128, 64, 5, 8, 2, 1}};  // the last three ping-pong
 
+// The same tiles for f32 operands through tf32: a stage row is 128 bytes of K, 32 elements.
+std::vector<WgmmaTile> tf32_tiles() {
+  std::vector<WgmmaTile> out(std::begin(k_tiles), std::end(k_tiles));
+  for (WgmmaTile& t : out) t.bk = 32;
+  return out;
+}
+
 // Tolerance and checks: tests/gemm_checks.hpp.
 using testing::check;
 using testing::gemm_spec;
@@ -66,6 +74,64 @@ TEST_SUITE("gpu") {
             for (const Shape& s : {Shape{256, 256, 128}, Shape{200, 136, 72}, Shape{1032, 1040, 200}})
               check(*jit, spec, s, ++seed, t);
         }
+  }
+
+  TEST_CASE("gemm sm90: tf32 on wgmma, every tile, ragged edges; other layouts take mma.sync") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9400;
+    const KernelSpec spec = gemm_spec(DType::f32, Layout::row, Layout::col, 0.0, RngMode::philox4, Broadcast::row,
+                                      GemmMath::tf32);
+    const std::vector<WgmmaTile> tiles = tf32_tiles();
+    (void)jit->compile_all(spec, {256, 256, 128}, std::vector<TileConfig>(tiles.begin(), tiles.end()));
+    for (const WgmmaTile& t : tiles)
+      for (const Shape& s : {Shape{256, 256, 128}, Shape{200, 136, 72}, Shape{1032, 1040, 200}})
+        check(*jit, spec, s, ++seed, t);
+    // Large problems default to wgmma where A is row-major and B col-major only.
+    CHECK(std::holds_alternative<WgmmaTile>(jit->compile(spec, {4096, 4096, 4096})->source().tile));
+    KernelSpec other = spec;
+    other.mainloop.b_layout = Layout::row;
+    CHECK(std::holds_alternative<GemmTile>(jit->compile(other, {4096, 4096, 4096})->source().tile));
+    CHECK_THROWS_AS(jit->compile(other, {256, 256, 64}, tiles[0]), UserError);
+    CHECK_THROWS_AS(jit->compile(spec, {256, 256, 64}, WgmmaTile{128, 256, 64, 4, 8}), UserError);  // BK 64 of f32
+    // Misaligned operands: the mma.sync general kernel under the wgmma key.
+    check(*jit, spec, {96, 128, 64}, ++seed, tiles[2], 1);
+  }
+
+  TEST_CASE("gemm sm90: tf32 operands are rounded as the reference rounds them, on wgmma and mma.sync") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    // A's elements sit 1/4, 1/2 (a tie below an even mantissa), 3/4 and 3/2 (a
+    // tie below an odd one) of a tf32 ulp (2^-10) past 1, some negated; B is all
+    // ones. Every partial sum is a multiple of 2^-10 below 2^13, so any order of
+    // accumulation gives the same bits, and a rounding mode other than the
+    // reference's (or none) changes each row's sum.
+    const KernelSpec spec = gemm_spec(DType::f32, Layout::row, Layout::col, 0.0, RngMode::philox4, Broadcast::row,
+                                      GemmMath::tf32);
+    const Shape shape{256, 256, 64};
+    TensorMap inputs = make_inputs(spec, shape, 9450);
+    const double frac[] = {0.25, 0.5, 0.75, 1.5, 2.5, 0.0};
+    HostTensor& a = inputs.at("a");
+    for (std::int64_t i = 0; i < shape.m; ++i)
+      for (std::int64_t k = 0; k < shape.k; ++k) {
+        const double v = 1.0 + frac[(i + k) % 6] * std::ldexp(1.0, -10) + static_cast<double>(i % 5);
+        a.set(i * shape.k + k, static_cast<float>(k % 4 == 3 ? -v : v));
+      }
+    HostTensor& b = inputs.at("b");
+    for (std::int64_t i = 0; i < b.numel(); ++i) b.set(i, 1.0f);
+    const HostTensor want = evaluate(spec, shape, inputs, {}).at("y");
+    for (const std::optional<TileConfig> tile : {std::optional<TileConfig>(tf32_tiles()[2]), std::optional<TileConfig>()}) {
+      const HostTensor got = run_on_device(*jit, spec, shape, inputs, {}, tile).at("y");
+      std::int64_t differ = 0, first = -1;
+      for (std::int64_t i = 0; i < want.numel(); ++i)
+        if (got.get(i) != want.get(i)) {
+          ++differ;
+          if (first < 0) first = i;
+        }
+      INFO("tile " << (tile ? to_string(*tile) : "default") << ": first difference at " << first << ": got "
+                   << (first >= 0 ? got.get(first) : 0.0f) << ", want " << (first >= 0 ? want.get(first) : 0.0f));
+      CHECK_MESSAGE(differ == 0, differ << " of " << want.numel() << " outputs differ from the reference's bits");
+    }
   }
 
   TEST_CASE("gemm sm90: K = 0, several outputs and a column-broadcast input") {

@@ -362,6 +362,24 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
   KernelSpec f32 = spec;
   f32.mainloop.a = f32.mainloop.b = DType::f32;
   CHECK_THROWS_WITH_AS(emit_kernel(f32, big, t), doctest::Contains("f16 or bf16"), UserError);
+  // tf32: wgmma where both operands are K-major (A row-major, B col-major),
+  // BK 32 (128 bytes of K); the copy engine rounds (a TFLOAT32 tensor map).
+  KernelSpec tf32 = f32;
+  tf32.mainloop.math = GemmMath::tf32;
+  CHECK(std::holds_alternative<GemmTile>(emit_kernel(tf32, big, std::nullopt, KernelPath::fastest, "sm_90a").tile));
+  CHECK_THROWS_WITH_AS(emit_kernel(tf32, big, WgmmaTile{128, 256, 32, 4, 8}), doctest::Contains("col-major"), UserError);
+  tf32.mainloop.b_layout = Layout::col;
+  const TileConfig tf32_default = emit_kernel(tf32, big, std::nullopt, KernelPath::fastest, "sm_90a").tile;
+  CHECK(tf32_default == TileConfig{WgmmaTile{128, 256, 32, 4, 8}});
+  const auto tf32_candidates = tile_candidates(tf32, big, "sm_90a");
+  CHECK(std::all_of(tf32_candidates.begin(), tf32_candidates.end(),
+                    [](const TileConfig& c) { return std::get<WgmmaTile>(c).bk == 32; }));
+  const KernelSource tks = emit_kernel(tf32, big, WgmmaTile{128, 256, 32, 4, 8}, KernelPath::fastest, "sm_90a");
+  CHECK(tks.text.find("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32") != std::string::npos);
+  CHECK_THROWS_WITH_AS(emit_kernel(tf32, big, t), doctest::Contains("BK 32"), UserError);
+  KernelSpec dual_tf32 = tf32;
+  dual_tf32.mainloop.kind = MainloopKind::dual_gemm;
+  CHECK(std::holds_alternative<GemmTile>(emit_kernel(dual_tf32, big, std::nullopt, KernelPath::fastest, "sm_90a").tile));
 }
 
 TEST_CASE("gemm tiles: the text form reads back, split-K included; malformed text is a user error") {

@@ -148,8 +148,8 @@ TEST_CASE("examples: gemm_bias_relu_dropout") {
 }
 
 TEST_CASE("examples: gemm_tf32_bias_gelu") {
-  // tf32 rounds each operand to 10 mantissa bits, to nearest, ties away:
-  // 1 + 2^-12 -> 1 and 1 + 3*2^-11 -> 1 + 2^-9 (a tie), so by hand
+  // tf32 rounds each operand to 10 mantissa bits, to nearest, ties to even:
+  // 1 + 2^-12 -> 1 and 1 + 3*2^-11 -> 1 + 2^-9 (a tie, to the even mantissa), so by hand
   // acc = [1 * (1 + 2^-9) + 3 * -1, 1 * 2 + 3 * 0.5] = [-2 + 2^-9, 3.5].
   const float a0 = 1.0f + std::ldexp(1.0f, -12), b00 = 1.0f + 3 * std::ldexp(1.0f, -11);
   auto e = run("gemm_tf32_bias_gelu.json", {1, 2, 2}, {{"a", {a0, 3}}, {"b", {b00, 2, -1, 0.5f}}, {"bias", {0.5f, -1}}});

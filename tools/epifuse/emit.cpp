@@ -9,6 +9,7 @@
 #include "epifuse/json.hpp"
 #include "backend/hiprtc.hpp"
 #include "backend/target.hpp"
+#include "codegen/template_engine.hpp"
 #include "jit_options.hpp"
 
 namespace epifuse::cli {
@@ -17,7 +18,18 @@ namespace {
 struct EmitOptions {
   std::string chain, shape, target;
   TileOptions tile;
+  bool standalone = false;
 };
+
+// The source with the project's own headers (templates/common/) written into it,
+// as hipRTC is given them: one file that compiles with another build's headers,
+// e.g. as `epifuse bench --variant` of a build whose headers changed.
+std::string standalone_text(const std::string& text) {
+  std::vector<backend::HipHeader> headers;
+  for (const auto& [path, body] : embedded_templates())
+    if (path.starts_with("common/")) headers.push_back({std::string(path), std::string(body)});
+  return backend::inline_headers(text, headers);
+}
 
 void emit(const EmitOptions& opt) {
   // The source depends on the target only through the tiles it allows (wgmma
@@ -38,7 +50,8 @@ void emit(const EmitOptions& opt) {
   } else {
     shape = resolve_shape(opt.shape, spec);
   }
-  const KernelSource ks = emit_kernel(spec, shape, opt.tile.tile(), KernelPath::fastest, target);
+  KernelSource ks = emit_kernel(spec, shape, opt.tile.tile(), KernelPath::fastest, target);
+  if (opt.standalone) ks.text = standalone_text(ks.text);
   if (session().json) {
     nlohmann::ordered_json doc;
     doc["name"] = ks.name;
@@ -63,6 +76,9 @@ void add_emit(CLI::App& app) {
   sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, gfx90a, gfx1100, ...): which tiles are allowed (wgmma tiles need sm_90a; AMD targets take wave tiles)")
       ->check(non_empty());
   add_tile_options(*sub, opt->tile);
+  sub->add_flag("--standalone", opt->standalone,
+                "Write the project's headers (templates/common/) into the source: one file that compiles "
+                "without them, e.g. as another build's `bench --variant`");
   add_json_flag(*sub);
   sub->callback([opt] { emit(*opt); });
 }

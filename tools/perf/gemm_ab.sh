@@ -56,7 +56,7 @@ case "${1:-}" in
     dir=$2 bin=$3
     write_chains "$dir/chains"
     for c in $CHAINS; do for d in $DTYPES; do for s in $SHAPES; do
-      "$bin" emit "$dir/chains/${c}_$d.json" --shape "$s" --target sm_90a > "$dir/${c}_${d}_${s%%,*}.cu" || exit 1
+      "$bin" emit "$dir/chains/${c}_$d.json" --shape "$s" --target sm_90a --standalone > "$dir/${c}_${d}_${s%%,*}.cu" || exit 1
     done; done; done
     echo "gemm_ab: $(ls "$dir"/*.cu | wc -l) kernels of $bin in $dir"
     ;;

@@ -49,7 +49,8 @@ std::uint32_t wgmma_shared_bytes(const WgmmaTile& t, bool dual) {
   // epilogue's staging: 8 consumer warps x 16 rows x (32 + 4) floats (a dual
   // GEMM stages its two accumulators one after the other through it).
   const auto b_rows = static_cast<std::uint32_t>(t.bn) * (dual ? 2u : 1u);
-  return stages * (static_cast<std::uint32_t>(t.bm) + b_rows) * static_cast<std::uint32_t>(t.bk) * 2u + 1024u +
+  // A stage's rows are 128 bytes of K (BK 64 of 16-bit, 32 of tf32).
+  return stages * (static_cast<std::uint32_t>(t.bm) + b_rows) * 128u + 1024u +
          16u * stages + 16u + 8u * 16u * 36u * 4u;
 }
 
@@ -421,8 +422,9 @@ TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contrac
 
 namespace {
 
-// ef_wgmma(d, da, db): one wgmma.mma_async m64nBNk16 with fp32 accumulators,
-// A and B from shared memory, each transposed (MN-major) or not.
+// ef_wgmma(d, da, db): one wgmma.mma_async m64nBNk16 (f16, bf16) or m64nBNk8
+// (tf32) with fp32 accumulators, A and B from shared memory; 16-bit operands
+// each transposed (MN-major) or not, tf32 K-major only (no transpose operands).
 std::string wgmma_function(const GemmPlan& g) {
   const int n = g.wgmma->bn;
   std::string regs, outs;
@@ -430,15 +432,20 @@ std::string wgmma_function(const GemmPlan& g) {
     regs += fmt::format("{}%{}", i ? ", " : "", i);
     outs += fmt::format("{}\"+f\"(d[{}][{}])", i ? ", " : "", i / 4, i % 4);
   }
+  const DType a = g.plan->spec->mainloop.a;
+  const std::string op =
+      a == DType::f32 ? fmt::format("m64n{}k8.f32.tf32.tf32 {{{}}}, %{}, %{}, 1, 1, 1", n, regs, n / 2, n / 2 + 1)
+                      : fmt::format("m64n{0}k16.f32.{1}.{1} {{{2}}}, %{3}, %{4}, 1, 1, 1, {5}, {6}", n,
+                                    a == DType::bf16 ? "bf16" : "f16", regs, n / 2, n / 2 + 1, g.a_kmajor ? 0 : 1,
+                                    g.b_kmajor ? 0 : 1);
   return fmt::format(
       "__device__ __forceinline__ void ef_wgmma(float (&d)[NI][4], unsigned long long da, unsigned long long db) {{\n"
       "  asm volatile(\n"
-      "      \"wgmma.mma_async.sync.aligned.m64n{0}k16.f32.{1}.{1} {{{2}}}, %{3}, %{4}, 1, 1, 1, {5}, {6};\\n\"\n"
-      "      : {7}\n"
+      "      \"wgmma.mma_async.sync.aligned.{};\\n\"\n"
+      "      : {}\n"
       "      : \"l\"(da), \"l\"(db));\n"
       "}}",
-      n, g.plan->spec->mainloop.a == DType::bf16 ? "bf16" : "f16", regs, n / 2, n / 2 + 1, g.a_kmajor ? 0 : 1,
-      g.b_kmajor ? 0 : 1, outs);
+      op, outs);
 }
 
 KernelSource emit_gemm_sm90(const GemmPlan& g) {
@@ -472,6 +479,7 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
       {"tma_b1", g.dual ? "tma_b1" : "tma_b"},
       {"bm", std::to_string(t.bm)},
       {"bn", std::to_string(t.bn)},
+      {"bk", std::to_string(t.bk)},
       {"stages", std::to_string(t.stages)},
       {"group_m", std::to_string(t.group_m)},
       {"cluster", std::to_string(t.cluster)},

@@ -94,14 +94,24 @@ GemmTile simt_heuristic_tile(const Shape& s) {
 
 bool wgmma_target(std::string_view target) { return target == "sm_90a"; }
 
-// f16/bf16 operands whose rows the copy engine can address (16-byte strides),
+// The operands wgmma reads: f16 and bf16 in any layout, and f32 through tf32
+// (rounded by the copy engine, docs/hopper.md) K-major only (A row-major, B
+// col-major: wgmma has no transposed tf32), in a single GEMM.
+bool wgmma_operands(const Mainloop& ml) {
+  if (ml.a == DType::f16 || ml.a == DType::bf16) return true;
+  return ml.a == DType::f32 && ml.math == GemmMath::tf32 && ml.kind == MainloopKind::gemm &&
+         ml.a_layout == Layout::row && ml.b_layout == Layout::col;
+}
+// A stage's rows are 128 bytes of K: 64 16-bit elements, 32 tf32 ones.
+int wgmma_bk(const Mainloop& ml) { return ml.a == DType::f32 ? 32 : 64; }
+
+// wgmma operands whose rows the copy engine can address (16-byte strides),
 // on an sm_90a target, with coordinates that fit TMA's 32-bit ones.
 bool wgmma_applies(const KernelSpec& spec, const Shape& s, std::string_view target) {
   const Mainloop& ml = spec.mainloop;
   constexpr std::int64_t coord = 0x7fffffff;
-  return wgmma_target(target) && (ml.a == DType::f16 || ml.a == DType::bf16) &&
-         gemm_shape_class(ml, s).starts_with("ld8") && s.m <= coord && s.n <= coord && s.k <= coord &&
-         tiles_of(s, 128, 64) <= coord;
+  return wgmma_target(target) && wgmma_operands(ml) && gemm_shape_class(ml, s).starts_with("ld8") && s.m <= coord &&
+         s.n <= coord && s.k <= coord && tiles_of(s, 128, 64) <= coord;
 }
 
 void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s, std::string_view target) {
@@ -109,13 +119,18 @@ void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s
   const bool dual = ml.kind == MainloopKind::dual_gemm;
   EPIFUSE_CHECK(target.empty() || wgmma_target(target), "gemm tile {}: wgmma tiles run on sm_90a only, not {}",
                 t.str(), target);
-  EPIFUSE_CHECK(ml.a == DType::f16 || ml.a == DType::bf16,
-                "gemm tile {}: wgmma tiles take f16 or bf16 operands, not {}", t.str(), to_string(ml.a));
+  EPIFUSE_CHECK(wgmma_operands(ml),
+                "gemm tile {}: wgmma tiles take f16 or bf16 operands, or f32 with \"math\": \"tf32\" where A is "
+                "row-major and B col-major (a single GEMM), not {}{} with A {} and B {}",
+                t.str(), to_string(ml.a), ml.math == GemmMath::tf32 ? " (tf32)" : "", to_string(ml.a_layout),
+                to_string(ml.b_layout));
   EPIFUSE_CHECK(s.m <= 0x7fffffff && s.n <= 0x7fffffff && s.k <= 0x7fffffff && tiles_of(s, t.bm, t.bn) <= 0x7fffffff,
                 "gemm tile {}: the copy engine's coordinates are 32-bit: M, N, K and the tile count must be below 2^31",
                 t.str());
-  EPIFUSE_CHECK((t.bm == 128 || t.bm == 256) && (t.bn == 64 || t.bn == 128 || t.bn == 256) && t.bk == 64,
-                "gemm tile {}: a wgmma tile has BM 128 or 256, BN 64, 128 or 256, and BK 64", t.str());
+  EPIFUSE_CHECK((t.bm == 128 || t.bm == 256) && (t.bn == 64 || t.bn == 128 || t.bn == 256) && t.bk == wgmma_bk(ml),
+                "gemm tile {}: a wgmma tile has BM 128 or 256, BN 64, 128 or 256, and BK {} ({} operands: 128 "
+                "bytes of K a row)",
+                t.str(), wgmma_bk(ml), to_string(ml.a));
   // A consumer warpgroup's rows: BM/2 cooperative, BM ping-pong; a thread holds rows x BN / 128 accumulators.
   // A dual GEMM holds two accumulators per element.
   const int rows = t.pingpong ? t.bm : t.bm / 2, per_thread = rows * t.bn / 128 * (dual ? 2 : 1);
@@ -166,7 +181,8 @@ class GemmFamily final : public KernelFamily {
       }
     } else if (wgmma_applies(spec, shape, target) && shape.m * shape.n >= k_wgmma_min_outputs) {
       if (dual()) return tiles_of(shape, 128, 128) >= 132 ? k_dual_wgmma_tiles[0] : k_dual_wgmma_tiles[2];
-      return tiles_of(shape, 128, 256) >= 132 ? WgmmaTile{128, 256, 64, 4, 8} : WgmmaTile{128, 128, 64, 6, 8};
+      const int bk = wgmma_bk(ml);
+      return tiles_of(shape, 128, 256) >= 132 ? WgmmaTile{128, 256, bk, 4, 8} : WgmmaTile{128, 128, bk, 6, 8};
     }
     const bool simt = gemm_is_simt(ml);
     GemmTile tile = simt ? simt_heuristic_tile(shape) : heuristic_tile(shape, ml.math);
@@ -210,10 +226,11 @@ class GemmFamily final : public KernelFamily {
     // they are compiled: the tuner's NVRTC time stays within its budget.
     std::vector<TileConfig> out;
     if (wgmma_applies(spec, shape, target)) {
-      for (const WgmmaTile t : {WgmmaTile{128, 256, 64, 4, 8}, WgmmaTile{128, 256, 64, 4, 8, 2},
-                                WgmmaTile{256, 128, 64, 4, 8}, WgmmaTile{256, 128, 64, 4, 8, 2},
-                                WgmmaTile{128, 128, 64, 6, 8}, WgmmaTile{128, 128, 64, 6, 8, 1, 1},
-                                WgmmaTile{128, 64, 64, 8, 8}})
+      const int bk = wgmma_bk(spec.mainloop);
+      for (const WgmmaTile t : {WgmmaTile{128, 256, bk, 4, 8}, WgmmaTile{128, 256, bk, 4, 8, 2},
+                                WgmmaTile{256, 128, bk, 4, 8}, WgmmaTile{256, 128, bk, 4, 8, 2},
+                                WgmmaTile{128, 128, bk, 6, 8}, WgmmaTile{128, 128, bk, 6, 8, 1, 1},
+                                WgmmaTile{128, 64, bk, 8, 8}})
         out.push_back(t);
       if (shape.m * shape.n >= k_wgmma_only_outputs) return out;
     }
@@ -287,17 +304,22 @@ class GemmFamily final : public KernelFamily {
     const auto m = static_cast<std::uint64_t>(c.shape.m), n = static_cast<std::uint64_t>(c.shape.n),
                k = static_cast<std::uint64_t>(c.shape.k);
     const auto bm = static_cast<unsigned>(t.bm), bn = static_cast<unsigned>(t.bn);
+    // A box row is 128 bytes: BK 64 of 16-bit elements, or 32 f32 ones that
+    // the copy engine rounds to tf32 on the way (docs/hopper.md).
+    const int es = 128 / t.bk;
+    const auto box_inner = static_cast<unsigned>(t.bk);
     auto map = [&](std::uint64_t base, std::uint64_t inner, std::uint64_t outer, unsigned box_outer) {
       // A base the copy engine cannot take sends the launch to the general
       // kernel (KernelSource::requires_alignment), which has no maps; an empty
       // K is never loaded. Neither needs a map.
-      return base % 16 != 0 || inner == 0 || outer == 0 || (inner * 2) % 16 != 0
+      return base % 16 != 0 || inner == 0 || outer == 0 || (inner * es) % 16 != 0
                  ? std::nullopt
-                 : std::optional<TensorMap2d>(TensorMap2d{base, inner, outer, inner * 2, 64, box_outer, 2});
+                 : std::optional<TensorMap2d>(
+                       TensorMap2d{base, inner, outer, inner * es, box_inner, box_outer, es, es == 4});
     };
     switch (field.index) {
       case a_kmajor_map: return map(c.inputs[0], k, m, bm);              // [M][K]
-      case a_mmajor_map: return map(c.inputs[0], m, k, 64);              // [K][M]
+      case a_mmajor_map: return map(c.inputs[0], m, k, 64);              // [K][M] (16-bit)
       case b_kmajor_map: return map(c.inputs[1], k, n, bn / t.cluster);  // [N][K], a block's share
       case b_nmajor_map: return map(c.inputs[1], n, k, 64);              // [K][N]
       case b1_kmajor_map: return map(c.inputs[2], k, n, bn / t.cluster);
