@@ -26,7 +26,8 @@ bias + relu or bias + gelu_tanh (then only dropouts, which it leaves out), and
 every row of `epifuse bench --json` (its own cuBLASLt, the fused kernel, the
 baselines of docs/bench.md), as times, TFLOP/s and ratios to torch.matmul.
 Operands are laid out as the chain's mainloop says (a column-major operand is
-a transposed view); f32 is exact fp32 on both sides (tf32 off).
+a transposed view); f32 is exact fp32 on both sides (tf32 off), unless the chain's
+"math" is "tf32" (then tf32 on both sides).
 
 dual_gemm chains (--shape M,N,K; the gating layer, SwiGLU, GEGLU): two
 torch.matmul alone (cuBLAS), eager PyTorch, torch.compile, a hand-written
@@ -55,7 +56,8 @@ def mainloop_of(doc):
     if ml["kind"] == "elementwise":
         return {"kind": "elementwise"}
     return {"kind": ml["kind"], "a": ml.get("a", "f16"), "b": ml.get("b", "f16"),
-            "a_layout": ml.get("a_layout", "row"), "b_layout": ml.get("b_layout", "row")}
+            "a_layout": ml.get("a_layout", "row"), "b_layout": ml.get("b_layout", "row"),
+            **({"math": ml["math"]} if "math" in ml else {})}
 
 
 def load_chain(path, dtype):
@@ -374,10 +376,12 @@ def triton_dual_gemm_fn(doc):
 def main_gemm(args):
     """GEMM chains: PyTorch's ways of computing the chain and epifuse bench's rows, against
     torch.matmul alone."""
-    torch.backends.cuda.matmul.allow_tf32 = False  # f32: exact fp32 on both sides
     results = []
     for dtype in args.dtype or [None]:
         doc = load_chain(args.chain, dtype)
+        # f32: exact fp32 on both sides, or tf32 on both where the chain asks for it
+        # (cuBLAS and the copy engine both round to nearest even: docs/hopper.md).
+        torch.backends.cuda.matmul.allow_tf32 = mainloop_of(doc).get("math") == "tf32"
         fn = torch_fn(doc)
         compiled = torch.compile(fn)
         dual = mainloop_of(doc)["kind"] == "dual_gemm"
