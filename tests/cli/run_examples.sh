@@ -392,6 +392,15 @@ expect_stderr 2 "compile --target sm_75" "sm_80 and newer" -- "$EPIFUSE" compile
 # AMD targets emit their source (no hipRTC needed); an unknown gfx name is refused with the list.
 expect 0 "emit --target gfx90a" -- "$EPIFUSE" emit "$AM" --target gfx90a
 expect_stderr 2 "emit --target gfx803" "an AMD target is one of gfx90a, gfx942" -- "$EPIFUSE" emit "$AM" --target gfx803
+# --standalone writes the project's headers into the source: no #include of them is
+# left, and each is written once (a variant for another build's bench, docs/bench.md).
+expect 0 "emit --standalone (wgmma GEMM)" -- "$EPIFUSE" emit "$CHAINS/gemm_bias_relu_dropout.json" --shape 4096,4096,4096 --target sm_90a --standalone
+if ! grep -q '#include "common/' "$TMP/out" && [[ $(grep -c '(inlined)' "$TMP/out") -ge 4 ]] &&
+   [[ $(grep -c '^// ---- common/philox.cuh (inlined)' "$TMP/out") == 1 ]] && grep -q 'ef_philox4_draws' "$TMP/out"; then
+  pass "emit --standalone has the headers written in, once each"
+else
+  fail "emit --standalone has the headers written in, once each"
+fi
 # An unnamed chain is named by its file, never printed as '' or with a leading space.
 "$PYTHON" -c 'import json,sys; d = json.load(open(sys.argv[1])); d.pop("name"); json.dump(d, open(sys.argv[2], "w"))' \
   "$AM" "$TMP/unnamed.json"
