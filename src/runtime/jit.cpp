@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -304,32 +305,45 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
   // Launches back to back in batches of ~0.2 ms or more, so a few-microsecond
   // kernel is timed as it runs in a stream, not with each launch's host cost
   // between the events (which once ranked 64x64 tiles first at 1024^3).
-  auto time_tile = [&](const CompiledKernel& kernel, int reps) {
-    const double once = backend::median_ms(drv, [&] { launch(kernel, b, shape, args); }, 3);
-    const int batch = std::clamp(static_cast<int>(0.2 / std::max(once, 1e-3)), 1, 16);
-    return backend::median_ms(drv, [&] { launch(kernel, b, shape, args); }, reps, batch);
+  //
+  // Note [Tuning in turns]: the candidates take turns, batch by batch, in both
+  // rounds, as `epifuse bench` times its rows (docs/bench.md). Timed one after
+  // another, a large problem heats the GPU to its power limit during the first
+  // candidates, and the clock the later ones get decides more than their tiles:
+  // at 8192^3 the tuner chose a ping-pong tile 8% slower than the 128x256 one,
+  // which had been timed first, cool (docs/PERF.md, session 12).
+  const auto batch_for = [](double once_ms) { return std::clamp(static_cast<int>(0.2 / std::max(once_ms, 1e-3)), 1, 16); };
+  const auto in_turns = [&](const std::vector<std::shared_ptr<const CompiledKernel>>& ks, int reps) {
+    std::vector<std::function<void()>> fns;
+    double fastest = 1e30;
+    for (const auto& k : ks) {
+      fns.push_back([&, k] { launch(*k, b, shape, args); });
+      fastest = std::min(fastest, backend::median_ms(drv, fns.back(), 3));  // also the warm-up
+    }
+    return backend::median_ms_interleaved(drv, fns, reps, batch_for(fastest));
   };
   // Two rounds: every candidate briefly, then the best few again for longer,
   // so run-to-run noise (a few percent) rarely picks a worse tile.
   TuneResult result;
-  const std::vector<std::shared_ptr<const CompiledKernel>> kernels = compile_all(spec, shape, candidates);
+  std::vector<std::shared_ptr<const CompiledKernel>> kernels = compile_all(spec, shape, candidates);
+  std::erase(kernels, nullptr);  // tiles this GPU cannot run (compile_all says why)
+  const std::vector<double> first = in_turns(kernels, 9);
   std::vector<std::pair<double, std::shared_ptr<const CompiledKernel>>> ranked;
-  for (const auto& kernel : kernels) {
-    if (!kernel) continue;  // a tile this GPU cannot run (compile_all says why)
-    const double ms = time_tile(*kernel, 9);
-    result.all.push_back({kernel->source().tile, ms, kernel->compile_ms()});
-    ranked.push_back({ms, kernel});
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    result.all.push_back({kernels[i]->source().tile, first[i], kernels[i]->compile_ms()});
+    ranked.push_back({first[i], kernels[i]});
   }
-  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   ranked.resize(std::min<std::size_t>(ranked.size(), 4));
+  std::vector<std::shared_ptr<const CompiledKernel>> finalists;
+  for (const auto& r : ranked) finalists.push_back(r.second);
+  const std::vector<double> second = in_turns(finalists, 41);
   result.ms = 1e30;
-  for (const auto& [first_ms, kernel] : ranked) {
-    const double ms = time_tile(*kernel, 41);
-    if (ms < result.ms) {
-      result.ms = ms;
-      result.tile = kernel->source().tile;
+  for (std::size_t i = 0; i < finalists.size(); ++i)
+    if (second[i] < result.ms) {
+      result.ms = second[i];
+      result.tile = finalists[i]->source().tile;
     }
-  }
   drv.synchronize();
   const std::string tk = tune_key(signature_bytes(spec), shape);
   {
