@@ -126,6 +126,17 @@ TEST_SUITE("gpu") {
     for (const TileConfig& t : tiles) check_mask(*jit, drop, {256, 512, 64}, ++seed, t);
     CHECK(std::holds_alternative<WgmmaTile>(jit->compile(drop, {4096, 4096, 4096})->source().tile));
     CHECK_THROWS_AS(jit->compile(drop, {256, 256, 64}, WgmmaTile{128, 256, 64, 4, 8}), UserError);
+    // tf32 (A row-major, B col-major): the same tiles with BK 32, dropout included.
+    const KernelSpec tf = dual_spec(DType::f32, Layout::row, Layout::col, Chain::swiglu, 0.0, RngMode::philox4,
+                                    GemmMath::tf32);
+    const KernelSpec tf_drop = dual_spec(DType::f32, Layout::row, Layout::col, Chain::gating, 0.2, RngMode::philox4,
+                                         GemmMath::tf32);
+    for (TileConfig t : tiles) {
+      std::get<WgmmaTile>(t).bk = 32;
+      for (const Shape& s : {Shape{256, 256, 128}, Shape{200, 136, 72}}) check_dual(*jit, tf, s, ++seed, t);
+      check_mask(*jit, tf_drop, {256, 512, 64}, ++seed, t);
+    }
+    CHECK(std::holds_alternative<WgmmaTile>(jit->compile(tf, {4096, 4096, 4096})->source().tile));
   }
 
   TEST_CASE("dual gemm: packed weights, one [2N, K] buffer (nn.Linear's fused gate/up), bind as B0 and B1") {

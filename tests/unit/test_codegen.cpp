@@ -377,9 +377,12 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
   const KernelSource tks = emit_kernel(tf32, big, WgmmaTile{128, 256, 32, 4, 8}, KernelPath::fastest, "sm_90a");
   CHECK(tks.text.find("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32") != std::string::npos);
   CHECK_THROWS_WITH_AS(emit_kernel(tf32, big, t), doctest::Contains("BK 32"), UserError);
-  KernelSpec dual_tf32 = tf32;
+  KernelSpec dual_tf32 = tf32;  // a dual GEMM too: the dual tiles with BK 32
   dual_tf32.mainloop.kind = MainloopKind::dual_gemm;
-  CHECK(std::holds_alternative<GemmTile>(emit_kernel(dual_tf32, big, std::nullopt, KernelPath::fastest, "sm_90a").tile));
+  dual_tf32.graph = Graph();
+  dual_tf32.graph.output("y", dual_tf32.graph.mul(dual_tf32.graph.accumulator(0), dual_tf32.graph.accumulator(1)), DType::f32);
+  CHECK(emit_kernel(dual_tf32, big, std::nullopt, KernelPath::fastest, "sm_90a").tile ==
+        TileConfig{WgmmaTile{128, 128, 32, 4, 8}});
 }
 
 TEST_CASE("gemm tiles: the text form reads back, split-K included; malformed text is a user error") {

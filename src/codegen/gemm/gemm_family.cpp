@@ -96,11 +96,10 @@ bool wgmma_target(std::string_view target) { return target == "sm_90a"; }
 
 // The operands wgmma reads: f16 and bf16 in any layout, and f32 through tf32
 // (rounded by the copy engine, docs/hopper.md) K-major only (A row-major, B
-// col-major: wgmma has no transposed tf32), in a single GEMM.
+// col-major: wgmma has no transposed tf32).
 bool wgmma_operands(const Mainloop& ml) {
   if (ml.a == DType::f16 || ml.a == DType::bf16) return true;
-  return ml.a == DType::f32 && ml.math == GemmMath::tf32 && ml.kind == MainloopKind::gemm &&
-         ml.a_layout == Layout::row && ml.b_layout == Layout::col;
+  return ml.a == DType::f32 && ml.math == GemmMath::tf32 && ml.a_layout == Layout::row && ml.b_layout == Layout::col;
 }
 // A stage's rows are 128 bytes of K: 64 16-bit elements, 32 tf32 ones.
 int wgmma_bk(const Mainloop& ml) { return ml.a == DType::f32 ? 32 : 64; }
@@ -121,7 +120,7 @@ void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s
                 t.str(), target);
   EPIFUSE_CHECK(wgmma_operands(ml),
                 "gemm tile {}: wgmma tiles take f16 or bf16 operands, or f32 with \"math\": \"tf32\" where A is "
-                "row-major and B col-major (a single GEMM), not {}{} with A {} and B {}",
+                "row-major and B col-major, not {}{} with A {} and B {}",
                 t.str(), to_string(ml.a), ml.math == GemmMath::tf32 ? " (tf32)" : "", to_string(ml.a_layout),
                 to_string(ml.b_layout));
   EPIFUSE_CHECK(s.m <= 0x7fffffff && s.n <= 0x7fffffff && s.k <= 0x7fffffff && tiles_of(s, t.bm, t.bn) <= 0x7fffffff,
@@ -149,8 +148,10 @@ void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s
 // The dual GEMM's tiles (docs/dual-gemm.md): two accumulators a thread, so
 // warp tiles of at most 64x32 (mma.sync) and 64 + 64 a consumer thread
 // (wgmma), no split-K; FFMA thread tiles of 8x4.
-const std::vector<WgmmaTile> k_dual_wgmma_tiles = {WgmmaTile{128, 128, 64, 4, 8}, WgmmaTile{128, 128, 64, 4, 8, 2},
-                                                   WgmmaTile{128, 64, 64, 6, 8}, WgmmaTile{128, 64, 64, 6, 8, 1, 1}};
+std::vector<WgmmaTile> dual_wgmma_tiles(int bk) {
+  return {WgmmaTile{128, 128, bk, 4, 8}, WgmmaTile{128, 128, bk, 4, 8, 2}, WgmmaTile{128, 64, bk, 6, 8},
+          WgmmaTile{128, 64, bk, 6, 8, 1, 1}};
+}
 
 class GemmFamily final : public KernelFamily {
  public:
@@ -180,8 +181,8 @@ class GemmFamily final : public KernelFamily {
         return *w;
       }
     } else if (wgmma_applies(spec, shape, target) && shape.m * shape.n >= k_wgmma_min_outputs) {
-      if (dual()) return tiles_of(shape, 128, 128) >= 132 ? k_dual_wgmma_tiles[0] : k_dual_wgmma_tiles[2];
       const int bk = wgmma_bk(ml);
+      if (dual()) return dual_wgmma_tiles(bk)[tiles_of(shape, 128, 128) >= 132 ? 0 : 2];
       return tiles_of(shape, 128, 256) >= 132 ? WgmmaTile{128, 256, bk, 4, 8} : WgmmaTile{128, 128, bk, 6, 8};
     }
     const bool simt = gemm_is_simt(ml);
@@ -392,7 +393,7 @@ class GemmFamily final : public KernelFamily {
       return out;
     }
     if (wgmma_applies(spec, shape, target)) {
-      for (const WgmmaTile& t : k_dual_wgmma_tiles) out.push_back(t);
+      for (const WgmmaTile& t : dual_wgmma_tiles(wgmma_bk(spec.mainloop))) out.push_back(t);
       if (shape.m * shape.n >= k_wgmma_only_outputs) return out;
     }
     // 64x32 warp tiles and below; narrow tiles for decode shapes (M of 16 to
