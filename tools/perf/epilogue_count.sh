@@ -42,8 +42,8 @@ def opcodes(path):
         if len(r) != len(head): continue
         src = r[col["Source"]].strip()
         if src.startswith("@"): src = src.split(None, 1)[1] if " " in src else src
-        op = src.split(" ")[0].split(".")[0] if src else "?"
-        count[op] += num(r[ex])
+        op = src.split(" ")[0] if src else "?"
+        count[op] += num(r[col[ex]])
     return count
 def raw(path):
     rows = [r for r in csv.reader(open(path)) if r]
@@ -54,9 +54,14 @@ for c in chains:
     name = os.path.basename(c)[:-5]
     base = os.path.join(out, "count_" + name)
     try:
-        res[name] = (opcodes(base + ".sass.csv"), raw(base + ".raw.csv"))
+        ops = opcodes(base + ".sass.csv")
     except Exception as e:
-        print(name, "no data:", e); continue
+        print(name, "no SASS counts:", e); continue
+    try:
+        r = raw(base + ".raw.csv")
+    except Exception as e:
+        print(name, "no metrics:", e); r = {}
+    res[name] = (ops, r)
 lines = [f"== {shape}, warp instructions x 32 / outputs = thread instructions per output element"]
 for name, (ops, r) in res.items():
     lines.append(f"-- {name}: " + ", ".join(f"{k.replace('smsp__inst_executed_pipe_', 'pipe_').replace('smsp__inst_executed', 'all')}={float(v.replace(',', '')) * 32 / elements:.2f}" if k.startswith("smsp__inst") else f"{k}={v}" for k, v in r.items()))
