@@ -309,9 +309,10 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
   // Note [Tuning in turns]: the candidates take turns, batch by batch, in both
   // rounds, as `epifuse bench` times its rows (docs/bench.md). Timed one after
   // another, a large problem heats the GPU to its power limit during the first
-  // candidates, and the clock the later ones get decides more than their tiles:
-  // at 8192^3 the tuner chose a ping-pong tile 8% slower than the 128x256 one,
-  // which had been timed first, cool (docs/PERF.md, session 12).
+  // candidates, and the clock each one gets decides more than its tile: at
+  // 8192^3 the 128x256 tile, timed first, read 1.449 ms against 1.52-1.57 for
+  // the ping-pong tiles; in turns the order is the other way round (1.529
+  // against 1.496-1.515) (docs/PERF.md, session 12).
   const auto batch_for = [](double once_ms) { return std::clamp(static_cast<int>(0.2 / std::max(once_ms, 1e-3)), 1, 16); };
   const auto in_turns = [&](const std::vector<std::shared_ptr<const CompiledKernel>>& ks, int reps) {
     std::vector<std::function<void()>> fns;
