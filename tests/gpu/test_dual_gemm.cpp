@@ -111,7 +111,7 @@ TEST_SUITE("gpu") {
     std::uint64_t seed = 14000;
     const std::vector<TileConfig> tiles = {WgmmaTile{128, 128, 64, 4, 8}, WgmmaTile{128, 128, 64, 4, 8, 2},
                                            WgmmaTile{128, 64, 64, 6, 8}, WgmmaTile{128, 64, 64, 6, 8, 1, 1},
-                                           WgmmaTile{128, 128, 64, 3, 1, 2}};
+                                           WgmmaTile{128, 128, 64, 3, 1, 2}, WgmmaTile{128, 64, 64, 6, 8, 2, 1}};
     for (DType dt : {DType::f16, DType::bf16})
       for (Layout a : {Layout::row, Layout::col})
         for (Layout b : {Layout::row, Layout::col}) {

@@ -357,7 +357,8 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
   CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{256, 256, 64, 4, 8}), UserError);
   CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{128, 256, 64, 8, 8}), UserError);
   CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{128, 256, 64, 4, 8, 1, 1}), UserError);  // ping-pong: 256 accumulators
-  CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{128, 64, 64, 4, 8, 2}), UserError);     // a cluster splits BN >= 128
+  CHECK_THROWS_AS(emit_kernel(spec, big, WgmmaTile{128, 64, 64, 4, 8, 4}), UserError);     // clusters of 1 or 2
+  CHECK_NOTHROW(emit_kernel(spec, big, WgmmaTile{128, 64, 64, 4, 8, 2}));  // BN 64: the k rows of B are split
   CHECK(emit_kernel(spec, big, WgmmaTile{128, 128, 64, 6, 8, 1, 1}).text.find("PINGPONG = true") != std::string::npos);
   KernelSpec f32 = spec;
   f32.mainloop.a = f32.mainloop.b = DType::f32;

@@ -138,8 +138,10 @@ void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s
                 to_string(ml.kind), t.str(), per_thread);
   EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
   EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
-  EPIFUSE_CHECK(t.cluster == 1 || (t.cluster == 2 && t.bn >= 128),
-                "gemm tile {}: the cluster is 1, or 2 with BN 128 or 256 (each block copies half of B)", t.str());
+  EPIFUSE_CHECK(t.cluster == 1 || t.cluster == 2,
+                "gemm tile {}: the cluster is 1, or 2 (each block copies half of B: half its columns, or with BN 64 "
+                "and B row-major half its k rows)",
+                t.str());
   EPIFUSE_CHECK(wgmma_shared_bytes(t, dual) <= k_max_shared,
                 "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
                 wgmma_shared_bytes(t, dual), k_max_shared);
@@ -309,6 +311,9 @@ class GemmFamily final : public KernelFamily {
     // the copy engine rounds to tf32 on the way (docs/hopper.md).
     const int es = 128 / t.bk;
     const auto box_inner = static_cast<unsigned>(t.bk);
+    // MN-major B: [64 k][64 n] boxes; with a cluster and one such block (BN 64)
+    // each block copies half of its k rows.
+    const unsigned nmajor_box = t.bn / 64 >= t.cluster ? 64u : 64u / static_cast<unsigned>(t.cluster);
     auto map = [&](std::uint64_t base, std::uint64_t inner, std::uint64_t outer, unsigned box_outer) {
       // A base the copy engine cannot take sends the launch to the general
       // kernel (KernelSource::requires_alignment), which has no maps; an empty
@@ -322,9 +327,9 @@ class GemmFamily final : public KernelFamily {
       case a_kmajor_map: return map(c.inputs[0], k, m, bm);              // [M][K]
       case a_mmajor_map: return map(c.inputs[0], m, k, 64);              // [K][M] (16-bit)
       case b_kmajor_map: return map(c.inputs[1], k, n, bn / t.cluster);  // [N][K], a block's share
-      case b_nmajor_map: return map(c.inputs[1], n, k, 64);              // [K][N]
+      case b_nmajor_map: return map(c.inputs[1], n, k, nmajor_box);      // [K][N]
       case b1_kmajor_map: return map(c.inputs[2], k, n, bn / t.cluster);
-      case b1_nmajor_map: return map(c.inputs[2], n, k, 64);
+      case b1_nmajor_map: return map(c.inputs[2], n, k, nmajor_box);
       default: EPIFUSE_ASSERT(false, "unknown tensor map {}", field.index);
     }
     return std::nullopt;
