@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/dynlib.hpp"
+#include "backend/header.hpp"
 
 namespace epifuse::backend {
 
@@ -99,15 +100,10 @@ std::string hiprtc_unavailable_reason();
 /// version is known to abort the process there), or "" when it may.
 std::string hiprtc_refusal(const Hiprtc& rtc, const AmdTarget& target);
 
-/// A named header text (`#include "common/philox.cuh"` is served from `text`).
-struct HipHeader {
-  std::string name, text;
-};
-
 /// `source` with each `#include "NAME"` of a header in `headers` replaced by
 /// its text, recursively, each header once (they all say #pragma once): the
 /// child gets one self-contained source.
-std::string inline_headers(const std::string& source, const std::vector<HipHeader>& headers);
+std::string inline_headers(const std::string& source, const std::vector<Header>& headers);
 
 /// Compiles `source` for `target` in a child process (Note [hipRTC in a child
 /// process]). UserError for a refused (version, target) pair; CompileError for

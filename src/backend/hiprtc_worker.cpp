@@ -125,7 +125,7 @@ std::filesystem::path find_hiprtc_worker(const std::filesystem::path& self, cons
       tried));
 }
 
-std::string inline_headers(const std::string& source, const std::vector<HipHeader>& headers) {
+std::string inline_headers(const std::string& source, const std::vector<Header>& headers) {
   std::vector<std::string> done;
   std::function<std::string(const std::string&)> expand = [&](const std::string& text) {
     std::string out;
@@ -135,9 +135,9 @@ std::string inline_headers(const std::string& source, const std::vector<HipHeade
       if (end == std::string::npos) end = text.size();
       const std::string line = text.substr(pos, end - pos);
       pos = end + 1;
-      const HipHeader* h = nullptr;
+      const Header* h = nullptr;
       if (line.starts_with("#include \""))
-        for (const HipHeader& c : headers) {
+        for (const Header& c : headers) {
           const std::string directive = "#include \"" + c.name + "\"";
           if (!line.starts_with(directive)) continue;
           // Nothing after it but blanks and a comment (`#include "x.cuh"  // why`).

@@ -15,16 +15,10 @@
 #include <vector>
 
 #include "backend/dynlib.hpp"
+#include "backend/header.hpp"
 #include "backend/target.hpp"
 
 namespace epifuse::backend {
-
-/// A named in-memory header: generated code's `#include "common/philox.cuh"` is served
-/// from `text` without touching the file system.
-struct Header {
-  std::string name;  ///< the include name, exactly as written in the #include
-  std::string text;
-};
 
 /// What one NVRTC compilation produced.
 struct CompiledBinary {

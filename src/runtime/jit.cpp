@@ -71,7 +71,7 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
     auto compile_source = [&] {
       if (amd) {
         backend::HiprtcBinary bin = backend::compile_hip_isolated(
-            backend::inline_headers(kernel->src.text, hip_headers), kernel->src.name + ".hip", *amd);
+            backend::inline_headers(kernel->src.text, headers), kernel->src.name + ".hip", *amd);
         kernel->cubin = std::move(bin.code);
         kernel->ms = bin.compile_ms;
       } else {
@@ -169,8 +169,7 @@ void Jit::Impl::init_nvidia(const std::string& target) {
   for (const std::string& o : d.rtc->options(d.target, d.extra_options))
     if (!o.starts_with("-I")) key_opts.push_back(o);
   d.options = backend::join(key_opts, " ");
-  for (const auto& [path, text] : embedded_templates())
-    if (path.starts_with("common/")) d.headers.push_back({std::string(path), std::string(text)});
+  d.headers = backend::template_headers();
 }
 
 // An AMD target (docs/amd.md): keyed like an NVIDIA one, its full string
@@ -195,8 +194,7 @@ void Jit::Impl::init_amd(const std::string& text) {
   }
   compiler = hip.version_string();
   options = backend::join(hip.options(*amd, {}), " ");
-  for (const auto& [path, text] : embedded_templates())
-    if (path.starts_with("common/")) hip_headers.push_back({std::string(path), std::string(text)});
+  headers = backend::template_headers();
 }
 
 Jit::~Jit() = default;

@@ -79,8 +79,7 @@ struct Jit::Impl {
   int multiprocessors = 0;
   std::string compiler, options;
   std::vector<std::string> extra_options;
-  std::vector<backend::Header> headers;
-  std::vector<backend::HipHeader> hip_headers;
+  std::vector<backend::Header> headers;  // templates/common/*: NVRTC's, or inlined for hipRTC
   KernelCache cache;
   std::unique_ptr<DiskCache> disk;  // null when EPIFUSE_CACHE=0 (docs/disk-cache.md)
   std::string device_name;          // the GPU's, part of a tuned tile's disk key

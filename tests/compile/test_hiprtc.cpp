@@ -26,7 +26,6 @@
 
 using namespace epifuse;
 using namespace epifuse::backend;
-using epifuse::backend::HipHeader;
 
 namespace {
 
@@ -49,13 +48,6 @@ bool is_elf(const std::vector<char>& code) {
 
 bool is_gemm(const KernelSpec& spec) {
   return spec.mainloop.kind == MainloopKind::gemm || spec.mainloop.kind == MainloopKind::dual_gemm;
-}
-
-std::vector<HipHeader> common_headers() {
-  std::vector<HipHeader> headers;
-  for (const auto& [path, text] : embedded_templates())
-    if (path.starts_with("common/")) headers.push_back({std::string(path), std::string(text)});
-  return headers;
 }
 
 // Every example chain, in name order.
@@ -94,7 +86,7 @@ std::filesystem::path scratch_dir(const std::string& what) {
 
 TEST_SUITE("compile") {
   TEST_CASE("hipRTC sources: the common headers are inlined, nested and with a comment after the directive") {
-    const std::vector<HipHeader> headers = {{"common/a.cuh", "#pragma once\nint a;\n#include \"common/b.cuh\"  // b's\n"},
+    const std::vector<Header> headers = {{"common/a.cuh", "#pragma once\nint a;\n#include \"common/b.cuh\"  // b's\n"},
                                             {"common/b.cuh", "#pragma once\nint b;\n"}};
     const std::string text =
         inline_headers("#include \"common/a.cuh\"\t// why\n#include \"common/b.cuh\"\nint c;\n", headers);
@@ -179,7 +171,7 @@ TEST_SUITE("compile") {
 
   TEST_CASE("AMD compile tier: every example chain compiles for gfx90a and gfx1030 through hipRTC; MFMA in the GEMMs") {
     if (!have_hiprtc()) return;
-    const std::vector<HipHeader> headers = common_headers();
+    const std::vector<Header> headers = template_headers();
     const std::filesystem::path dir = scratch_dir("hiprtc_tier");
     const bool objdump = std::system("command -v llvm-objdump-19 > /dev/null 2>&1") == 0;
     if (!objdump) MESSAGE("instruction check skipped: llvm-objdump-19 missing (tools/setup.sh installs llvm-19)");
@@ -239,7 +231,7 @@ TEST_SUITE("compile") {
       MESSAGE("clang-19 AMD tier skipped: clang++-19 or /usr/include/hip/hip_runtime.h missing (tools/setup.sh installs them)");
       return;
     }
-    const std::vector<HipHeader> headers = common_headers();
+    const std::vector<Header> headers = template_headers();
     const std::filesystem::path dir = scratch_dir("clang19_tier");
     int compiled = 0, matrix = 0;
     for (const std::filesystem::path& chain : example_chains()) {

@@ -9,7 +9,7 @@
 #include "epifuse/json.hpp"
 #include "backend/hiprtc.hpp"
 #include "backend/target.hpp"
-#include "codegen/template_engine.hpp"
+#include "backend/header.hpp"
 #include "jit_options.hpp"
 
 namespace epifuse::cli {
@@ -25,10 +25,7 @@ struct EmitOptions {
 // as hipRTC is given them: one file that compiles with another build's headers,
 // e.g. as `epifuse bench --variant` of a build whose headers changed.
 std::string standalone_text(const std::string& text) {
-  std::vector<backend::HipHeader> headers;
-  for (const auto& [path, body] : embedded_templates())
-    if (path.starts_with("common/")) headers.push_back({std::string(path), std::string(body)});
-  return backend::inline_headers(text, headers);
+  return backend::inline_headers(text, backend::template_headers());
 }
 
 void emit(const EmitOptions& opt) {
