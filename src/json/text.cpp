@@ -2,12 +2,9 @@
 // structural limits and repeated keys are reported here, everything else by
 // spec_from_json.
 #include <algorithm>
-#include <array>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 
 #include "epifuse/json.hpp"
+#include "io/text_file.hpp"
 #include "ir/limits.hpp"
 #include "json/read.hpp"
 #include "json/structure_check.hpp"
@@ -92,26 +89,11 @@ KernelSpec spec_from_json_text(std::string_view text, std::string_view source) {
 
 namespace {
 
-// Reads at most k_max_chain_bytes + 1 bytes, in chunks: enough to tell that a
-// file is too large without reading all of it (`/dev/zero` never ends). Pipes,
-// process substitution (`<(cat chain.json)`) and /dev/stdin work as files do.
+// The chain's text: process substitution (`<(cat chain.json)`) works too.
 std::string read_chain_text(const std::filesystem::path& path) {
-  const std::string name = path.string();
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw UserError(fmt::format("{}: cannot read spec: it is a directory", name));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(fmt::format("{}: cannot read spec: {}", name, std::strerror(errno)));
-  std::string text;
-  std::array<char, 64 * 1024> chunk;
-  while (in && text.size() <= limits::k_max_chain_bytes) {
-    const std::size_t want = std::min(chunk.size(), limits::k_max_chain_bytes + 1 - text.size());
-    in.read(chunk.data(), static_cast<std::streamsize>(want));
-    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
-  }
-  if (in.bad()) throw UserError(fmt::format("{}: cannot read spec: read failed", name));
+  std::string text = read_text_capped(path, limits::k_max_chain_bytes, "spec");
   if (text.size() > limits::k_max_chain_bytes)
-    throw UserError(fmt::format("{}: more than {} (stopped reading there)", name, k_size_limit));
+    throw UserError(fmt::format("{}: more than {} (stopped reading there)", path.string(), k_size_limit));
   return text;
 }
 

@@ -10,10 +10,11 @@ endif()
 # and friends (no ABI change, unlike _GLIBCXX_DEBUG) make bad indices crashes.
 set(EPIFUSE_FUZZ_FLAGS -fno-sanitize-recover=all -fno-omit-frame-pointer -D_GLIBCXX_ASSERTIONS)
 
-# Only what a chain goes through on its way to source text: no backend,
-# runtime, reference evaluator or .npy I/O.
+# Only what a chain goes through on its way to source text (its file read with
+# a cap included): no backend, runtime, reference evaluator or .npy I/O.
 file(GLOB_RECURSE EPIFUSE_FUZZ_LIB_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/json/*.cpp
-     ${PROJECT_SOURCE_DIR}/src/ir/*.cpp ${PROJECT_SOURCE_DIR}/src/codegen/*.cpp)
+     ${PROJECT_SOURCE_DIR}/src/ir/*.cpp ${PROJECT_SOURCE_DIR}/src/codegen/*.cpp
+     ${PROJECT_SOURCE_DIR}/src/io/text_file.cpp)
 add_library(epifuse_fuzz_lib STATIC ${EPIFUSE_FUZZ_LIB_SOURCES} ${EPIFUSE_EMBEDDED_CPP})
 target_include_directories(epifuse_fuzz_lib
   PUBLIC ${PROJECT_SOURCE_DIR}/include

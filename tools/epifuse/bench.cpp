@@ -2,13 +2,9 @@
 // same chain unfused, and the copy ceiling for exactly the fused kernel's
 // bytes, all measured in one run; ratios, a block-size sweep, --json. GEMM
 // chains (--shape M,N,K) get a table against cuBLAS instead (docs/bench.md).
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -16,6 +12,7 @@
 #include "common.hpp"
 #include "epifuse/bench.hpp"
 #include "epifuse/json.hpp"
+#include "io/text_file.hpp"
 
 namespace epifuse::cli {
 namespace {
@@ -32,16 +29,10 @@ struct BenchCliOptions {
 
 // A variant's kernel source (`--variant`): a text file of at most 16 MiB.
 std::string read_variant(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw UserError(fmt::format("--variant {}: it is a directory", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(fmt::format("--variant {}: cannot read it: {}", path, std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw UserError(fmt::format("--variant {}: read failed", path));
-  std::string s = std::move(text).str();
-  if (s.size() > (16u << 20)) throw UserError(fmt::format("--variant {}: more than 16 MiB of source", path));
-  return s;
+  constexpr std::size_t k_max = 16u << 20;
+  std::string text = read_text_capped(path, k_max, "the --variant source");
+  if (text.size() > k_max) throw UserError(fmt::format("--variant {}: more than 16 MiB of source", path));
+  return text;
 }
 
 nlohmann::ordered_json to_json(const GemmBenchReport& g, const Shape& shape) {
