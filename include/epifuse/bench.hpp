@@ -15,6 +15,9 @@ struct BenchOptions {
   int repeats = 30;            ///< timed batches; the median is reported
   int batch = 5;               ///< launches per timed batch
   bool tune = true;            ///< autotune the fused kernel's tile first
+  /// The fused kernel's tile (`--tile`): no tuning; nullopt: tuned, or the
+  /// family default when `tune` is off.
+  std::optional<TileConfig> tile;
   bool unfused = true;         ///< time the one-kernel-per-op baseline
   bool sweep = true;           ///< block-size sweep table
   bool cublas = true;          ///< GEMM chains: the cuBLASLt baselines (when libcublasLt loads)

@@ -149,8 +149,8 @@ BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const Be
   DeviceTensors t = upload(first->source(), inputs, spec, shape);
   measure_copy(r, opt);
 
-  if (opt.tune) jit.tune(spec, shape, t.bindings, opt.args);
-  auto fused = jit.compile(spec, shape);  // the tuned tile
+  if (opt.tune && !opt.tile) jit.tune(spec, shape, t.bindings, opt.args);
+  auto fused = jit.compile(spec, shape, opt.tile);  // the given or the tuned tile
   r.tile = fused->source().tile;
   r.registers = fused->registers();
   r.fused_ms = time_kernel(jit, *fused, t, shape, opt, opt.repeats);

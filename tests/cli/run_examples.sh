@@ -165,6 +165,8 @@ expect 0 "--shape 0,4 is an empty result" -- "$EPIFUSE" run "$AM" --shape 0,4 --
 if "$PYTHON" -c "import numpy as np, sys; a = np.load(sys.argv[1]); assert a.shape == (0, 4), a.shape" "$TMP/empty/out.npy"
 then pass "an empty result is written as a (0, 4) array"; else fail "an empty result is written as a (0, 4) array"; fi
 expect 2 "bench on an empty shape" -- "$EPIFUSE" bench "$AM" --shape 0,4
+expect_stderr 2 "bench --tile with --no-tune" "give one or the other" -- "$EPIFUSE" bench "$CHAINS/gemm.json" --tile h128x64x64s6g8p --no-tune
+expect_stderr 2 "bench --tile that does not parse" "wgmma tile 'h128x64x'" -- "$EPIFUSE" bench "$CHAINS/gemm.json" --tile h128x64x
 expect 2 "bad --shape 4,4,4 (elementwise)" -- "$EPIFUSE" run "$AM" --shape 4,4,4 --device cpu
 expect 2 "bad --shape 4,4 (gemm needs K)" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 4,4 --device cpu
 expect 2 "bad --shape (too large)" -- "$EPIFUSE" run "$AM" --shape 99999999999999999999,4 --device cpu

@@ -285,6 +285,19 @@ TEST_SUITE("gpu") {
     CHECK(check->ok);
     CHECK(check->max_abs_diff == 0.0);  // the same code on the same inputs, dropout included
     CHECK(check->max_abs > 0);
+    // A variant that stores nothing fails its check: the output is poisoned
+    // before its first run, not left holding the fused kernel's result.
+    std::string idle = jit->compile(spec, shape)->source().text;
+    const std::size_t body = idle.find(") {\n", idle.find("extern \"C\" __global__"));
+    REQUIRE(body != std::string::npos);
+    idle.insert(body + 4, "  return;\n");
+    bo.variants = {{"idle.cu", idle}};
+    const BenchReport r1 = bench(*jit, spec, shape, bo);
+    REQUIRE(r1.gemm.has_value());
+    const auto idle_check = std::find_if(r1.gemm->checks.begin(), r1.gemm->checks.end(),
+                                         [](const GemmCheck& c) { return c.what == "variant idle.cu vs fused"; });
+    REQUIRE(idle_check != r1.gemm->checks.end());
+    CHECK_FALSE(idle_check->ok);
     // A source of another kernel is a skipped row with the reason, not a fault.
     bo.variants = {{"other.cu", "extern \"C\" __global__ void other() {}"}};
     const BenchReport r2 = bench(*jit, spec, shape, bo);

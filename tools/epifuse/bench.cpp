@@ -21,6 +21,7 @@ struct BenchCliOptions {
   std::string chain;
   std::vector<std::string> shapes;
   int repeats = 30;
+  std::string tile;  ///< --tile
   bool no_tune = false, no_unfused = false, no_sweep = false, no_cublas = false;
   double min_of_copy = 0;
   std::string seed = "0", offset = "0";
@@ -159,6 +160,10 @@ void bench_command(const BenchCliOptions& opt) {
     throw UserError("--variant: GEMM chains only (the elementwise bench has no variant rows)");
   for (const std::string& path : opt.variants)
     bo.variants.push_back({std::filesystem::path(path).filename().string(), read_variant(path)});
+  if (!opt.tile.empty()) {
+    if (opt.no_tune) throw UserError("--tile names the fused kernel's tile, --no-tune asks for the default one: give one or the other");
+    bo.tile = parse_tile(opt.tile);
+  }
   Jit jit;  // the GPU's target; RuntimeError/UserError without one
   bo.repeats = opt.repeats;
   bo.tune = !opt.no_tune;
@@ -207,6 +212,10 @@ void add_bench(CLI::App& app) {
   sub->add_option("--repeats", opt->repeats, "Timed batches per measurement (median reported)")
       ->check(CLI::Range(3, 10000));
   sub->add_flag("--no-tune", opt->no_tune, "Use the default tile instead of autotuning");
+  sub->add_option("--tile", opt->tile,
+                  "The fused kernel's tile instead of autotuning (as `epifuse tune --tile`: GEMM "
+                  "BMxBNxBKwWMxWNsSTAGESgGROUP[kSPLIT], wgmma hBMxBNx64sSgG[c2][p], ...); emit a --variant for the same tile")
+      ->type_name("TILE");
   sub->add_flag("--no-unfused", opt->no_unfused, "Skip the one-kernel-per-op baseline");
   sub->add_flag("--no-sweep", opt->no_sweep, "Skip the block-size sweep");
   sub->add_flag("--no-cublas", opt->no_cublas, "GEMM chains: skip the cuBLASLt baselines");
@@ -216,7 +225,7 @@ void add_bench(CLI::App& app) {
   sub->add_option("--variant", opt->variants,
                   "GEMM chains: another source of the fused kernel (epifuse emit of another build, or edited), "
                   "timed as its own row in turns with the others and checked against the fused output; repeatable. "
-                  "With --no-tune, emit it for the default tile (with tuning, for the tuned one): the same kernel name")
+                  "With --tile T, emit it with --tile T; with --no-tune, for the default tile (with tuning, for the tuned one): the same kernel name")
       ->type_name("FILE");
   sub->add_option("--seed", opt->seed, "Dropout seed (uint64)");
   sub->add_option("--offset", opt->offset, "Dropout offset (uint64)");
