@@ -425,12 +425,16 @@ namespace {
 // ef_wgmma(d, da, db): one wgmma.mma_async m64nBNk16 (f16, bf16) or m64nBNk8
 // (tf32) with fp32 accumulators, A and B from shared memory; 16-bit operands
 // each transposed (MN-major) or not, tf32 K-major only (no transpose operands).
+// A dual GEMM's is ef_wgmma(d, d1, da, db): one m64n(2BN) wgmma over B and B1,
+// which sit side by side in a stage as one 2BN-wide B tile (Note [One wgmma for
+// two products]), d's registers first, then d1's.
 std::string wgmma_function(const GemmPlan& g) {
-  const int n = g.wgmma->bn;
+  const int n = g.wgmma->bn * (g.dual ? 2 : 1);
   std::string regs, outs;
   for (int i = 0; i < n / 2; ++i) {
+    const int j = i % (g.wgmma->bn / 2);
     regs += fmt::format("{}%{}", i ? ", " : "", i);
-    outs += fmt::format("{}\"+f\"(d[{}][{}])", i ? ", " : "", i / 4, i % 4);
+    outs += fmt::format("{}\"+f\"({}[{}][{}])", i ? ", " : "", i < g.wgmma->bn / 2 ? "d" : "d1", j / 4, j % 4);
   }
   const DType a = g.plan->spec->mainloop.a;
   const std::string op =
@@ -439,13 +443,13 @@ std::string wgmma_function(const GemmPlan& g) {
                                     a == DType::bf16 ? "bf16" : "f16", regs, n / 2, n / 2 + 1, g.a_kmajor ? 0 : 1,
                                     g.b_kmajor ? 0 : 1);
   return fmt::format(
-      "__device__ __forceinline__ void ef_wgmma(float (&d)[NI][4], unsigned long long da, unsigned long long db) {{\n"
+      "__device__ __forceinline__ void ef_wgmma(float (&d)[NI][4], {}unsigned long long da, unsigned long long db) {{\n"
       "  asm volatile(\n"
       "      \"wgmma.mma_async.sync.aligned.{};\\n\"\n"
       "      : {}\n"
       "      : \"l\"(da), \"l\"(db));\n"
       "}}",
-      op, outs);
+      g.dual ? "float (&d1)[NI][4], " : "", op, outs);
 }
 
 KernelSource emit_gemm_sm90(const GemmPlan& g) {
@@ -488,6 +492,7 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
       {"a_kmajor", g.a_kmajor ? "true" : "false"},
       {"b_kmajor", g.b_kmajor ? "true" : "false"},
       {"wgmma_function", wgmma_function(g)},
+      {"acc1_operand", g.dual ? "acc1[mi], " : ""},
       {"staged_draws", emit_staged_draws(g)},
       {"staged_quads", emit_staged_quads(g)},
       {"staged_loads", emit_element_loads(g, "            ", true)},

@@ -126,9 +126,10 @@ void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s
   EPIFUSE_CHECK(s.m <= 0x7fffffff && s.n <= 0x7fffffff && s.k <= 0x7fffffff && tiles_of(s, t.bm, t.bn) <= 0x7fffffff,
                 "gemm tile {}: the copy engine's coordinates are 32-bit: M, N, K and the tile count must be below 2^31",
                 t.str());
-  EPIFUSE_CHECK((t.bm == 128 || t.bm == 256) && (t.bn == 64 || t.bn == 128 || t.bn == 256) && t.bk == wgmma_bk(ml),
-                "gemm tile {}: a wgmma tile has BM 128 or 256, BN 64, 128 or 256, and BK {} ({} operands: 128 "
-                "bytes of K a row)",
+  EPIFUSE_CHECK((t.bm == 128 || t.bm == 256 || (t.bm == 64 && t.pingpong)) && (t.bn == 64 || t.bn == 128 || t.bn == 256) &&
+                    t.bk == wgmma_bk(ml),
+                "gemm tile {}: a wgmma tile has BM 128 or 256 (or 64 ping-pong), BN 64, 128 or 256, and BK {} ({} "
+                "operands: 128 bytes of K a row)",
                 t.str(), wgmma_bk(ml), to_string(ml.a));
   // A consumer warpgroup's rows: BM/2 cooperative, BM ping-pong; a thread holds rows x BN / 128 accumulators.
   // A dual GEMM holds two accumulators per element.
@@ -149,10 +150,12 @@ void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s
 
 // The dual GEMM's tiles (docs/dual-gemm.md): two accumulators a thread, so
 // warp tiles of at most 64x32 (mma.sync) and 64 + 64 a consumer thread
-// (wgmma), no split-K; FFMA thread tiles of 8x4.
+// (wgmma), no split-K; FFMA thread tiles of 8x4. The ping-pong tiles (each
+// warpgroup a whole 128x64 or 64x128 dual tile) come last; the 128x64 one is
+// the default for large shapes (docs/PERF.md, w21).
 std::vector<WgmmaTile> dual_wgmma_tiles(int bk) {
   return {WgmmaTile{128, 128, bk, 4, 8}, WgmmaTile{128, 128, bk, 4, 8, 2}, WgmmaTile{128, 64, bk, 6, 8},
-          WgmmaTile{128, 64, bk, 6, 8, 1, 1}};
+          WgmmaTile{128, 64, bk, 6, 8, 1, 1}, WgmmaTile{64, 128, bk, 5, 8, 1, 1}};
 }
 
 class GemmFamily final : public KernelFamily {
@@ -184,7 +187,7 @@ class GemmFamily final : public KernelFamily {
       }
     } else if (wgmma_applies(spec, shape, target) && shape.m * shape.n >= k_wgmma_min_outputs) {
       const int bk = wgmma_bk(ml);
-      if (dual()) return dual_wgmma_tiles(bk)[tiles_of(shape, 128, 128) >= 132 ? 0 : 2];
+      if (dual()) return dual_wgmma_tiles(bk)[tiles_of(shape, 128, 128) >= 132 ? 3 : 2];
       return tiles_of(shape, 128, 256) >= 132 ? WgmmaTile{128, 256, bk, 4, 8} : WgmmaTile{128, 128, bk, 6, 8};
     }
     const bool simt = gemm_is_simt(ml);
