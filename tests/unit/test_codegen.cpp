@@ -382,9 +382,15 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
   dual_tf32.mainloop.kind = MainloopKind::dual_gemm;
   dual_tf32.graph = Graph();
   dual_tf32.graph.output("y", dual_tf32.graph.mul(dual_tf32.graph.accumulator(0), dual_tf32.graph.accumulator(1)), DType::f32);
-  // The default dual tile for large shapes is the ping-pong 128x64 one (w21).
+  // The default dual tile for large shapes: the cooperative 128x128 one for
+  // tf32, the ping-pong 128x64 one for 16-bit operands (w21).
   CHECK(emit_kernel(dual_tf32, big, std::nullopt, KernelPath::fastest, "sm_90a").tile ==
-        TileConfig{WgmmaTile{128, 64, 32, 6, 8, 1, 1}});
+        TileConfig{WgmmaTile{128, 128, 32, 4, 8}});
+  KernelSpec dual_f16 = dual_tf32;
+  dual_f16.mainloop.a = dual_f16.mainloop.b = DType::f16;
+  dual_f16.mainloop.math = GemmMath::exact;
+  CHECK(emit_kernel(dual_f16, big, std::nullopt, KernelPath::fastest, "sm_90a").tile ==
+        TileConfig{WgmmaTile{128, 64, 64, 6, 8, 1, 1}});
   // Both products in one wgmma of twice BN's columns (Note [One wgmma for two products]).
   CHECK(emit_kernel(dual_tf32, big, WgmmaTile{128, 64, 32, 6, 8, 1, 1}, KernelPath::fastest, "sm_90a")
             .text.find("m64n128k8.f32.tf32.tf32") != std::string::npos);

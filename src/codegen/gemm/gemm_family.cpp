@@ -187,7 +187,9 @@ class GemmFamily final : public KernelFamily {
       }
     } else if (wgmma_applies(spec, shape, target) && shape.m * shape.n >= k_wgmma_min_outputs) {
       const int bk = wgmma_bk(ml);
-      if (dual()) return dual_wgmma_tiles(bk)[tiles_of(shape, 128, 128) >= 132 ? 3 : 2];
+      // Large dual shapes: the ping-pong 128x64 tile for 16-bit operands (w21),
+      // the cooperative 128x128 one for tf32 (measured there, session 12).
+      if (dual()) return dual_wgmma_tiles(bk)[tiles_of(shape, 128, 128) < 132 ? 2 : ml.a == DType::f32 ? 0 : 3];
       return tiles_of(shape, 128, 256) >= 132 ? WgmmaTile{128, 256, bk, 4, 8} : WgmmaTile{128, 128, bk, 6, 8};
     }
     const bool simt = gemm_is_simt(ml);
