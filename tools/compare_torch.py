@@ -29,6 +29,14 @@ Operands are laid out as the chain's mainloop says (a column-major operand is
 a transposed view); f32 is exact fp32 on both sides (tf32 off), unless the chain's
 "math" is "tf32" (then tf32 on both sides).
 
+The torch rows and one more epifuse row, the fused kernel through epifuse's Python
+module (python/, EPIFUSE_LIBRARY or build/libepifuse_c.so) on the same torch tensors
+with the tile `epifuse bench` tuned, are timed in this process in turns: --rounds
+rounds (default 3), each row's do_bench median in each, the median of those reported.
+At the power limit, rows timed in different processes or one after another differ by
+more than most of the gaps measured (docs/PERF.md, session 13: torch.matmul x2 under
+do_bench 0.355 ms against 0.412 ms for the same GEMMs in epifuse bench's rows).
+
 dual_gemm chains (--shape M,N,K; the gating layer, SwiGLU, GEGLU): two
 torch.matmul alone (cuBLAS), eager PyTorch, torch.compile, a hand-written
 Triton dual GEMM (one kernel: A tiles shared, two accumulators, the chain's
@@ -37,6 +45,7 @@ epilogue) where the chain is gating, SwiGLU or GEGLU, and epifuse bench's rows.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -373,6 +382,31 @@ def triton_dual_gemm_fn(doc):
     return run
 
 
+def in_turns(fns, rounds):
+    """The median over `rounds` rounds of each function's do_bench median, the
+    functions taking turns within a round, so each sees the same clocks."""
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, f in enumerate(fns):
+            times[i].append(do_bench(f, return_mode="median"))
+    return [statistics.median(v) for v in times]
+
+
+def epifuse_in_process(doc, tile, t):
+    """The fused chain through epifuse's Python module on the torch tensors `t`, with
+    bench's tuned tile: a function to time beside the torch rows, or why not."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    try:
+        import epifuse
+        fused = epifuse.Chain.from_json(json.dumps(doc)).compile(tile=tile)
+        args = [t[name] for name in fused.input_names]
+        fused(*args, seed=1)  # compile and check the binding outside the timing
+        torch.cuda.synchronize()
+    except Exception as e:  # no module or library here, or a binding it refuses
+        return f"{type(e).__name__}: {e}"
+    return lambda: fused(*args, seed=1)
+
+
 def main_gemm(args):
     """GEMM chains: PyTorch's ways of computing the chain and epifuse bench's rows, against
     torch.matmul alone."""
@@ -393,32 +427,39 @@ def main_gemm(args):
                 sys.exit(f"--shape {shape}: a gemm chain takes M,N,K")
             m, n, k = dims
             flops = (4.0 if dual else 2.0) * m * n * k
+            # epifuse bench first (its own process, its tuned tile), then every
+            # in-process row in turns (Note: rows timed one after another at the power
+            # limit favour whichever ran cooler; docs/bench.md).
+            ef = epifuse_bench(args.epifuse, doc, m, n, k)
+            g = ef["gemm"]
             t = make_gemm_tensors(doc, m, n, k)
-            rows = []  # (key, label, ms)
+            timed = []  # (key, label, fn)
             if dual:
-                rows.append(("torch_matmul", "torch.matmul x2 (cuBLAS)", do_bench(
-                    lambda: (torch.matmul(t["a"], t["b0"]), torch.matmul(t["a"], t["b1"])), return_mode="median")))
+                timed.append(("torch_matmul", "torch.matmul x2 (cuBLAS)",
+                              lambda: (torch.matmul(t["a"], t["b0"]), torch.matmul(t["a"], t["b1"]))))
             else:
-                rows.append(("torch_matmul", "torch.matmul (cuBLAS)",
-                             do_bench(lambda: torch.matmul(t["a"], t["b"]), return_mode="median")))
-            rows.append(("torch_eager", "torch eager (matmul, then the ops)",
-                         do_bench(lambda: fn(t), return_mode="median")))
+                timed.append(("torch_matmul", "torch.matmul (cuBLAS)", lambda: torch.matmul(t["a"], t["b"])))
+            timed.append(("torch_eager", "torch eager (matmul, then the ops)", lambda: fn(t)))
             compiled(t)  # compile outside the timing
-            rows.append(("torch_compile", "torch.compile", do_bench(lambda: compiled(t), return_mode="median")))
+            timed.append(("torch_compile", "torch.compile", lambda: compiled(t)))
             if triton_dual:
                 triton_dual(t)  # autotune outside the timing
-                rows.append(("triton_dual_gemm", "Triton dual GEMM (hand-written)",
-                             do_bench(lambda: triton_dual(t), return_mode="median")))
+                timed.append(("triton_dual_gemm", "Triton dual GEMM (hand-written)", lambda: triton_dual(t)))
             if addmm:
                 bias_name, use_gelu, dropouts = addmm
                 bias = t[bias_name].to(t["a"].dtype)
                 label = "torch._addmm_activation" + (" (no dropout)" if dropouts else "")
-                rows.append(("torch_addmm_activation", label, do_bench(
-                    lambda: torch._addmm_activation(bias, t["a"], t["b"], use_gelu=use_gelu), return_mode="median")))
-            del t
+                timed.append(("torch_addmm_activation", label,
+                              lambda: torch._addmm_activation(bias, t["a"], t["b"], use_gelu=use_gelu)))
+            inproc = epifuse_in_process(doc, ef["fused"]["tile"], t)
+            if isinstance(inproc, str):
+                print(f"  epifuse in this process: skipped ({inproc})", file=sys.stderr)
+            else:
+                timed.append(("epifuse_in_process", "epifuse fused (Python module, this process)", inproc))
+            ms = in_turns([f for _, _, f in timed], args.rounds)
+            rows = [(key, label, v) for (key, label, _), v in zip(timed, ms)]  # (key, label, ms[, of_cublas])
+            del t, timed, inproc
             torch.cuda.empty_cache()
-            ef = epifuse_bench(args.epifuse, doc, m, n, k)
-            g = ef["gemm"]
             for key, row in g["rows"].items():
                 rows.append(("epifuse_" + key, "epifuse " + row["label"], row["ms"], row.get("of_cublas")))
             results.append({"dtype": dtype or "as-is", "shape": [m, n, k], "flops": flops,
@@ -477,6 +518,8 @@ def main():
     ap.add_argument("--epifuse", default=os.path.join(os.path.dirname(__file__), "..", "build", "epifuse"))
     ap.add_argument("--png", help="save a bar chart of GB/s (gemm chains: TFLOP/s) here")
     ap.add_argument("--json", help="save all numbers here")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="gemm chains: rounds in which the in-process rows take turns (median reported)")
     args = ap.parse_args()
     if mainloop_of(load_chain(args.chain, None))["kind"] in ("gemm", "dual_gemm"):
         return main_gemm(args)
