@@ -400,6 +400,32 @@ std::string emit_staged_stores(const GemmPlan& g) {
   return s;
 }
 
+TemplateVars staged_vars(const GemmPlan& g, const EpilogueContract& contract, int indent, bool staged) {
+  const std::string pad(static_cast<std::size_t>(indent), ' '), body = pad + "  ";
+  if (!staged) {
+    const std::string none = "    // (not staged)";
+    return {{"staged_draws", none},
+            {"staged_loads", pad + "// (not staged)"},
+            {"staged_element", body + "// (not staged)"},
+            {"staged_quads", none},
+            {"staged_stores", none}};
+  }
+  return {{"staged_draws", emit_staged_draws(g)},
+          {"staged_loads", emit_element_loads(g, pad, true)},
+          {"staged_element", emit_element(g, contract, "quad[e]", body, vector_stores(g))},
+          {"staged_quads", emit_staged_quads(g)},
+          {"staged_stores", emit_staged_stores(g)}};
+}
+
+void bind_epilogue_tensors(const GemmPlan& g, KernelSource& ks) {
+  const KernelPlan& plan = *g.plan;
+  const bool quads = vector_stores(g);
+  bind_graph_tensors(plan, ks, [&](const TensorPlan& t) {
+    const bool output = &t >= plan.outputs.data() && &t < plan.outputs.data() + plan.outputs.size();
+    return quads && output ? 4 * static_cast<int>(size_of(t.dtype)) : 0;
+  });
+}
+
 namespace {
 
 std::string describe(const KernelPlan& plan) {
@@ -461,12 +487,7 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
   // the mma.sync general kernel of the same key.
   ks.inputs = operand_bindings(g);
   ks.input_alignment.assign(ks.inputs.size(), 16);
-  // Outputs are stored four at a time where N % 4 == 0 (aligned to that, else the general kernel).
-  const bool quads = vector_stores(g);
-  bind_graph_tensors(plan, ks, [&](const TensorPlan& t) {
-    const bool output = &t >= plan.outputs.data() && &t < plan.outputs.data() + plan.outputs.size();
-    return quads && output ? 4 * static_cast<int>(size_of(t.dtype)) : 0;
-  });
+  bind_epilogue_tensors(g, ks);
   ParamLayout layout;
   operand_params(g, layout);
   layout.add(ParamRole::opaque, g.a_kmajor ? a_kmajor_map : a_mmajor_map, "tma_a", "ef_tensor_map tma_a", 128, 64);
@@ -493,12 +514,8 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
       {"b_kmajor", g.b_kmajor ? "true" : "false"},
       {"wgmma_function", wgmma_function(g)},
       {"acc1_operand", g.dual ? "acc1[mi], " : ""},
-      {"staged_draws", emit_staged_draws(g)},
-      {"staged_quads", emit_staged_quads(g)},
-      {"staged_loads", emit_element_loads(g, "            ", true)},
-      {"staged_element", emit_element(g, contract, "quad[e]", "              ", quads)},
-      {"staged_stores", emit_staged_stores(g)},
   });
+  vars.merge(staged_vars(g, contract, 12));
   layout.finish(ks);
   ks.text = render_template(embedded_template("gemm_sm90.cu.in"), vars, "gemm_sm90.cu.in");
   return ks;
@@ -516,13 +533,7 @@ KernelSource emit_gemm(const GemmPlan& g) {
   const int operand_alignment = g.ld8 ? 16 : 0;
   ks.inputs = operand_bindings(g);
   ks.input_alignment.assign(ks.inputs.size(), operand_alignment);
-  // Inputs are read element by element; outputs of the staged epilogue may be
-  // stored four at a time (aligned to four elements, else the general kernel).
-  const bool quads = vector_stores(g);
-  bind_graph_tensors(plan, ks, [&](const TensorPlan& t) {
-    const bool output = &t >= plan.outputs.data() && &t < plan.outputs.data() + plan.outputs.size();
-    return quads && output ? 4 * static_cast<int>(size_of(t.dtype)) : 0;
-  });
+  bind_epilogue_tensors(g, ks);
   ParamLayout layout;
   layout_params(g, layout);
   ks.requires_alignment = g.vector_only;
@@ -558,12 +569,7 @@ KernelSource emit_gemm(const GemmPlan& g) {
     vars.emplace("early_loads", emit_early_loads(g));
     const bool staged = staged_epilogue(g);
     vars.emplace("staged", staged ? "1" : "0");
-    vars.emplace("staged_draws", staged ? emit_staged_draws(g) : "    // (not staged)");
-    vars.emplace("staged_loads", staged ? emit_element_loads(g, "      ", true) : "      // (not staged)");
-    vars.emplace("staged_element",
-                  staged ? emit_element(g, contract, "quad[e]", "        ", vector_stores(g)) : "        // (not staged)");
-    vars.emplace("staged_quads", staged ? emit_staged_quads(g) : "    // (not staged)");
-    vars.emplace("staged_stores", staged ? emit_staged_stores(g) : "    // (not staged)");
+    vars.merge(staged_vars(g, contract, 6, staged));
   }
   layout.finish(ks);
   const char* templ = g.simt ? "gemm_simt.cu.in" : "gemm_mma.cu.in";

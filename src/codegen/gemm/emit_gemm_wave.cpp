@@ -30,11 +30,7 @@ KernelSource emit_gemm_wave(const GemmPlan& g) {
   // a time (aligned to four elements, else the general kernel).
   ks.inputs = operand_bindings(g);
   ks.input_alignment.assign(ks.inputs.size(), g.ld8 ? 16 : 0);
-  const bool quads = vector_stores(g);
-  bind_graph_tensors(plan, ks, [&](const TensorPlan& tp) {
-    const bool output = &tp >= plan.outputs.data() && &tp < plan.outputs.data() + plan.outputs.size();
-    return quads && output ? 4 * static_cast<int>(size_of(tp.dtype)) : 0;
-  });
+  bind_epilogue_tensors(g, ks);
   ParamLayout layout;
   operand_params(g, layout);
   if (g.ld8 && !g.vector_only) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
@@ -62,12 +58,8 @@ KernelSource emit_gemm_wave(const GemmPlan& g) {
       {"a_kmajor", g.a_kmajor ? "true" : "false"},
       {"b_kmajor", g.b_kmajor ? "true" : "false"},
       {"vector_flag", vector_flag},
-      {"staged_draws", emit_staged_draws(g)},
-      {"staged_quads", emit_staged_quads(g)},
-      {"staged_loads", emit_element_loads(g, "        ", true)},
-      {"staged_element", emit_element(g, contract, "quad[e]", "          ", quads)},
-      {"staged_stores", emit_staged_stores(g)},
   });
+  vars.merge(staged_vars(g, contract, 8));
   layout.finish(ks);
   ks.text = render_template(embedded_template("gemm_wave.cu.in"), vars, "gemm_wave.cu.in");
   return ks;

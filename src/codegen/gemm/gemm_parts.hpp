@@ -36,6 +36,15 @@ bool vector_stores(const GemmPlan& g);
 std::string emit_staged_quads(const GemmPlan& g);
 std::string emit_staged_stores(const GemmPlan& g);
 
+/// The staged epilogue's template variables (staged_draws, _loads, _element,
+/// _quads, _stores), its loop body at `indent` spaces; placeholders where the
+/// kernel is not staged.
+TemplateVars staged_vars(const GemmPlan& g, const EpilogueContract& contract, int indent, bool staged = true);
+/// The graph's tensors as bindings: inputs read element by element, outputs
+/// stored four at a time where vector_stores(g) (aligned to four elements,
+/// else the general kernel).
+void bind_epilogue_tensors(const GemmPlan& g, KernelSource& ks);
+
 /// templates/gemm_wave.cu.in (emit_gemm_wave.cpp).
 KernelSource emit_gemm_wave(const GemmPlan& g);
 
