@@ -16,21 +16,13 @@
 #include "epifuse/jit.hpp"
 #include "epifuse/reference.hpp"
 #include "gemm_checks.hpp"
+#include "gpu_jit.hpp"
 
 using namespace epifuse;
 
 namespace {
 
-Jit* dual_jit() {
-  static std::unique_ptr<Jit> jit;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    if (gpu_unavailable_reason().empty()) jit = std::make_unique<Jit>();
-  }
-  if (!jit) MESSAGE("GPU suite skipped: " << gpu_unavailable_reason());
-  return jit.get();
-}
+using testing::gpu_jit;
 
 // Specs and checks: tests/gemm_checks.hpp.
 using testing::Chain;
@@ -43,7 +35,7 @@ using testing::dual_tolerance;
 
 TEST_SUITE("gpu") {
   TEST_CASE("dual gemm: f16, bf16, exact f32 and tf32, all four layouts, odd shapes, three chains") {
-    Jit* jit = dual_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 12000;
     for (const GemmMath math : {GemmMath::exact, GemmMath::tf32})
@@ -59,7 +51,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("dual gemm: every tile candidate, on the 16-byte path and the element path") {
-    Jit* jit = dual_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 12500;
     for (DType dt : {DType::f16, DType::f32})
@@ -72,7 +64,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("dual gemm: misaligned operands take element loads; decode shapes; K = 0") {
-    Jit* jit = dual_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 13000;
     for (Layout a : {Layout::row, Layout::col})
@@ -89,7 +81,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("dual gemm: dropout masks equal the reference's, philox4 and triton, n4 and n1") {
-    Jit* jit = dual_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 13500;
     for (RngMode rng : {RngMode::philox4, RngMode::triton}) {
@@ -103,7 +95,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("dual gemm sm90: every dual wgmma tile, f16 and bf16, all four layouts, ragged edges") {
-    Jit* jit = dual_jit();
+    Jit* jit = gpu_jit();
     if (!jit || jit->target() != "sm_90a") {
       MESSAGE("dual wgmma tests skipped: no sm_90a GPU");
       return;
@@ -143,7 +135,7 @@ TEST_SUITE("gpu") {
     // B col-major: B0 and B1 are stored [N][K] (K contiguous), so nn.Linear's
     // packed weight [2N, K] holds B0 in rows [0, N) and B1 in rows [N, 2N): the
     // kernel takes b0 = W and b1 = W + N*K, no copy (docs/dual-gemm.md).
-    Jit* jit = dual_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     auto& drv = backend::cuda();
     std::uint64_t seed = 15000;

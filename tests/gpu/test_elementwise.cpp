@@ -15,30 +15,13 @@
 #include "epifuse/jit.hpp"
 #include "epifuse/reference.hpp"
 #include "test_specs.hpp"
+#include "gpu_jit.hpp"
 
 using namespace epifuse;
 
 namespace {
 
-// One Jit for the suite (compiling is the slow part); null without a GPU.
-Jit* gpu_jit() {
-  static std::unique_ptr<Jit> jit;
-  static std::string reason;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    reason = gpu_unavailable_reason();
-    if (reason.empty()) {
-      try {
-        jit = std::make_unique<Jit>();
-      } catch (const Error& e) {
-        reason = e.what();
-      }
-    }
-  }
-  if (!jit) MESSAGE("GPU suite skipped: " << reason);
-  return jit.get();
-}
+using testing::gpu_jit;
 
 // Runs spec on the GPU and the reference; checks every output.
 void check_against_reference(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t data_seed,

@@ -14,21 +14,13 @@
 #include "epifuse/jit.hpp"
 #include "epifuse/reference.hpp"
 #include "gemm_checks.hpp"
+#include "gpu_jit.hpp"
 
 using namespace epifuse;
 
 namespace {
 
-Jit* gemm_jit() {
-  static std::unique_ptr<Jit> jit;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    if (gpu_unavailable_reason().empty()) jit = std::make_unique<Jit>();
-  }
-  if (!jit) MESSAGE("GPU suite skipped: " << gpu_unavailable_reason());
-  return jit.get();
-}
+using testing::gpu_jit;
 
 // Tolerance and checks: tests/gemm_checks.hpp.
 using testing::check;
@@ -39,7 +31,7 @@ using testing::gemm_tolerance;
 
 TEST_SUITE("gpu") {
   TEST_CASE("gemm: f16, bf16, exact f32 and tf32, all four layouts, odd shapes") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const Shape shapes[] = {{1, 1, 1},     {7, 63, 65},   {65, 1000, 7},  {1023, 65, 63},
                             {63, 7, 1000}, {128, 128, 128}, {64, 256, 128}, {200, 136, 96}};
@@ -57,7 +49,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("gemm: tf32 differs from exact f32 as tf32 rounding predicts") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     // With the reference's tf32 rounding switched off (exact math), a tf32
     // kernel's result must miss the tight bound: the test above could not pass
@@ -78,7 +70,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("gemm: every tile candidate, on the 16-byte path and the element path") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 2000;
     for (const GemmMath math : {GemmMath::exact, GemmMath::tf32})
@@ -91,7 +83,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("gemm: split-K sums its slices in order, runs the epilogue once and resets its flags") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 2500;
     // K = 40 with BK 32 and 4 splits leaves two splits with no K at all.
@@ -122,7 +114,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("gemm: misaligned operands take element loads and stay correct") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 3000;
     for (DType dt : {DType::bf16, DType::f32})
@@ -132,7 +124,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("gemm: several outputs, a column-broadcast input, scale and a cast") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     KernelSpec s;
     s.mainloop = {MainloopKind::gemm, DType::f16, DType::f16, Layout::row, Layout::col};
@@ -148,7 +140,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("gemm: dropout masks equal the reference's, element by element") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const LaunchArgs launches[] = {{0, 0}, {0x123456789abcdefULL, 42}};
     for (DType dt : {DType::f16, DType::f32})
@@ -174,7 +166,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("gemm: the dropout mask is the elementwise kernel's for the same seed, offset and stream") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const Shape shape{64, 128, 32};
     // GEMM then dropout alone (no bias): the mask of y equals the mask of an
@@ -195,7 +187,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("gemm: bad tiles are user errors") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row);
     CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, GemmTile{96, 128, 32, 2, 2, 4, 8}), UserError);
@@ -207,7 +199,7 @@ TEST_SUITE("gpu") {
 
 TEST_SUITE("gpu") {
   TEST_CASE("gemm: 4096^3 checked on sampled rows against the reference") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     // A row of C = relu(A B + bias) needs only its row of A: the reference
     // evaluates [1, N, K] problems for a few rows (the whole product would
@@ -237,7 +229,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("gemm: K = 0 runs the epilogue on a zero accumulator, as PyTorch does") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row);
     check(*jit, spec, {33, 70, 0}, 7000);
@@ -248,7 +240,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("gemm: M or N of 0 gives empty outputs and launches nothing") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row);
     for (const Shape& s : {Shape{0, 64, 32}, Shape{64, 0, 32}}) {
@@ -264,7 +256,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("gemm: bench --variant times another source of the fused kernel and checks its output") {
-    Jit* jit = gemm_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row, 0.25);
     const Shape shape{256, 384, 192};

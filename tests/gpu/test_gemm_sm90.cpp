@@ -19,24 +19,13 @@
 #include "epifuse/jit.hpp"
 #include "epifuse/reference.hpp"
 #include "gemm_checks.hpp"
+#include "gpu_jit.hpp"
 
 using namespace epifuse;
 
 namespace {
 
-Jit* hopper_jit() {
-  static std::unique_ptr<Jit> jit;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    if (gpu_unavailable_reason().empty()) {
-      auto j = std::make_unique<Jit>();
-      if (j->target() == "sm_90a") jit = std::move(j);
-    }
-  }
-  if (!jit) MESSAGE("Hopper GEMM tests skipped: no sm_90a GPU");
-  return jit.get();
-}
+using testing::hopper_jit;
 
 const WgmmaTile k_tiles[] = {{128, 256, 64, 4, 8}, {256, 128, 64, 4, 8},    {128, 128, 64, 6, 8},
                              {128, 64, 64, 8, 8},  {128, 128, 64, 2, 1},    {128, 256, 64, 4, 8, 2},

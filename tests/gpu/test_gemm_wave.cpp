@@ -15,21 +15,13 @@
 #include "epifuse/jit.hpp"
 #include "epifuse/reference.hpp"
 #include "gemm_checks.hpp"
+#include "gpu_jit.hpp"
 
 using namespace epifuse;
 
 namespace {
 
-Jit* wave_jit() {
-  static std::unique_ptr<Jit> jit;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    if (gpu_unavailable_reason().empty()) jit = std::make_unique<Jit>();
-  }
-  if (!jit) MESSAGE("GPU suite skipped: " << gpu_unavailable_reason());
-  return jit.get();
-}
+using testing::gpu_jit;
 
 using testing::check;
 using testing::check_dual;
@@ -48,7 +40,7 @@ const WaveTile k_tiles[] = {
 
 TEST_SUITE("gpu") {
   TEST_CASE("wave gemm (FMA form of MFMA and WMMA layouts): f16, bf16, f32 and tf32, all layouts, odd shapes") {
-    Jit* jit = wave_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const Shape shapes[] = {{1, 1, 1}, {7, 63, 65}, {65, 1000, 7}, {63, 7, 1000}, {200, 136, 96}};
     std::uint64_t seed = 9000;
@@ -63,7 +55,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("wave gemm: every test tile, on the 16-byte path, the element path and misaligned operands") {
-    Jit* jit = wave_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 9500;
     for (const WaveTile& t : k_tiles) {
@@ -74,7 +66,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("wave gemm: K = 0, several outputs, dropout masks equal the reference's") {
-    Jit* jit = wave_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     check(*jit, gemm_spec(DType::f16, Layout::row, Layout::row), {40, 72, 0}, 9700, k_tiles[0]);
     KernelSpec s;
@@ -91,7 +83,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("wave dual gemm: gating, SwiGLU and GEGLU over two accumulators, masks exact") {
-    Jit* jit = wave_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 9800;
     for (const WaveTile& t : {WaveTile{128, 64, 32, 2, 2, 8, 0, 1}, WaveTile{64, 64, 32, 2, 2, 8, 1, 1}})
@@ -104,7 +96,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("wave gemm: native instructions and bad tiles are user errors on NVIDIA") {
-    Jit* jit = wave_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row);
     CHECK_THROWS_AS(jit->compile(spec, {64, 64, 64}, WaveTile{64, 64, 32, 2, 2, 8, 0, 0}), UserError);  // MFMA itself

@@ -16,21 +16,13 @@
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/reference.hpp"
+#include "gpu_jit.hpp"
 
 using namespace epifuse;
 
 namespace {
 
-Jit* row_jit() {
-  static std::unique_ptr<Jit> jit;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    if (gpu_unavailable_reason().empty()) jit = std::make_unique<Jit>();
-  }
-  if (!jit) MESSAGE("row-family GPU tests skipped: " << gpu_unavailable_reason());
-  return jit.get();
-}
+using testing::gpu_jit;
 
 KernelSpec softmax_spec(DType dt) {
   KernelSpec s;
@@ -85,7 +77,7 @@ bool same_bits(const HostTensor& a, const HostTensor& b) { return a.bytes == b.b
 
 TEST_SUITE("gpu") {
   TEST_CASE("row family: softmax matches the reference for every dtype and row length") {
-    Jit* jit = row_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 7000;
     for (DType dt : {DType::f32, DType::bf16, DType::f16})
@@ -108,7 +100,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("row family: every tile candidate, the persistent grid bit-equal to one block per row") {
-    Jit* jit = row_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const KernelSpec spec = attention_spec(DType::bf16, 0.1);
     std::uint64_t seed = 7100;
@@ -145,7 +137,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("row family: attention softmax with dropout, masks equal the reference's") {
-    Jit* jit = row_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 7200;
     for (DType dt : {DType::f32, DType::bf16})
@@ -168,7 +160,7 @@ TEST_SUITE("gpu") {
     // Note [Draws during the copy]: a ring tile decides philox4 keep bits before
     // it waits for the row; two streams, one in the first stage and one in the
     // last, and a triton-mode dropout (which draws in its stage) beside them.
-    Jit* jit = row_jit();
+    Jit* jit = gpu_jit();
     if (!jit || !jit->target().starts_with("sm_9")) return;
     std::uint64_t seed = 7250;
     for (RngMode last : {RngMode::philox4, RngMode::triton}) {
@@ -193,7 +185,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("row family: rmsnorm after a residual add, and layernorm") {
-    Jit* jit = row_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 7300;
     for (DType dt : {DType::f32, DType::bf16, DType::f16})
@@ -205,7 +197,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("row family: misaligned pointers take the general path") {
-    Jit* jit = row_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     for (std::size_t mis : {1u, 3u}) {
       check(*jit, softmax_spec(DType::bf16), {9, 4096, 0}, 7400 + mis, std::nullopt, mis);
@@ -216,7 +208,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("row family: rows of large magnitudes, all -inf and NaN") {
-    Jit* jit = row_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const KernelSpec spec = softmax_spec(DType::f32);
     const Shape shape{4, 1000, 0};
@@ -236,7 +228,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("row family: a quotient by a row sum, normal and below FLT_MIN") {
     // The kernel multiplies by the reciprocal of a per-row divisor; a divisor
     // whose reciprocal overflows (below FLT_MIN) must still divide.
-    Jit* jit = row_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     KernelSpec spec;
     const Value x = spec.graph.input("x", DType::f32);
@@ -265,7 +257,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("row family: bad row tiles and GEMM reductions are user errors") {
-    Jit* jit = row_jit();
+    Jit* jit = gpu_jit();
     if (!jit) return;
     const KernelSpec spec = softmax_spec(DType::bf16);
     CHECK_THROWS_AS(jit->compile(spec, {4, 128, 0}, ElementwiseTile{}), UserError);
