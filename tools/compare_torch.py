@@ -32,7 +32,8 @@ a transposed view); f32 is exact fp32 on both sides (tf32 off), unless the chain
 The torch rows and one more epifuse row, the fused kernel through epifuse's Python
 module (python/, EPIFUSE_LIBRARY or build/libepifuse_c.so) on the same torch tensors
 with the tile `epifuse bench` tuned, are timed in this process in turns: --rounds
-rounds (default 3), each row's do_bench median in each, the median of those reported.
+rounds (default 3), each row's do_bench median in each, the median of those reported;
+each also reports the device memory one call allocates beyond its inputs (peak MiB).
 At the power limit, rows timed in different processes or one after another differ by
 more than most of the gaps measured (docs/PERF.md, session 13: torch.matmul x2 under
 do_bench 0.355 ms against 0.412 ms for the same GEMMs in epifuse bench's rows).
@@ -392,6 +393,18 @@ def in_turns(fns, rounds):
     return [statistics.median(v) for v in times]
 
 
+def peak_mib(fn):
+    """Device memory (MiB) one call of `fn` allocates beyond what is allocated
+    before it (its outputs and intermediates), through torch's allocator: the
+    epifuse row's outputs come from it too."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
 def epifuse_in_process(doc, tile, t):
     """The fused chain through epifuse's Python module on the torch tensors `t`, with
     bench's tuned tile: a function to time beside the torch rows, or why not."""
@@ -457,6 +470,7 @@ def main_gemm(args):
             else:
                 timed.append(("epifuse_in_process", "epifuse fused (Python module, this process)", inproc))
             ms = in_turns([f for _, _, f in timed], args.rounds)
+            peaks = {key: peak_mib(f) for key, _, f in timed}
             rows = [(key, label, v) for (key, label, _), v in zip(timed, ms)]  # (key, label, ms[, of_cublas])
             del t, timed, inproc
             torch.cuda.empty_cache()
@@ -465,6 +479,7 @@ def main_gemm(args):
             results.append({"dtype": dtype or "as-is", "shape": [m, n, k], "flops": flops,
                             "rows": [{"key": r[0], "label": r[1], "ms": r[2], "tflops": flops / r[2] / 1e9,
                                       "of_torch_matmul": r[2] / rows[0][2],
+                                      **({"peak_mib": peaks[r[0]]} if r[0] in peaks else {}),
                                       **({"of_epifuse_cublas": r[3]} if len(r) > 3 and r[3] else {})}
                                      for r in rows],
                             "epifuse_tile": ef["fused"]["tile"], "epifuse_cublaslt": g["cublaslt"],
@@ -475,10 +490,13 @@ def main_gemm(args):
     for res in results:
         m, n, k = res["shape"]
         print(f"== {res['dtype']} {m},{n},{k} (epifuse fused tile {res['epifuse_tile']})")
-        print(f"  {'':<44} {'ms':>9} {'TFLOP/s':>8} {'/matmul':>8} {'/ef cuBLAS':>10}")
+        print(f"  {'':<44} {'ms':>9} {'TFLOP/s':>8} {'/matmul':>8} {'/ef cuBLAS':>10} {'peak MiB':>9}")
         for r in res["rows"]:
             own = f"{r['of_epifuse_cublas']:.2f}x" if "of_epifuse_cublas" in r else ""
-            print(f"  {r['label']:<44} {r['ms']:9.4f} {r['tflops']:8.1f} {r['of_torch_matmul']:7.2f}x {own:>10}")
+            peak = f"{r['peak_mib']:.1f}" if "peak_mib" in r else ""
+            print(f"  {r['label']:<44} {r['ms']:9.4f} {r['tflops']:8.1f} {r['of_torch_matmul']:7.2f}x {own:>10} {peak:>9}")
+        print("  peak MiB: device memory one call allocates beyond its inputs (torch's allocator; "
+              "the in-process rows only)")
         for line in res["epifuse_skipped"]:
             print(f"  epifuse: {line}")
         for c in res["epifuse_checks"]:
