@@ -180,7 +180,7 @@ class GemmBench {
     const HostTensor want = download(out, out_dtype, shape_);
     // Poisoned, as run_on_device's outputs are: a variant that stores nothing
     // (or not everywhere) must not pass on what the fused kernel left there.
-    backend::cuda().memset8(out, 0xFF, static_cast<std::size_t>(want.bytes.size()));
+    backend::cuda().memset8(out, 0xFF, want.bytes.size());
     add_row("variant:" + v.label, fmt::format("variant {}", v.label),
             fmt::format("{}, compiled in {:.0f} ms", to_string(r_.tile), kernel->compile_ms()), 1,
             [this, kernel] { jit_.launch(*kernel, fused_t_.bindings, shape_, opt_.args); });
