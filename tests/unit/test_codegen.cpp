@@ -382,10 +382,10 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
   dual_tf32.mainloop.kind = MainloopKind::dual_gemm;
   dual_tf32.graph = Graph();
   dual_tf32.graph.output("y", dual_tf32.graph.mul(dual_tf32.graph.accumulator(0), dual_tf32.graph.accumulator(1)), DType::f32);
-  // The default dual tile for large shapes: the cooperative 128x128 one for
-  // tf32, the ping-pong 128x64 one for 16-bit operands (w21).
+  // The default dual tile for large shapes: the ping-pong 128x64 one, BK 32
+  // for tf32 (session 14) and 64 for 16-bit operands (w21).
   CHECK(emit_kernel(dual_tf32, big, std::nullopt, KernelPath::fastest, "sm_90a").tile ==
-        TileConfig{WgmmaTile{128, 128, 32, 4, 8}});
+        TileConfig{WgmmaTile{128, 64, 32, 6, 8, 1, 1}});
   KernelSpec dual_f16 = dual_tf32;
   dual_f16.mainloop.a = dual_f16.mainloop.b = DType::f16;
   dual_f16.mainloop.math = GemmMath::exact;

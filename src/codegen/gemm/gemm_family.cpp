@@ -188,11 +188,12 @@ class GemmFamily final : public KernelFamily {
     } else if (wgmma_applies(spec, shape, target) && shape.m * shape.n >= k_wgmma_min_outputs) {
       const int bk = wgmma_bk(ml);
       // Dual: the cooperative 128x64 tile under a wave of 128x128 tiles; above,
-      // the ping-pong 128x64 tile for 16-bit operands (w21) and the cooperative
-      // 128x128 one for tf32 (measured there, session 12). All are candidates.
+      // the ping-pong 128x64 tile (w21; for tf32 the tuner's pick at 4096^3 and
+      // 6% ahead of the cooperative 128x128 at (8192, 8192, 4096): docs/PERF.md,
+      // session 14). All are candidates.
       if (dual()) {
         if (tiles_of(shape, 128, 128) < 132) return WgmmaTile{128, 64, bk, 6, 8};
-        return ml.a == DType::f32 ? WgmmaTile{128, 128, bk, 4, 8} : WgmmaTile{128, 64, bk, 6, 8, 1, 1};
+        return WgmmaTile{128, 64, bk, 6, 8, 1, 1};
       }
       return tiles_of(shape, 128, 256) >= 132 ? WgmmaTile{128, 256, bk, 4, 8} : WgmmaTile{128, 128, bk, 6, 8};
     }
