@@ -478,6 +478,70 @@ std::string wgmma_function(const GemmPlan& g) {
       g.dual ? "float (&d1)[NI][4], " : "", op, outs);
 }
 
+// Note [Fragment epilogue]: the staged epilogue walks a lane's four
+// consecutive columns, which the dropout contract's one Philox call per four
+// elements needs, and so stages fp32 accumulators through shared memory and
+// back (128 KB a 128x256 tile). A chain with no dropout, one output and that
+// output 16-bit runs on the accumulator registers instead (two consecutive
+// columns a lane, the fragment layout), and only its outputs go through
+// shared memory, packed in pairs: half the bytes, and 16-byte stores of 64
+// columns a warp chunk. Measured as a --variant of the GEMM alone (docs/PERF.md,
+// session 14): 4096^3 1.01-1.03x -> 0.98-0.99x cuBLAS, 8192^3 1.00x -> 0.97-0.98x.
+bool fragment_epilogue(const GemmPlan& g) {
+  const KernelPlan& plan = *g.plan;
+  return g.wgmma && !g.dual && vector_stores(g) && plan.dropouts.empty() && plan.outputs.size() == 1 &&
+         size_of(plan.outputs[0].dtype) == 2;
+}
+
+std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contract) {
+  if (!fragment_epilogue(g)) return "      // (not this kernel's: Note [Fragment epilogue])";
+  const std::string out = g.plan->outputs[0].field;
+  const std::string pad(14, ' ');
+  return fmt::format(R"(      unsigned short* const st16 = reinterpret_cast<unsigned short*>(staging + (threadIdx.x / 32 - 4) * STAGE_WARP_FLOATS);
+      // 16-byte stores where rows start 16-byte aligned; else 8-byte halves (N % 4 == 0).
+      const bool v16 = (p.n & 7) == 0 && (reinterpret_cast<unsigned long long>(p.{0}) & 15) == 0;
+#pragma unroll 1
+      for (int u = 0; u < MI * (BN / 64); ++u) {{
+        const int mi = u / (BN / 64), c = u % (BN / 64);
+        float ch[8][4];
+        fragment_chunk(ch, acc, u);
+        __syncwarp();  // the previous chunk's reads of the staging area are done
+#pragma unroll
+        for (int f = 0; f < 8; ++f)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {{
+            const long long row = m0 + wm + mi * 64 + warp * 16 + (lane >> 2) + h * 8;
+            float {0}_q[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {{
+              const long long col = n0 + c * 64 + f * 8 + (lane & 3) * 2 + e;
+{1}
+{2}
+            }}
+            *reinterpret_cast<unsigned*>(st16 + ((lane >> 2) + h * 8) * F16_SROW + f * 8 + (lane & 3) * 2) =
+                ef_pack2(p.{0}, {0}_q[0], {0}_q[1]);
+          }}
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {{
+          const int r = i * 4 + (lane >> 3), c8 = (lane & 7) * 8;
+          const uint4 v = *reinterpret_cast<const uint4*>(st16 + r * F16_SROW + c8);
+          const long long row = m0 + wm + mi * 64 + warp * 16 + r, col = n0 + c * 64 + c8;
+          if (row < p.m && col < p.n) {{
+            auto* const dst = p.{0} + row * p.n + col;
+            if (v16 && col + 7 < p.n) {{
+              *reinterpret_cast<uint4*>(dst) = v;
+            }} else {{  // N % 4 == 0: the first four columns are in, the last four may not be
+              *reinterpret_cast<uint2*>(dst) = make_uint2(v.x, v.y);
+              if (col + 7 < p.n) *reinterpret_cast<uint2*>(dst + 4) = make_uint2(v.z, v.w);
+            }}
+          }}
+        }}
+      }})",
+                     out, emit_element_loads(g, pad, true),
+                     emit_element(g, contract, "ch[f][2 * h + e]", pad, true));
+}
+
 KernelSource emit_gemm_sm90(const GemmPlan& g) {
   const KernelPlan& plan = *g.plan;
   const WgmmaTile& t = *g.wgmma;
@@ -516,6 +580,8 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
       {"acc1_operand", g.dual ? "acc1[mi], " : ""},
   });
   vars.merge(staged_vars(g, contract, 12));
+  vars.emplace("fragment_epilogue", fragment_epilogue(g) ? "true" : "false");
+  vars.emplace("fragment_body", emit_fragment_body(g, contract));
   layout.finish(ks);
   ks.text = render_template(embedded_template("gemm_sm90.cu.in"), vars, "gemm_sm90.cu.in");
   return ks;
