@@ -124,6 +124,18 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("gemm sm90: the fragment epilogue's 8-byte halves where N % 8 == 4, every tile") {
+    // N = 140 and 1036: rows start 8-byte but not 16-byte aligned (Note [Fragment epilogue]).
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9400;
+    for (DType dt : {DType::f16, DType::bf16}) {
+      const KernelSpec spec = gemm_spec(dt, Layout::row, Layout::col);
+      for (const WgmmaTile& t : k_tiles)
+        for (const Shape& s : {Shape{200, 140, 72}, Shape{1032, 1036, 136}}) check(*jit, spec, s, ++seed, t);
+    }
+  }
+
   TEST_CASE("gemm sm90: K = 0, several outputs and a column-broadcast input") {
     Jit* jit = hopper_jit();
     if (!jit) return;

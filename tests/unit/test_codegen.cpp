@@ -400,6 +400,41 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
                        doctest::Contains("or 64 ping-pong"), UserError);
 }
 
+TEST_CASE("wgmma epilogue: one 16-bit output and no dropout run on the fragments; the rest stage fp32 (Note [Fragment epilogue])") {
+  const Shape big{4096, 4096, 4096};
+  const WgmmaTile t{128, 256, 64, 4, 8};
+  auto fragment = [&](const KernelSpec& s, const Shape& shape) {
+    const std::string text = emit_kernel(s, shape, t, KernelPath::fastest, "sm_90a").text;
+    const bool on = text.find("FRAGMENT_EPILOGUE = true") != std::string::npos;
+    CHECK((on || text.find("FRAGMENT_EPILOGUE = false") != std::string::npos));
+    return on;
+  };
+  KernelSpec spec;
+  // B col-major: its contiguous dimension is K, so N need not be a multiple of 8 for wgmma.
+  spec.mainloop = {MainloopKind::gemm, DType::f16, DType::f16, Layout::row, Layout::col};
+  const Value z = spec.graph.add(spec.graph.accumulator(0), spec.graph.input("bias", DType::f16, Broadcast::row));
+  spec.graph.output("y", spec.graph.relu(z), DType::f16);
+  CHECK(fragment(spec, big));
+  CHECK(fragment(spec, {4096, 4100, 4096}));   // N % 8 == 4: 8-byte halves at run time
+  CHECK_FALSE(fragment(spec, {4096, 4098, 4096}));  // N % 4 != 0: element stores
+  KernelSpec bf = spec;
+  bf.mainloop.a = bf.mainloop.b = DType::bf16;
+  CHECK(fragment(bf, big));
+  KernelSpec f32_out = spec;
+  f32_out.graph = Graph();
+  f32_out.graph.output("y", f32_out.graph.relu(f32_out.graph.accumulator(0)), DType::f32);
+  CHECK_FALSE(fragment(f32_out, big));
+  KernelSpec two = spec;
+  two.graph.output("z", z, DType::f16);
+  CHECK_FALSE(fragment(two, big));
+  KernelSpec drop = spec;
+  drop.graph = Graph();
+  drop.graph.output("y", drop.graph.dropout(drop.graph.accumulator(0), 0.1, RngMode::philox4), DType::f16);
+  // Dropout keeps the staged quads: a lane pair sharing each Philox call on the
+  // fragments was slower (docs/PERF.md, session 14, w25).
+  CHECK_FALSE(fragment(drop, big));
+}
+
 TEST_CASE("gemm tiles: the text form reads back, split-K included; malformed text is a user error") {
   for (const GemmTile t : {GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{64, 64, 64, 2, 2, 3, 8, 4}}) {
     CHECK(parse_gemm_tile(t.str()) == t);
