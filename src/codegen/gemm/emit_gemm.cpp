@@ -485,8 +485,10 @@ std::string wgmma_function(const GemmPlan& g) {
 // output 16-bit runs on the accumulator registers instead (two consecutive
 // columns a lane, the fragment layout), and only its outputs go through
 // shared memory, packed in pairs: half the bytes, and 16-byte stores of 64
-// columns a warp chunk. Measured as a --variant of the GEMM alone (docs/PERF.md,
-// session 14): 4096^3 1.01-1.03x -> 0.98-0.99x cuBLAS, 8192^3 1.00x -> 0.97-0.98x.
+// columns a warp chunk. At the power limit the fp32 round trip, not the stores,
+// cost 9% of a 4096^3 GEMM; against the staged kernel in one process (docs/PERF.md,
+// session 14, w24): GEMM alone 1.05 -> 1.03x cuBLAS at 4096^3, bias+GELU 1.13 -> 1.10x.
+// Dropout chains keep the staged quads (w25: pairs sharing Philox calls here were slower).
 bool fragment_epilogue(const GemmPlan& g) {
   const KernelPlan& plan = *g.plan;
   return g.wgmma && !g.dual && vector_stores(g) && plan.dropouts.empty() && plan.outputs.size() == 1 &&
