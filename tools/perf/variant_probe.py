@@ -1,0 +1,109 @@
+"""Probe variants of an emitted wgmma kernel, for `epifuse bench --variant`: the same
+kernel with its epilogue taken apart, to find what the epilogue costs and why.
+
+    build/epifuse emit CHAIN --shape M,N,K --tile T --standalone > k.cu
+    python3 tools/perf/variant_probe.py k.cu noepi sumonly      # writes k_noepi.cu, k_sumonly.cu
+    build/epifuse bench CHAIN --shape M,N,K --tile T --variant k_noepi.cu --variant k_sumonly.cu
+
+Probes (docs/PERF.md, session 14):
+  noepi    no epilogue at all: the accumulators are dead after the mainloop
+  sumonly  the accumulators summed and compared with a constant, nothing staged or
+           stored: the mainloop with live accumulators and no epilogue work
+  nostore  the epilogue as it is, its global stores made conditional on a value the
+           output never takes (the staged quads' stores and the fragment epilogue's)
+
+The probes store nothing, so `bench` reports their outputs as a MISMATCH against the
+fused kernel's (the output is poisoned first) and exits 1: that is expected; their rows
+are timed all the same. Single and dual GEMM kernels of templates/gemm_sm90.cu.in.
+"""
+import os
+import sys
+
+EPILOGUE = "    if constexpr (FRAGMENT_EPILOGUE) {"
+
+
+def block_end(s, start):
+    """Index just past the brace block that opens at the first '{' at or after `start`."""
+    depth = 0
+    for j in range(s.index("{", start), len(s)):
+        if s[j] == "{":
+            depth += 1
+        elif s[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    raise ValueError("unbalanced braces")
+
+
+def epilogue_span(s):
+    """(start, end) of the whole epilogue: the fragment block and its `else` block."""
+    if s.count(EPILOGUE) != 1:
+        raise ValueError("not a wgmma kernel of this template (no FRAGMENT_EPILOGUE block)")
+    start = s.index(EPILOGUE)
+    first = block_end(s, start)
+    rest = s[first:]
+    if not rest.lstrip().startswith("else"):
+        raise ValueError("the FRAGMENT_EPILOGUE block has no else")
+    return start, block_end(s, first)
+
+
+def noepi(s):
+    start, end = epilogue_span(s)
+    return s[:start] + "    // PROBE noepi: no epilogue\n" + s[end:]
+
+
+def sumonly(s):
+    start, end = epilogue_span(s)
+    probe = """    // PROBE sumonly: accumulators live (summed), nothing staged or stored
+    float sum = 0.0f;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sum += acc[mi][ni][e];
+          if constexpr (DUAL) sum += acc1[mi][ni][e];
+        }
+    if (sum == 1234.5f) *reinterpret_cast<unsigned char*>(p.out0) = (unsigned char)threadIdx.x;  // never taken
+"""
+    return s[:start] + probe + s[end:]
+
+
+def nostore(s):
+    out = s
+    replaced = 0
+    for old, new in (("    if (row < p.m && col0 + 3 < p.n) {",
+                      "    if (out0_q[0] == 1234.5f && out0_q[3] == -7.25f && row < p.m && col0 + 3 < p.n) {"),
+                     ("    } else if (row < p.m) {",
+                      "    } else if (out0_q[1] == 1234.5f && row < p.m && col0 + 3 >= p.n) {"),
+                     ("          if (row < p.m && col < p.n) {",
+                      "          if (v.x == 0x12345u && v.w == 0x54321u && row < p.m && col < p.n) {")):
+        replaced += out.count(old)
+        out = out.replace(old, new)
+    if replaced == 0:
+        raise ValueError("no epilogue stores found to guard")
+    return out
+
+
+PROBES = {"noepi": noepi, "sumonly": sumonly, "nostore": nostore}
+
+
+def main():
+    if len(sys.argv) < 3 or any(p not in PROBES for p in sys.argv[2:]):
+        sys.exit(f"usage: {sys.argv[0]} KERNEL.cu PROBE... (probes: {', '.join(PROBES)})")
+    path = sys.argv[1]
+    text = open(path).read()
+    base, ext = os.path.splitext(path)
+    for name in sys.argv[2:]:
+        try:
+            probe = PROBES[name](text)
+        except ValueError as e:
+            sys.exit(f"{path}: {name}: {e}")
+        with open(f"{base}_{name}{ext}", "w") as f:
+            f.write(probe)
+        print(f"{base}_{name}{ext}")
+
+
+if __name__ == "__main__":
+    main()
