@@ -2,7 +2,8 @@
 // attention pattern with dropout, RMSNorm after a residual add and LayerNorm
 // against the reference evaluator on random non-zero data, every dtype and
 // the N (1 to 262144: rows in registers and streamed), every tile
-// candidate, the persistent grid against one block per row (identical bits),
+// candidate, the persistent grid against one block per row (identical bits; the sweep in two
+// cases, rows up to 20000 and longer, so that racecheck can take the first),
 // misaligned pointers (the general path), and rows of extreme values.
 // Without a GPU the suite prints one visible line and passes.
 #include <doctest/doctest.h>
@@ -73,6 +74,40 @@ void check(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t s
 
 bool same_bits(const HostTensor& a, const HostTensor& b) { return a.bytes == b.bytes; }
 
+// Every tile candidate at row length n, and the persistent grid, streaming,
+// clusters and rings against one block per row, bit for bit.
+void tile_sweep(Jit& jit, std::int64_t n, std::uint64_t& seed) {
+  const KernelSpec spec = attention_spec(DType::bf16, 0.1);
+  // 41 rows: the last block of a group tile has idle groups.
+  const Shape shape{n > 20000 ? 13 : 41, n, 0};
+  for (const TileConfig& t : tile_candidates(spec, shape, jit.target())) check(jit, spec, shape, ++seed, t);
+  const TensorMap inputs = make_inputs(spec, shape, ++seed);
+  auto y = [&](RowTile t) { return run_on_device(jit, spec, shape, inputs, {}, t).at("y"); };
+  const HostTensor a = y(RowTile{256, 0, -1, 1});
+  CHECK(same_bits(a, y(RowTile{256, 0, -1, 0})));
+  CHECK(same_bits(a, y(RowTile{256, 0, 0, 1})));  // streaming reduces in the same order as registers
+  if (n <= 4096) {
+    const HostTensor g = y(RowTile{256, 0, -1, 1, 32, 1});
+    CHECK(same_bits(g, y(RowTile{256, 0, -1, 0, 32, 1})));
+  }
+  if (jit.target().starts_with("sm_9") || jit.target().starts_with("sm_1")) {
+    const int c = n > 20000 ? 8 : 2;
+    const HostTensor cl = y(RowTile{512, 0, -1, 1, 0, c});
+    CHECK(same_bits(cl, y(RowTile{512, 0, -1, 0, 0, c})));
+    CHECK(same_bits(cl, y(RowTile{512, 0, 0, 1, 0, c})));  // a streaming cluster too
+  }
+  if (jit.target().starts_with("sm_9") && n <= 20000) {
+    // A shared-memory ring: three rows deep, each block a contiguous part of the row
+    // (N = 1000 does not split into whole vectors for two blocks: one block then).
+    const RowTile ring{256, 0, -1, 1, 0, n % 16 == 0 ? 2 : 1, 3};
+    check(jit, spec, shape, ++seed, ring);
+    const HostTensor rg = y(ring);
+    RowTile ring_per_row = ring;
+    ring_per_row.persistent = 0;
+    CHECK(same_bits(rg, y(ring_per_row)));
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -99,41 +134,20 @@ TEST_SUITE("gpu") {
       }
   }
 
-  TEST_CASE("row family: every tile candidate, the persistent grid bit-equal to one block per row") {
+  // Two cases, so that compute-sanitizer's racecheck can take the short rows in one
+  // process (tools/sanitize_suite.sh): the long ones run for minutes under it.
+  TEST_CASE("row family: every tile candidate, the persistent grid bit-equal to one block per row (N <= 20000)") {
     Jit* jit = gpu_jit();
     if (!jit) return;
-    const KernelSpec spec = attention_spec(DType::bf16, 0.1);
     std::uint64_t seed = 7100;
-    for (std::int64_t n : {1000, 4096, 20000, 65536, 262144}) {
-      // 41 rows: the last block of a group tile has idle groups.
-      const Shape shape{n > 20000 ? 13 : 41, n, 0};
-      for (const TileConfig& t : tile_candidates(spec, shape, jit->target())) check(*jit, spec, shape, ++seed, t);
-      const TensorMap inputs = make_inputs(spec, shape, ++seed);
-      auto y = [&](RowTile t) { return run_on_device(*jit, spec, shape, inputs, {}, t).at("y"); };
-      const HostTensor a = y(RowTile{256, 0, -1, 1});
-      CHECK(same_bits(a, y(RowTile{256, 0, -1, 0})));
-      CHECK(same_bits(a, y(RowTile{256, 0, 0, 1})));  // streaming reduces in the same order as registers
-      if (n <= 4096) {
-        const HostTensor g = y(RowTile{256, 0, -1, 1, 32, 1});
-        CHECK(same_bits(g, y(RowTile{256, 0, -1, 0, 32, 1})));
-      }
-      if (jit->target().starts_with("sm_9") || jit->target().starts_with("sm_1")) {
-        const int c = n > 20000 ? 8 : 2;
-        const HostTensor cl = y(RowTile{512, 0, -1, 1, 0, c});
-        CHECK(same_bits(cl, y(RowTile{512, 0, -1, 0, 0, c})));
-        CHECK(same_bits(cl, y(RowTile{512, 0, 0, 1, 0, c})));  // a streaming cluster too
-      }
-      if (jit->target().starts_with("sm_9") && n <= 20000) {
-        // A shared-memory ring: three rows deep, each block a contiguous part of the row
-        // (N = 1000 does not split into whole vectors for two blocks: one block then).
-        const RowTile ring{256, 0, -1, 1, 0, n % 16 == 0 ? 2 : 1, 3};
-        check(*jit, spec, shape, ++seed, ring);
-        const HostTensor rg = y(ring);
-        RowTile ring_per_row = ring;
-        ring_per_row.persistent = 0;
-        CHECK(same_bits(rg, y(ring_per_row)));
-      }
-    }
+    for (std::int64_t n : {1000, 4096, 20000}) tile_sweep(*jit, n, seed);
+  }
+
+  TEST_CASE("row family: every tile candidate, the persistent grid bit-equal to one block per row (long rows)") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    std::uint64_t seed = 7200;
+    for (std::int64_t n : {65536, 262144}) tile_sweep(*jit, n, seed);
   }
 
   TEST_CASE("row family: attention softmax with dropout, masks equal the reference's") {

@@ -6,17 +6,28 @@ kernel with its epilogue taken apart, to find what the epilogue costs and why.
     build/epifuse bench CHAIN --shape M,N,K --tile T --variant k_noepi.cu --variant k_sumonly.cu
 
 Probes (docs/PERF.md, session 14):
-  noepi    no epilogue at all: the accumulators are dead after the mainloop
+  noepi    no epilogue at all: the accumulators are dead after the mainloop. Read its
+           TFLOP/s first: ptxas may then drop HGMMAs whose results nothing reads
+           (session 15, H200: 1250 TFLOP/s at 4096^3, above the tensor peak); sumonly
+           keeps them live
   sumonly  the accumulators summed and compared with a constant, nothing staged or
            stored: the mainloop with live accumulators and no epilogue work
   nostore  the epilogue as it is, its global stores made conditional on a value the
            output never takes (the staged quads' stores and the fragment epilogue's)
+  draws8   the staged quads' dropout draws from one Philox call per EIGHT elements: quads
+           i = 0, 2 of a lane make the call and keep its words' high halves, quads
+           1, 3 take the low halves of the same call (16-bit draws, as a contract of
+           one call per eight elements would; the mask is not DESIGN §4's)
+  nodraws  the staged quads' draws from one multiply-hash of the position instead of
+           Philox (the keep test, select and scale stay): what dropout costs besides
+           Philox
 
 The probes store nothing, so `bench` reports their outputs as a MISMATCH against the
 fused kernel's (the output is poisoned first) and exits 1: that is expected; their rows
 are timed all the same. Single and dual GEMM kernels of templates/gemm_sm90.cu.in.
 """
 import os
+import re
 import sys
 
 EPILOGUE = "    if constexpr (FRAGMENT_EPILOGUE) {"
@@ -86,7 +97,44 @@ def nostore(s):
     return out
 
 
-PROBES = {"noepi": noepi, "sumonly": sumonly, "nostore": nostore}
+DRAWS = re.compile(r"(?P<pad> *)unsigned d(?P<k>\d+)\[4\];  // dropout stream (?P<stream>\d+): one Philox call per four elements\n"
+                   r"(?P=pad)\{\n(?P=pad)  const ef_u32x4 w = ef_philox4_draws\((?P<args>[^\n]*)>> 2\);\n")
+QUAD_LOOP = "#pragma unroll\n        for (int i = 0; i < 4; ++i) {\n          const int q = lane + 32 * i"
+
+
+def draws8(s):
+    keys = [m.group("k") for m in DRAWS.finditer(s)]
+    if not keys or s.count(QUAD_LOOP) != 1:
+        raise ValueError("no staged quad draws found (a dropout chain on the staged wgmma epilogue?)")
+
+    def one_call_per_eight(m):
+        pad, k = m.group("pad"), m.group("k")
+        return (f"{pad}unsigned d{k}[4];  // PROBE draws8: one Philox call per eight elements\n{pad}{{\n"
+                f"{pad}  if ((i & 1) == 0) probe_w{k} = ef_philox4_draws({m.group('args')}>> 3);\n"
+                f"{pad}  const unsigned sh = (i & 1) ? 16u : 0u;\n"
+                f"{pad}  ef_u32x4 w;\n"
+                f"{pad}  w.x = (probe_w{k}.x << sh) & 0xFFFF0000u;\n{pad}  w.y = (probe_w{k}.y << sh) & 0xFFFF0000u;\n"
+                f"{pad}  w.z = (probe_w{k}.z << sh) & 0xFFFF0000u;\n{pad}  w.w = (probe_w{k}.w << sh) & 0xFFFF0000u;\n")
+
+    decl = "".join(f"        ef_u32x4 probe_w{k};\n" for k in keys)
+    return DRAWS.sub(one_call_per_eight, s.replace(QUAD_LOOP, decl + QUAD_LOOP))
+
+
+def nodraws(s):
+    if not DRAWS.search(s):
+        raise ValueError("no staged quad draws found (a dropout chain on the staged wgmma epilogue?)")
+
+    def hashed(m):
+        pad, k = m.group("pad"), m.group("k")
+        return (f"{pad}unsigned d{k}[4];  // PROBE nodraws: a multiply-hash instead of Philox\n{pad}{{\n"
+                f"{pad}  const unsigned h = (unsigned)(row * p.n + col0) * 0x9E3779B9u;\n"
+                f"{pad}  ef_u32x4 w;\n{pad}  w.x = h;\n{pad}  w.y = h ^ 0x5bd1e995u;\n{pad}  w.z = h + 0x7f4a7c15u;\n"
+                f"{pad}  w.w = h ^ 0x94d049bbu;\n")
+
+    return DRAWS.sub(hashed, s)
+
+
+PROBES = {"noepi": noepi, "sumonly": sumonly, "nostore": nostore, "draws8": draws8, "nodraws": nodraws}
 
 
 def main():

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The whole GPU test tier under compute-sanitizer: memcheck and racecheck, each over
+# the same groups of test files as tools/gpu_suite.sh, all at once on the one GPU.
+# Every test case runs except the two whose point is a large shape: "gemm: 4096^3
+# checked on sampled rows" (a 137 GFLOP product) and the row family's tile sweep over
+# rows of 65536 and 262144 elements (its rows up to 20000 are a case of their own, and
+# run): each takes longer than a device call under racecheck, and their kernels and
+# tiles also run at small shapes in the other cases. The tile sweeps, masks, edges and
+# misaligned pointers are the small-shape cases this checks. tools/sanitize_wgmma.sh
+# adds each wgmma tile through the CLI.
+#   tools/sanitize_suite.sh [TESTS_BIN] [OUTDIR]   (default build/epifuse_tests, sanitize-suite)
+#   TOOLS="memcheck racecheck" (default), LIMIT=seconds per process (default 540),
+#   ONLY="0 4" (indices into the list below; default all), SPLIT=1 (a process per
+#   test case, JOBS at once)
+# Prints one line per (tool, group): the doctest summary and the sanitizer's own
+# summary; exits non-zero if a test failed, a process timed out, or the sanitizer
+# reported an error or a hazard.
+set -u
+cd "$(dirname "$0")/.."
+bin=${1:-build/epifuse_tests} out=${2:-sanitize-suite}
+tools=${TOOLS:-"memcheck racecheck"} limit=${LIMIT:-540}
+mkdir -p "$out"
+command -v compute-sanitizer >/dev/null || { echo "sanitize_suite: compute-sanitizer not found" >&2; exit 1; }
+groups=("*test_gemm.cpp" "*test_gemm_sm90.cpp" "*test_dual_gemm.cpp" "*test_elementwise.cpp"
+        "*test_row.cpp" "*test_gemm_wave.cpp" "*test_driver.cpp,*test_disk_cache_gpu.cpp")
+exclude="gemm: 4096^3 checked on sampled rows*,*bit-equal to one block per row (long rows)"
+if [[ -n ${ONLY:-} ]]; then
+  picked=(); for i in $ONLY; do picked+=("${groups[$i]}"); done; groups=("${picked[@]}")
+fi
+# One process per group, or with SPLIT=1 one per test case (at most JOBS at once,
+# default 12): racecheck over the row family's tile sweep runs longer than a
+# device call in one process.
+run_one() {  # TOOL FILTER-ARGS... > log: the sanitizer's exit status, 124 on a timeout
+  local tool=$1; shift
+  # --report-api-errors no: "driver: errors name the call" provokes driver errors on
+  # purpose (a 2^60-byte allocation, a junk module, a missing symbol); device-side
+  # errors and hazards are what is checked.
+  timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 --report-api-errors no \
+    "$bin" -ts=gpu -tce="$exclude" "$@"
+}
+jobs_=()  # "tool|label|log" of each process, in order
+declare -A pids
+for tool in $tools; do
+  for i in "${!groups[@]}"; do
+    if [[ ${SPLIT:-0} == 1 ]]; then
+      while IFS= read -r name; do
+        # doctest filters split at commas: a comma in a name becomes the '?' wildcard.
+        n=${#jobs_[@]}
+        while (( $(jobs -rp | wc -l) >= ${JOBS:-12} )); do sleep 1; done
+        run_one "$tool" -sf="${groups[$i]}" -tc="${name//,/?}" > "$out/$tool.case$n.txt" 2>&1 &
+        pids[$n]=$!
+        jobs_+=("$tool|$name|$out/$tool.case$n.txt")
+      done < <("$bin" -ts=gpu -sf="${groups[$i]}" -tce="$exclude" -ltc | sed -n '/^=====/,/^=====/p' | grep -v '^=====')
+    else
+      n=${#jobs_[@]}
+      run_one "$tool" -sf="${groups[$i]}" > "$out/$tool.group$i.txt" 2>&1 &
+      pids[$n]=$!
+      jobs_+=("$tool|${groups[$i]}|$out/$tool.group$i.txt")
+    fi
+  done
+done
+status=0
+for n in "${!jobs_[@]}"; do
+  IFS='|' read -r tool label f <<<"${jobs_[$n]}"
+  wait "${pids[$n]}"; rc=$?
+  cases=$(grep -E '^\[doctest\] test cases' "$f" | tr -s ' ' | sed 's/^\[doctest\] //')
+  summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" | tail -1 | sed 's/^========= //')
+  verdict=ok
+  ((rc == 124)) && verdict="TIMED OUT after ${limit} s"
+  ((rc != 0 && rc != 124)) && verdict="FAILED (exit $rc)"
+  [[ $verdict == ok ]] || status=1
+  echo "$tool $label: $verdict | ${cases:-no doctest summary} | ${summary:-no sanitizer summary}"
+done
+if [[ $status != 0 ]]; then
+  grep -h -A6 -E '^========= (Invalid|Error|Race|.*[Hh]azard)|ERROR: ' "$out"/*.txt | head -60
+fi
+exit $status
