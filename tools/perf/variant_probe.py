@@ -18,6 +18,9 @@ Probes (docs/PERF.md, session 14):
            i = 0, 2 of a lane make the call and keep its words' high halves, quads
            1, 3 take the low halves of the same call (16-bit draws, as a contract of
            one call per eight elements would; the mask is not DESIGN §4's)
+  timeline the kernel as it is, with clock64 stamps in the first consumer thread of each
+           block (each tile's start and mainloop end, the block's end) printed as one
+           `TL` line per block on the 21st launch (summarize with timeline_summary.py)
   nodraws  the staged quads' draws from one multiply-hash of the position instead of
            Philox (the keep test, select and scale stay): what dropout costs besides
            Philox
@@ -134,7 +137,43 @@ def nodraws(s):
     return DRAWS.sub(hashed, s)
 
 
-PROBES = {"noepi": noepi, "sumonly": sumonly, "nostore": nostore, "draws8": draws8, "nodraws": nodraws}
+TIMELINE_HEAD = """__device__ unsigned ef_probe_launches;
+__device__ __forceinline__ unsigned long long ef_probe_gtime() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+"""
+
+
+def timeline(s):
+    """clock64 stamps of the first consumer thread: 4 tiles at most a block."""
+    kernel = s.index('extern "C" __global__')
+    body = s.index("smem_raw[];\n", kernel) + len("smem_raw[];\n")
+    loop = "    ++local;\n"
+    wait0 = "    ef_wgmma_wait<0>();\n"
+    tail = "  // No block leaves while its peer may still copy into it or arrive on its barriers.\n"
+    if any(s.count(x) != 1 for x in (loop, wait0, tail)):
+        raise ValueError("not a wgmma kernel of this template")
+    s = (s[:kernel] + TIMELINE_HEAD + s[kernel:body]
+         + "  const unsigned long long tl_g0 = ef_probe_gtime();\n  const long long tl_c0 = clock64();\n"
+           "  long long tl_t[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n" + s[body:])
+    s = s.replace(loop, loop + "    if (threadIdx.x == 128 && local < 4) tl_t[2 * local] = clock64() - tl_c0;\n")
+    s = s.replace(wait0, wait0 + "    if (threadIdx.x == 128 && local < 4) tl_t[2 * local + 1] = clock64() - tl_c0;\n")
+    stamp = """  if (threadIdx.x == 128) {
+    const long long tl_end = clock64() - tl_c0;
+    const unsigned long long tl_g1 = ef_probe_gtime();
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    if (atomicAdd(&ef_probe_launches, 1u) / gridDim.x == 20)
+      printf("TL %d %u %llu %llu %lld %lld %lld %lld %lld %lld %lld %lld %lld\\n", blockIdx.x, smid, tl_g0, tl_g1, tl_end,
+             tl_t[0], tl_t[1], tl_t[2], tl_t[3], tl_t[4], tl_t[5], tl_t[6], tl_t[7]);
+  }
+"""
+    return s.replace(tail, stamp + tail)
+
+
+PROBES = {"timeline": timeline, "noepi": noepi, "sumonly": sumonly, "nostore": nostore, "draws8": draws8, "nodraws": nodraws}
 
 
 def main():
