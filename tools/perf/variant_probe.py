@@ -105,36 +105,34 @@ DRAWS = re.compile(r"(?P<pad> *)unsigned d(?P<k>\d+)\[4\];  // dropout stream (?
 QUAD_LOOP = "#pragma unroll\n        for (int i = 0; i < 4; ++i) {\n          const int q = lane + 32 * i"
 
 
+def replace_draws(s, note, lines):
+    """Each staged quad's Philox call (DRAWS) replaced: `lines(k)` are the statements
+    that set `ef_u32x4 w` for dropout stream k, whose words the quad's d<k>[] take."""
+    def block(m):
+        pad, k = m.group("pad"), m.group("k")
+        body = "".join(f"{pad}  {line}\n" for line in lines(k, m.group("args")))
+        return f"{pad}unsigned d{k}[4];  // PROBE {note}\n{pad}{{\n{body}"
+    return DRAWS.sub(block, s)
+
+
 def draws8(s):
     keys = [m.group("k") for m in DRAWS.finditer(s)]
     if not keys or s.count(QUAD_LOOP) != 1:
         raise ValueError("no staged quad draws found (a dropout chain on the staged wgmma epilogue?)")
-
-    def one_call_per_eight(m):
-        pad, k = m.group("pad"), m.group("k")
-        return (f"{pad}unsigned d{k}[4];  // PROBE draws8: one Philox call per eight elements\n{pad}{{\n"
-                f"{pad}  if ((i & 1) == 0) probe_w{k} = ef_philox4_draws({m.group('args')}>> 3);\n"
-                f"{pad}  const unsigned sh = (i & 1) ? 16u : 0u;\n"
-                f"{pad}  ef_u32x4 w;\n"
-                f"{pad}  w.x = (probe_w{k}.x << sh) & 0xFFFF0000u;\n{pad}  w.y = (probe_w{k}.y << sh) & 0xFFFF0000u;\n"
-                f"{pad}  w.z = (probe_w{k}.z << sh) & 0xFFFF0000u;\n{pad}  w.w = (probe_w{k}.w << sh) & 0xFFFF0000u;\n")
-
     decl = "".join(f"        ef_u32x4 probe_w{k};\n" for k in keys)
-    return DRAWS.sub(one_call_per_eight, s.replace(QUAD_LOOP, decl + QUAD_LOOP))
+    return replace_draws(s.replace(QUAD_LOOP, decl + QUAD_LOOP), "draws8: one Philox call per eight elements",
+                         lambda k, args: [f"if ((i & 1) == 0) probe_w{k} = ef_philox4_draws({args}>> 3);",
+                                          "const unsigned sh = (i & 1) ? 16u : 0u;", "ef_u32x4 w;"]
+                         + [f"w.{c} = (probe_w{k}.{c} << sh) & 0xFFFF0000u;" for c in "xyzw"])
 
 
 def nodraws(s):
     if not DRAWS.search(s):
         raise ValueError("no staged quad draws found (a dropout chain on the staged wgmma epilogue?)")
-
-    def hashed(m):
-        pad, k = m.group("pad"), m.group("k")
-        return (f"{pad}unsigned d{k}[4];  // PROBE nodraws: a multiply-hash instead of Philox\n{pad}{{\n"
-                f"{pad}  const unsigned h = (unsigned)(row * p.n + col0) * 0x9E3779B9u;\n"
-                f"{pad}  ef_u32x4 w;\n{pad}  w.x = h;\n{pad}  w.y = h ^ 0x5bd1e995u;\n{pad}  w.z = h + 0x7f4a7c15u;\n"
-                f"{pad}  w.w = h ^ 0x94d049bbu;\n")
-
-    return DRAWS.sub(hashed, s)
+    return replace_draws(s, "nodraws: a multiply-hash instead of Philox",
+                         lambda k, args: ["const unsigned h = (unsigned)(row * p.n + col0) * 0x9E3779B9u;", "ef_u32x4 w;",
+                                          "w.x = h;", "w.y = h ^ 0x5bd1e995u;", "w.z = h + 0x7f4a7c15u;",
+                                          "w.w = h ^ 0x94d049bbu;"])
 
 
 TIMELINE_HEAD = """__device__ unsigned ef_probe_launches;
