@@ -8,8 +8,8 @@ set -u
 cd "$(dirname "$0")/.."
 bin=${1:-build/epifuse_tests} out=${2:-gpu-suite}
 mkdir -p "$out"
-groups=("*test_gemm.cpp" "*test_gemm_sm90.cpp" "*test_dual_gemm.cpp" "*test_elementwise.cpp"
-        "*test_row.cpp" "*test_gemm_wave.cpp" "*test_driver.cpp,*test_disk_cache_gpu.cpp")
+source tools/gpu_groups.sh
+groups=("${gpu_groups[@]}")
 pids=()
 for i in "${!groups[@]}"; do
   "$bin" -ts=gpu -sf="${groups[$i]}" > "$out/group$i.txt" 2>&1 &

@@ -10,7 +10,7 @@
 # adds each wgmma tile through the CLI.
 #   tools/sanitize_suite.sh [TESTS_BIN] [OUTDIR]   (default build/epifuse_tests, sanitize-suite)
 #   TOOLS="memcheck racecheck" (default), LIMIT=seconds per process (default 540),
-#   ONLY="0 4" (indices into the list below; default all), SPLIT=1 (a process per
+#   ONLY="0 4" (indices into tools/gpu_groups.sh's list; default all), SPLIT=1 (a process per
 #   test case, JOBS at once)
 # Prints one line per (tool, group): the doctest summary and the sanitizer's own
 # summary; exits non-zero if a test failed, a process timed out, or the sanitizer
@@ -21,8 +21,8 @@ bin=${1:-build/epifuse_tests} out=${2:-sanitize-suite}
 tools=${TOOLS:-"memcheck racecheck"} limit=${LIMIT:-540}
 mkdir -p "$out"
 command -v compute-sanitizer >/dev/null || { echo "sanitize_suite: compute-sanitizer not found" >&2; exit 1; }
-groups=("*test_gemm.cpp" "*test_gemm_sm90.cpp" "*test_dual_gemm.cpp" "*test_elementwise.cpp"
-        "*test_row.cpp" "*test_gemm_wave.cpp" "*test_driver.cpp,*test_disk_cache_gpu.cpp")
+source tools/gpu_groups.sh
+groups=("${gpu_groups[@]}")
 exclude="gemm: 4096^3 checked on sampled rows*,*bit-equal to one block per row (long rows)"
 if [[ -n ${ONLY:-} ]]; then
   picked=(); for i in $ONLY; do picked+=("${groups[$i]}"); done; groups=("${picked[@]}")
@@ -38,8 +38,7 @@ run_one() {  # TOOL FILTER-ARGS... > log: the sanitizer's exit status, 124 on a 
   timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 --report-api-errors no \
     "$bin" -ts=gpu -tce="$exclude" "$@"
 }
-jobs_=()  # "tool|label|log" of each process, in order
-declare -A pids
+jobs_=() pids=()  # "tool|label|log" and the process id of each process, in order
 for tool in $tools; do
   for i in "${!groups[@]}"; do
     if [[ ${SPLIT:-0} == 1 ]]; then

@@ -5,7 +5,7 @@ kernel with its epilogue taken apart, to find what the epilogue costs and why.
     python3 tools/perf/variant_probe.py k.cu noepi sumonly      # writes k_noepi.cu, k_sumonly.cu
     build/epifuse bench CHAIN --shape M,N,K --tile T --variant k_noepi.cu --variant k_sumonly.cu
 
-Probes (docs/PERF.md, session 14):
+Probes (docs/PERF.md, sessions 14 and 15):
   noepi    no epilogue at all: the accumulators are dead after the mainloop. Read its
            TFLOP/s first: ptxas may then drop HGMMAs whose results nothing reads
            (session 15, H200: 1250 TFLOP/s at 4096^3, above the tensor peak); sumonly
@@ -18,12 +18,12 @@ Probes (docs/PERF.md, session 14):
            i = 0, 2 of a lane make the call and keep its words' high halves, quads
            1, 3 take the low halves of the same call (16-bit draws, as a contract of
            one call per eight elements would; the mask is not DESIGN §4's)
-  timeline the kernel as it is, with clock64 stamps in the first consumer thread of each
-           block (each tile's start and mainloop end, the block's end) printed as one
-           `TL` line per block on the 21st launch (summarize with timeline_summary.py)
   nodraws  the staged quads' draws from one multiply-hash of the position instead of
            Philox (the keep test, select and scale stay): what dropout costs besides
            Philox
+  timeline the kernel as it is, with clock64 stamps in the first consumer thread of each
+           block (each tile's start and mainloop end, the block's end) printed as one
+           `TL` line per block on the 21st launch (summarize with timeline_summary.py)
 
 The probes store nothing, so `bench` reports their outputs as a MISMATCH against the
 fused kernel's (the output is poisoned first) and exits 1: that is expected; their rows
@@ -171,7 +171,8 @@ def timeline(s):
     return s.replace(tail, stamp + tail)
 
 
-PROBES = {"timeline": timeline, "noepi": noepi, "sumonly": sumonly, "nostore": nostore, "draws8": draws8, "nodraws": nodraws}
+PROBES = {"noepi": noepi, "sumonly": sumonly, "nostore": nostore, "draws8": draws8, "nodraws": nodraws,
+          "timeline": timeline}
 
 
 def main():
