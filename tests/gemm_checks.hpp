@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <optional>
 
@@ -49,6 +50,33 @@ inline void check(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uin
     const Comparison c = compare(got.at(o.name), want.at(o.name), gemm_tolerance(o.dtype, shape));
     CHECK_MESSAGE(c.ok, c.message);
   }
+}
+
+// Dropout multiplies by its mask, as PyTorch's x * mask * scale: where the bias
+// makes relu(acc + bias) NaN or inf, a dropped element is NaN on the device as in
+// the reference, never 0. The bias has NaN, inf and -inf in every fifth column.
+inline void check_dropout_specials(Jit& jit, DType dt, const Shape& shape, std::optional<TileConfig> tile,
+                                   RngMode rng = RngMode::philox4) {
+  const KernelSpec spec = gemm_spec(dt, Layout::row, Layout::col, 0.5, rng);
+  TensorMap inputs = make_inputs(spec, shape, 7700);
+  HostTensor& bias = inputs.at("bias");
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY};
+  for (std::int64_t i = 0; i < bias.numel(); i += 5) bias.set(i, specials[(i / 5) % 3]);
+  const LaunchArgs args{0xBADC0FFEEull, 3};
+  const HostTensor want = evaluate(spec, shape, inputs, args).at("y");
+  const HostTensor got = run_on_device(jit, spec, shape, inputs, args, tile).at("y");
+  std::int64_t differ = 0, dropped_inf = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    const float w = want.get(i), g = got.get(i);
+    differ += std::isnan(w) != std::isnan(g) || (std::isinf(w) && w != g);
+    dropped_inf += std::isnan(w) && std::isinf(bias.get(i % shape.n));
+  }
+  INFO("tile " << (tile ? to_string(*tile) : "default") << " rng " << to_string(rng) << " shape " << shape.m << "x"
+               << shape.n << "x" << shape.k);
+  CHECK_MESSAGE(differ == 0, differ << " of " << want.numel() << " NaN or inf positions differ");
+  CHECK(dropped_inf > 0);
+  const Comparison c = compare(got, want, gemm_tolerance(dt, shape));
+  CHECK_MESSAGE(c.ok, c.message);
 }
 
 // ---- dual GEMM (tests/gpu/test_dual_gemm.cpp, test_gemm_wave.cpp) ----

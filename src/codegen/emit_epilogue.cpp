@@ -37,18 +37,20 @@ std::size_t position(const std::vector<Value>& list, std::size_t id) {
 
 std::string spell_dropout(const KernelPlan& plan, std::size_t id, const Node& n, const std::string& a) {
   const std::string scale = float_literal(dropout_scale(n.p));
+  // A dropped element is a * 0, not 0: NaN and inf become NaN as in PyTorch's
+  // x * mask * scale (docs/decisions.md, "Dropout multiplies by its mask").
   switch (dropout_effect(n.p, n.rng)) {
-    case DropoutEffect::drop_all: return "0.0f";
+    case DropoutEffect::drop_all: return fmt::format("{} * 0.0f", a);
     case DropoutEffect::keep_all: return scale == "1.0f" ? a : fmt::format("{} * {}", a, scale);
     case DropoutEffect::masked: break;
   }
   const std::size_t k = position(plan.dropouts, id);
-  // masked(a) * scale: an add that follows contracts with the multiply into
-  // one FFMA (common/philox.cuh, ef_dropout_masked). masked means thr in
+  // a * factor: an add that follows contracts with the multiply into one
+  // FFMA (common/philox.cuh, ef_dropout_factor). masked means thr in
   // [1, 2^24 - 1], so thr << 8 fits 32 bits.
   if (n.rng == RngMode::philox4)
-    return fmt::format("ef_dropout_masked(d{}, {}u, {}) * {}", k, dropout_threshold(n.p) << 8, a, scale);
-  return fmt::format("ef_triton_keep(d{}, {}) ? {} * {} : 0.0f", k, float_literal(triton_probability(n.p)), a,
+    return fmt::format("{} * ef_dropout_factor(d{}, {}u, {})", a, k, dropout_threshold(n.p) << 8, scale);
+  return fmt::format("{} * (ef_triton_keep(d{}, {}) ? {} : 0.0f)", a, k, float_literal(triton_probability(n.p)),
                      scale);
 }
 

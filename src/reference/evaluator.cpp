@@ -197,7 +197,8 @@ float run_op(const Instr& in, float x, float y, std::uint64_t i, const LaunchArg
           in.rng == RngMode::triton
               ? ef_triton_keep(ef_triton_draw(args.seed, args.offset, i), in.p)
               : ef_dropout_keep(ef_philox4_draw(args.seed, args.offset, in.stream, i), in.thr);
-      return keep ? x * in.scale : 0.0f;  // the fp32 multiply of DESIGN §4
+      // x * mask * scale as PyTorch computes it: a dropped NaN or inf is NaN.
+      return x * (keep ? in.scale : 0.0f);  // the fp32 multiply of DESIGN §4
     }
   }
   EPIFUSE_ASSERT(false, "unhandled op {}", static_cast<int>(in.op));

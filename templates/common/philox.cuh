@@ -147,20 +147,21 @@ EPIFUSE_HD bool ef_dropout_keep_scaled(unsigned int draw, unsigned int thr_times
   return draw >= thr_times_256;
 }
 
-/// keep ? a : 0 for the kernels' scaled test; the caller multiplies by the
-/// scale. On the GPU the select is inline PTX, which the optimiser cannot turn
-/// back into keep ? a * scale : 0, so an add that follows contracts with the
-/// scale multiply into one FFMA (docs/PERF.md, v6). Equal to
-/// keep ? a * scale : 0 for every a: a dropped NaN or inf gives 0 * scale = 0.
-EPIFUSE_HD float ef_dropout_masked(unsigned int draw, unsigned int thr_times_256, float a) {
+/// keep ? scale : 0 for the kernels' scaled test; the caller multiplies the
+/// value by it, so a dropped element is a * 0 as PyTorch's x * mask * scale
+/// gives: 0 with a's sign, and NaN for a NaN or inf (NaN propagates through
+/// every op). On the GPU the select is inline PTX, which the optimiser cannot
+/// turn into keep ? a * scale : 0, so an add that follows contracts with the
+/// multiply into one FFMA (docs/decisions.md).
+EPIFUSE_HD float ef_dropout_factor(unsigned int draw, unsigned int thr_times_256, float scale) {
 #if defined(__CUDA_ARCH__) || defined(__CUDACC_RTC__)
   float y;
   asm("{\n\t.reg .pred keep;\n\tsetp.hs.u32 keep, %1, %2;\n\tselp.f32 %0, %3, 0f00000000, keep;\n\t}"
       : "=f"(y)
-      : "r"(draw), "r"(thr_times_256), "f"(a));
+      : "r"(draw), "r"(thr_times_256), "f"(scale));
   return y;
 #else
-  return ef_dropout_keep_scaled(draw, thr_times_256) ? a : 0.0f;
+  return ef_dropout_keep_scaled(draw, thr_times_256) ? scale : 0.0f;
 #endif
 }
 

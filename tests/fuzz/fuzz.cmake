@@ -29,3 +29,24 @@ target_include_directories(epifuse_fuzz_chain PRIVATE ${PROJECT_SOURCE_DIR}/src 
 target_compile_options(epifuse_fuzz_chain PRIVATE -fsanitize=fuzzer,address,undefined ${EPIFUSE_FUZZ_FLAGS})
 target_link_options(epifuse_fuzz_chain PRIVATE -fsanitize=fuzzer,address,undefined)
 target_link_libraries(epifuse_fuzz_chain PRIVATE epifuse_fuzz_lib)
+
+# The C ABI target (tests/fuzz/fuzz_c_api.cpp): the entry points the Python
+# module calls, evaluation on the CPU reference included, so it needs the rest
+# of the library too (reference evaluator, runtime and backend for the link;
+# it never opens a GPU toolkit). Instrumented the same way.
+file(GLOB_RECURSE EPIFUSE_FUZZ_REST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*.cpp)
+list(FILTER EPIFUSE_FUZZ_REST_SOURCES EXCLUDE REGEX "/src/(capi|json|ir|codegen)/|/src/io/text_file.cpp$")
+add_library(epifuse_fuzz_rest_lib STATIC ${EPIFUSE_FUZZ_REST_SOURCES})
+target_include_directories(epifuse_fuzz_rest_lib
+  PUBLIC ${PROJECT_SOURCE_DIR}/include
+  PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/templates ${XXHASH_INCLUDE_DIR})
+target_link_libraries(epifuse_fuzz_rest_lib PUBLIC epifuse_fuzz_lib)
+target_compile_options(epifuse_fuzz_rest_lib PRIVATE -fsanitize=fuzzer-no-link,address,undefined ${EPIFUSE_FUZZ_FLAGS})
+set_source_files_properties(${PROJECT_SOURCE_DIR}/src/backend/hiprtc_worker.cpp TARGET_DIRECTORY epifuse_fuzz_rest_lib
+  PROPERTIES COMPILE_DEFINITIONS EPIFUSE_INSTALL_BINDIR="${CMAKE_INSTALL_FULL_BINDIR}")
+
+add_executable(epifuse_fuzz_c_api ${CMAKE_CURRENT_LIST_DIR}/fuzz_c_api.cpp ${PROJECT_SOURCE_DIR}/src/capi/c_api.cpp)
+target_include_directories(epifuse_fuzz_c_api PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_options(epifuse_fuzz_c_api PRIVATE -fsanitize=fuzzer,address,undefined ${EPIFUSE_FUZZ_FLAGS})
+target_link_options(epifuse_fuzz_c_api PRIVATE -fsanitize=fuzzer,address,undefined)
+target_link_libraries(epifuse_fuzz_c_api PRIVATE epifuse_fuzz_rest_lib epifuse_fuzz_lib)

@@ -28,7 +28,7 @@ struct ef_42956066b3252711_params {
 __device__ __forceinline__ void ef_42956066b3252711_epilogue(const ef_42956066b3252711_params& p, float v0, float v1, float v2, unsigned d0, float& o0) {
   const float v3 = v0 + v1;
   const float v4 = ef_gelu_tanh_fast(v3);
-  const float v5 = ef_triton_keep(d0, 0.25f) ? v4 * 1.3333334f : 0.0f;
+  const float v5 = v4 * (ef_triton_keep(d0, 0.25f) ? 1.3333334f : 0.0f);
   const float v6 = v5 + v2;
   o0 = v6;
 }

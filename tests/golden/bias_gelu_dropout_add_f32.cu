@@ -27,7 +27,7 @@ struct ef_5a433797a4e5ee40_params {
 __device__ __forceinline__ void ef_5a433797a4e5ee40_epilogue(const ef_5a433797a4e5ee40_params& p, float v0, float v1, float v2, unsigned d0, float& o0) {
   const float v3 = v0 + v1;
   const float v4 = ef_gelu_tanh(v3);
-  const float v5 = ef_dropout_masked(d0, 429496832u, v4) * 1.1111112f;
+  const float v5 = v4 * ef_dropout_factor(d0, 429496832u, 1.1111112f);
   const float v6 = v5 + v2;
   o0 = v6;
 }

@@ -186,6 +186,34 @@ TEST_SUITE("gpu") {
         }
   }
 
+  TEST_CASE("dropout multiplies by its mask: dropped NaN and inf give NaN on the GPU as in the reference") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const float specials[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, -2.5f};
+    const Shape shape{16, 256, 0};
+    for (RngMode rng : {RngMode::philox4, RngMode::triton})
+      for (DType dt : {DType::f32, DType::f16, DType::bf16})
+        for (double p : {0.5, 1.0}) {  // masked, and drop_all (no draws)
+          const KernelSpec spec = dropout_only(dt, p, rng);
+          HostTensor x = HostTensor::zeros(dt, {shape.m, shape.n});
+          for (std::int64_t i = 0; i < x.numel(); ++i) x.set(i, specials[i % std::size(specials)]);
+          const TensorMap inputs{{"x", x}};
+          const LaunchArgs args{0xD20Full, 5};
+          const HostTensor want = evaluate(spec, shape, inputs, args).at("y");
+          const HostTensor got = run_on_device(*jit, spec, shape, inputs, args).at("y");
+          std::int64_t differ = 0, nan_dropped = 0;
+          for (std::int64_t i = 0; i < want.numel(); ++i) {
+            const float w = want.get(i), g = got.get(i);
+            const bool same = std::isnan(w) ? std::isnan(g) : (w == g && std::signbit(w) == std::signbit(g));
+            differ += !same;
+            nan_dropped += std::isnan(w) && !std::isnan(x.get(i));  // a dropped inf
+          }
+          INFO("rng " << to_string(rng) << " dtype " << to_string(dt) << " p " << p);
+          CHECK_MESSAGE(differ == 0, differ << " elements differ");
+          CHECK(nan_dropped > 0);
+        }
+  }
+
   TEST_CASE("NaN and infinities flow through activations as in the reference") {
     Jit* jit = gpu_jit();
     if (!jit) return;

@@ -165,6 +165,16 @@ TEST_SUITE("gpu") {
         }
   }
 
+  TEST_CASE("gemm: a dropped NaN or inf is NaN, as in the reference") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    for (DType dt : {DType::f16, DType::f32})
+      for (RngMode rng : {RngMode::philox4, RngMode::triton}) {
+        testing::check_dropout_specials(*jit, dt, {65, 130, 33}, std::nullopt, rng);
+        testing::check_dropout_specials(*jit, dt, {128, 256, 64}, GemmTile{64, 64, 32, 2, 4, 4, 8}, rng);
+      }
+  }
+
   TEST_CASE("gemm: the dropout mask is the elementwise kernel's for the same seed, offset and stream") {
     Jit* jit = gpu_jit();
     if (!jit) return;

@@ -178,6 +178,13 @@ TEST_SUITE("gpu") {
         }
   }
 
+  TEST_CASE("gemm sm90: a dropped NaN or inf is NaN on every wgmma tile, as in the reference") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    for (const WgmmaTile& t : k_tiles) testing::check_dropout_specials(*jit, DType::f16, {130, 264, 40}, TileConfig{t});
+    testing::check_dropout_specials(*jit, DType::bf16, {256, 512, 64}, TileConfig{k_tiles[0]}, RngMode::triton);
+  }
+
   TEST_CASE("gemm sm90: operands the copy engine cannot take run the mma.sync general kernel") {
     Jit* jit = hopper_jit();
     if (!jit) return;

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "epifuse/codegen.hpp"
 #include "epifuse/compare.hpp"
@@ -195,6 +197,41 @@ TEST_SUITE("gpu") {
         CHECK(differ == 0);
         check(*jit, spec, shape, seed, t);
       }
+    }
+  }
+
+  TEST_CASE("row family: a dropped NaN or inf is NaN, as in the reference, with bits decided during the copy too") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    // h = dropout(x + residual) is an output beside rmsnorm(h): its dropped
+    // NaN and inf positions are NaN (x * mask * scale), never 0.
+    KernelSpec spec;
+    Graph& g = spec.graph;
+    const Value h = g.dropout(g.add(g.input("x", DType::bf16), g.input("residual", DType::bf16)), 0.3);
+    g.output("h", h, DType::bf16);
+    g.output("y", g.rmsnorm(h, g.input("weight", DType::bf16, Broadcast::row), 1e-6), DType::bf16);
+    const Shape shape{19, 4096, 0};
+    std::vector<std::optional<TileConfig>> tiles{std::nullopt};
+    if (jit->target().starts_with("sm_9")) tiles.push_back(RowTile{256, 8, 2, 0, 0, 1, 1, 2});  // early draws
+    const float specials[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY};
+    for (const auto& t : tiles) {
+      TensorMap inputs = make_inputs(spec, shape, 7290);
+      HostTensor& x = inputs.at("x");
+      for (std::int64_t i = 0; i < 4 * shape.n; i += 7) x.set(i, specials[(i / 7) % 3]);  // rows 0-3
+      const LaunchArgs args{0x5EEDull, 11};
+      const TensorMap want = evaluate(spec, shape, inputs, args);
+      const TensorMap got = run_on_device(*jit, spec, shape, inputs, args, t);
+      std::int64_t differ = 0, dropped_inf = 0;
+      for (std::int64_t i = 0; i < want.at("h").numel(); ++i) {
+        const float w = want.at("h").get(i), o = got.at("h").get(i);
+        differ += std::isnan(w) != std::isnan(o) || (!std::isnan(w) && w != o);
+        dropped_inf += std::isnan(w) && std::isinf(x.get(i));
+      }
+      INFO("tile " << (t ? to_string(*t) : "default"));
+      CHECK_MESSAGE(differ == 0, differ << " elements of h differ");
+      CHECK(dropped_inf > 0);
+      const Comparison c = compare(got.at("y"), want.at("y"), tolerance_for(DType::bf16, spec.precision));
+      CHECK_MESSAGE(c.ok, c.message);
     }
   }
 

@@ -258,10 +258,10 @@ TEST_CASE("dropout thresholds over the whole range: no draws where the effect is
     KernelSpec spec;
     spec.graph.output("y", spec.graph.dropout(spec.graph.input("x", DType::f32), c.p), DType::f32);
     const std::string text = emit_kernel(spec, {4, 64, 0}).text;
-    CHECK((text.find("ef_dropout_masked(") != std::string::npos) == (c.philox4 == DropoutEffect::masked));
-    if (c.philox4 == DropoutEffect::drop_all) CHECK(text.find("const float v1 = 0.0f;") != std::string::npos);
+    CHECK((text.find("ef_dropout_factor(") != std::string::npos) == (c.philox4 == DropoutEffect::masked));
+    if (c.philox4 == DropoutEffect::drop_all) CHECK(text.find("const float v1 = v0 * 0.0f;") != std::string::npos);  // NaN stays NaN
     if (c.philox4 == DropoutEffect::keep_all) CHECK(text.find("const float v1 = v0;") != std::string::npos);
-    if (c.philox4 == DropoutEffect::masked) CHECK(text.find(" 0u, v0)") == std::string::npos);  // never a wrapped 0
+    if (c.philox4 == DropoutEffect::masked) CHECK(text.find("ef_dropout_factor(d0, 0u,") == std::string::npos);  // never a wrapped 0
   }
   CHECK(dropout_effect(0.99999999, RngMode::triton) == DropoutEffect::drop_all);  // float(p) == 1
   CHECK(dropout_effect(1 - 0x1p-24, RngMode::triton) == DropoutEffect::masked);
