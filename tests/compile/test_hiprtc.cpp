@@ -215,7 +215,7 @@ TEST_SUITE("compile") {
     if (!have_hiprtc()) return;
     CHECK(hiprtc_timeout_s() == k_hiprtc_timeout_s);
     for (const char* bad : {"", "abc", "0", "-3", "5s", "inf", "nan"}) {
-      CAPTURE(bad);
+      INFO(std::string(bad));
       ScopedEnv timeout("EPIFUSE_HIPRTC_TIMEOUT_S", bad);
       CHECK_THROWS_WITH_AS(compile_hip_isolated(k_kernel, "k.hip", parse_amd_target("gfx90a")),
                            doctest::Contains("EPIFUSE_HIPRTC_TIMEOUT_S"), UserError);
@@ -237,7 +237,7 @@ TEST_SUITE("compile") {
          "machine 190, not 224"},
     };
     for (const Case& c : cases) {
-      CAPTURE(c.name);
+      INFO(std::string(c.name));
       FakeWorker worker("chatty_worker", c.body);
       ScopedEnv env("EPIFUSE_HIPRTC_WORKER", worker.path.string());
       CHECK_THROWS_WITH_AS(compile_hip_isolated(k_kernel, "k.hip", parse_amd_target("gfx90a")),

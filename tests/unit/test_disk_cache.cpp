@@ -295,7 +295,8 @@ TEST_CASE("disk cache: a FIFO, a directory, symlinks and a huge sparse file unde
          write_all(file / "sub" / "f", "x");
        }},
       {"a symlink to a record", [&] { fs::create_symlink(outside, file); }},
-      {"a symlink to /dev/zero", [&] { fs::create_symlink("/dev/zero", file); }},
+      {"a file just over the size cap",
+       [&] { write_all(file, std::string(DiskCache::k_max_record_bytes + 1, 'x')); }},
       {"a sparse file of 4 TiB",
        [&] {
          const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -303,23 +304,21 @@ TEST_CASE("disk cache: a FIFO, a directory, symlinks and a huge sparse file unde
          REQUIRE(::ftruncate(fd, off_t{4} << 40) == 0);
          ::close(fd);
        }},
-      {"a file just over the size cap",
-       [&] { write_all(file, std::string(DiskCache::k_max_record_bytes + 1, 'x')); }},
+      {"a symlink to /dev/zero", [&] { fs::create_symlink("/dev/zero", file); }},
   };
+  // A FIFO blocks a reader until a writer comes: one is opened if a read hangs.
+  const auto open_a_writer = [&] { ::close(::open(file.c_str(), O_WRONLY | O_NONBLOCK)); };
   for (const Case& c : cases) {
-    CAPTURE(c.name);
+    INFO(std::string(c.name));
     c.make();
     const std::uint64_t rejected = cache.stats().rejected;
     std::optional<std::string> got = std::string("not run");
-    // A FIFO blocks a reader until a writer comes: one is opened if the load hangs.
-    CHECK(finishes_within(
-        10, [&] { got = cache.load(DiskCache::Kind::kernel, key); },
-        [&] { ::close(::open(file.c_str(), O_WRONLY | O_NONBLOCK)); }));
+    CHECK(finishes_within(10, [&] { got = cache.load(DiskCache::Kind::kernel, key); }, open_a_writer));
     CHECK_FALSE(got);
     CHECK(cache.stats().rejected == rejected + 1);
     // list, stats and clear see it without hanging or following it.
     std::vector<DiskCache::EntryInfo> listed;
-    CHECK(finishes_within(10, [&] { listed = cache.entries(); }, [&] {}));
+    CHECK(finishes_within(10, [&] { listed = cache.entries(); }, open_a_writer));
     REQUIRE(listed.size() == 1);
     CHECK_FALSE(listed[0].valid);
     CHECK(cache.stats().files == 1);
@@ -416,7 +415,7 @@ TEST_CASE("disk cache: tuned tiles appear whole or not at all (a temporary file,
 
 TEST_CASE("disk cache: a bad EPIFUSE_CACHE_MAX_MB is one warning naming it and the default, never an error") {
   for (const char* bad : {"abc", "-5", "12x", "1e999", "", "0", " 12", "+12", "99999999999999999999999"}) {
-    CAPTURE(bad);
+    INFO(std::string(bad));
     std::string warning;
     CHECK(DiskCache::max_bytes_from(bad, &warning) == DiskCache::k_default_max_bytes);
     CHECK(warning.find(fmt::format("EPIFUSE_CACHE_MAX_MB='{}'", bad)) != std::string::npos);
