@@ -467,3 +467,26 @@ TEST_CASE("code objects: an ELF for the target's machine and, on AMD, its gfx ar
   elf32[4] = 1;
   CHECK_FALSE(code_object_problem(elf32, "gfx90a").empty());
 }
+
+TEST_CASE("disk cache: a record too big to ever load is evicted first, not the least recently used good ones") {
+  TempDir dir;
+  const std::string payload(1000, 'p');
+  const std::size_t record = DiskCache::encode(DiskCache::Kind::kernel, key_bytes(sample_key("t0")), payload).size();
+  DiskCache cache(dir.path, 5 * record);
+  auto key = [](int i) { return key_bytes(sample_key("t" + std::to_string(i))); };
+  const auto base = fs::file_time_type::clock::now() - std::chrono::hours(10);
+  for (int i = 0; i < 3; ++i) {
+    cache.store(DiskCache::Kind::kernel, key(i), payload);
+    fs::last_write_time(cache.path_of(DiskCache::Kind::kernel, key(i)), base + std::chrono::minutes(i));
+  }
+  // A sparse file of 4 TiB under another record's name, the most recently written.
+  const fs::path huge = cache.path_of(DiskCache::Kind::kernel, key(9));
+  const int fd = ::open(huge.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, off_t{4} << 40) == 0);
+  ::close(fd);
+  cache.store(DiskCache::Kind::kernel, key(3), payload);  // over the limit only because of the huge file
+  CHECK_FALSE(fs::exists(huge));
+  for (int i = 0; i < 4; ++i) CHECK(cache.load(DiskCache::Kind::kernel, key(i)));
+  CHECK(cache.stats().evicted == 1);
+}
