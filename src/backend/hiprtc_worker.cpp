@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -251,12 +252,23 @@ HiprtcBinary compile_hip_isolated(const std::string& source, const std::string& 
   HiprtcBinary bin;
   bin.options = rtc.options(target, extra_options);
   bin.compiler = rtc.version_string();
-  if (!exchange(in, out.fd[0], err.fd[0], request, code, log, deadline) || !wait_until(pid, status, deadline)) {
-    // Hung (a compiler that never returns, a child stuck at exit): killed and
-    // reaped, so that neither this process nor a zombie is left waiting.
+  // A child that hangs (a compiler that never returns, a child stuck at exit),
+  // or one we stop talking to, is killed and reaped: no process is left
+  // waiting, and no zombie.
+  const auto kill_and_reap = [&] {
     ::kill(pid, SIGKILL);
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+  };
+  bool finished = false;
+  try {
+    finished = exchange(in, out.fd[0], err.fd[0], request, code, log, deadline) && wait_until(pid, status, deadline);
+  } catch (...) {
+    kill_and_reap();
+    throw;
+  }
+  if (!finished) {
+    kill_and_reap();
     throw CompileError(source,
                        fmt::format("the hipRTC child process ({} __hiprtc-compile) did not finish compiling for {} "
                                    "within {} s and was killed (EPIFUSE_HIPRTC_TIMEOUT_S sets the limit); its "
@@ -294,9 +306,11 @@ HiprtcBinary compile_hip_isolated(const std::string& source, const std::string& 
 double hiprtc_timeout_s() {
   const char* v = std::getenv("EPIFUSE_HIPRTC_TIMEOUT_S");
   if (!v) return k_hiprtc_timeout_s;
-  char* end = nullptr;
-  const double s = std::strtod(v, &end);
-  if (*v && end && *end == '\0' && std::isfinite(s) && s > 0) return s;
+  // from_chars, not strtod: the same in every locale ("1.5" where the decimal point is a comma).
+  const std::string_view text(v);
+  double s = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), s);
+  if (!text.empty() && ec == std::errc{} && end == text.data() + text.size() && std::isfinite(s) && s > 0) return s;
   throw UserError(fmt::format("EPIFUSE_HIPRTC_TIMEOUT_S='{}': expected a positive number of seconds (unset: {})", v,
                               k_hiprtc_timeout_s));
 }
