@@ -1,6 +1,6 @@
 #pragma once
 /// hipRTC, loaded with dlopen (Note [Backends are dlopened]), and AMD targets
-/// (docs/amd.md, issue 15).
+/// (docs/amd.md).
 ///
 ///   const AmdTarget t = parse_amd_target("gfx90a:xnack-");
 ///   HiprtcBinary bin = compile_hip_isolated(source, "k.hip", t);  // in a child process
