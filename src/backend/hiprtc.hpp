@@ -1,6 +1,6 @@
 #pragma once
 /// hipRTC, loaded with dlopen (Note [Backends are dlopened]), and AMD targets
-/// (docs/amd.md, issue 15).
+/// (docs/amd.md).
 ///
 ///   const AmdTarget t = parse_amd_target("gfx90a:xnack-");
 ///   HiprtcBinary bin = compile_hip_isolated(source, "k.hip", t);  // in a child process
@@ -14,7 +14,11 @@
 /// sends it the request on stdin and reads the code object from stdout. A child
 /// that dies by a signal is a CompileError naming the signal and the hipRTC
 /// version; a known-bad (version, target) pair is refused before any child runs
-/// (UserError). Only the child calls Hiprtc::compile_in_process.
+/// (UserError). A child still running after hiprtc_timeout_s() is killed
+/// (SIGKILL), reaped, and a CompileError saying so. A child that exits 0 must
+/// have written an AMDGPU code object for the target (code_object.hpp) and
+/// nothing else; anything else is a CompileError, so the Jit never loads or
+/// stores it. Only the child calls Hiprtc::compile_in_process.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -106,12 +110,20 @@ std::string hiprtc_refusal(const Hiprtc& rtc, const AmdTarget& target);
 std::string inline_headers(const std::string& source, const std::vector<Header>& headers);
 
 /// Compiles `source` for `target` in a child process (Note [hipRTC in a child
-/// process]). UserError for a refused (version, target) pair; CompileError for
-/// a source that does not compile or a child that dies; RuntimeError when no
-/// worker can be started. The worker is EPIFUSE_HIPRTC_WORKER if set, else
-/// find_hiprtc_worker for this process's executable.
+/// process]). UserError for a refused (version, target) pair or a bad
+/// EPIFUSE_HIPRTC_TIMEOUT_S; CompileError for a source that does not compile, a
+/// child that dies, runs past the timeout, or writes something that is not a
+/// code object for `target`; RuntimeError when no worker can be started. The
+/// worker is EPIFUSE_HIPRTC_WORKER if set, else find_hiprtc_worker for this
+/// process's executable.
 HiprtcBinary compile_hip_isolated(const std::string& source, const std::string& name, const AmdTarget& target,
                                   const std::vector<std::string>& extra_options = {});
+
+/// How long a hipRTC child may take, in seconds: EPIFUSE_HIPRTC_TIMEOUT_S (a
+/// positive number; UserError otherwise) or k_hiprtc_timeout_s. A GEMM compiles
+/// in seconds; the default only ends a child that hangs.
+inline constexpr double k_hiprtc_timeout_s = 120;
+double hiprtc_timeout_s();
 
 /// The worker for a process whose executable is `self` (EPIFUSE_HIPRTC_WORKER
 /// unset): the first that exists of `self` when it is the CLI (named `epifuse`),

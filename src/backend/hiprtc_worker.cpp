@@ -6,14 +6,19 @@
 // The child writes the code object to stdout and hipRTC's log (or an error
 // message) to stderr, and exits 0 (compiled), 3 (the source did not compile),
 // 2 (a bad request or a refused target) or 4 (no hipRTC).
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cmath>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +28,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/code_object.hpp"
 #include "backend/hiprtc.hpp"
 
 extern char** environ;
@@ -46,11 +52,13 @@ std::string worker_path() {
   return find_hiprtc_worker(self, EPIFUSE_INSTALL_BINDIR).string();
 }
 
-// A pipe whose ends close with it.
+// A pipe whose ends close with it. Close-on-exec: a child spawned meanwhile by
+// another thread (the tuner compiles in parallel) must not hold this child's
+// stdin open, or this child never sees the end of its request.
 struct Pipe {
   int fd[2] = {-1, -1};
   Pipe() {
-    if (::pipe(fd) != 0) throw RuntimeError(fmt::format("pipe: {}", std::strerror(errno)));
+    if (::pipe2(fd, O_CLOEXEC) != 0) throw RuntimeError(fmt::format("pipe: {}", std::strerror(errno)));
   }
   void close_end(int i) {
     if (fd[i] >= 0) ::close(fd[i]);
@@ -62,26 +70,66 @@ struct Pipe {
   }
 };
 
-void write_all(int fd, const std::string& data) {
-  std::size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the child is gone: its exit status says why
-    done += static_cast<std::size_t>(n);
-  }
-}
+using Clock = std::chrono::steady_clock;
 
-// Reads both of the child's outputs to their ends, whichever fills first.
-void read_both(int out_fd, int err_fd, std::string& out, std::string& err) {
-  pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+// SIGPIPE blocked in this thread while it writes to a child that may have
+// died: the write fails with EPIPE instead of the signal killing the process.
+// Per thread, so that the tuner's other threads are left alone; a SIGPIPE this
+// raised is taken off the pending set before the mask is restored.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  }
+  ~SigpipeBlocked() {
+    if (!was_pending_) {
+      const timespec zero{};
+      while (sigtimedwait(&pipe_, nullptr, &zero) > 0) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
+// Writes `request` to the child's stdin and reads its stdout and stderr to
+// their ends, in one poll loop (a child that never reads its input cannot
+// block us on a full pipe), until `deadline`. False when the deadline came
+// first. The child's stdin is closed once the request is written or the child
+// stops reading.
+bool exchange(Pipe& in, int out_fd, int err_fd, const std::string& request, std::string& out, std::string& err,
+              Clock::time_point deadline) {
+  SigpipeBlocked no_sigpipe;
+  ::fcntl(in.fd[1], F_SETFL, ::fcntl(in.fd[1], F_GETFL) | O_NONBLOCK);
+  std::size_t written = 0;
+  if (request.empty()) in.close_end(1);
+  pollfd fds[3] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}, {in.fd[1], POLLOUT, 0}};
   std::string* sinks[2] = {&out, &err};
-  int open = 2;
   char buf[65536];
-  while (open > 0) {
-    if (::poll(fds, 2, -1) < 0) {
+  while (fds[0].fd >= 0 || fds[1].fd >= 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    fds[2].fd = in.fd[1];
+    const int ready = ::poll(fds, 3, static_cast<int>(std::min<long long>(left, 1000 * 60)));
+    if (ready < 0) {
       if (errno == EINTR) continue;
       throw RuntimeError(fmt::format("poll: {}", std::strerror(errno)));
+    }
+    if (fds[2].fd >= 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      const ssize_t n = ::write(in.fd[1], request.data() + written, request.size() - written);
+      if (n > 0) written += static_cast<std::size_t>(n);
+      // Done, or the child is gone (EPIPE): its exit status says why.
+      if (written == request.size() || (n < 0 && errno != EAGAIN && errno != EINTR)) in.close_end(1);
     }
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -89,11 +137,23 @@ void read_both(int out_fd, int err_fd, std::string& out, std::string& err) {
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         fds[i].fd = -1;
-        --open;
       } else {
         sinks[i]->append(buf, static_cast<std::size_t>(n));
       }
     }
+  }
+  in.close_end(1);
+  return true;
+}
+
+// Waits for the child until `deadline`; false when it is still running then.
+bool wait_until(pid_t pid, int& status, Clock::time_point deadline) {
+  while (true) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return true;
+    if (r < 0 && errno != EINTR) return true;  // not our child any more: nothing to wait for
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
@@ -161,7 +221,8 @@ HiprtcBinary compile_hip_isolated(const std::string& source, const std::string& 
                                   const std::vector<std::string>& extra_options) {
   const Hiprtc& rtc = hiprtc();  // RuntimeError without hipRTC, before any child
   if (const std::string why = hiprtc_refusal(rtc, target); !why.empty()) throw UserError(why);
-  const auto start = std::chrono::steady_clock::now();
+  const double timeout_s = hiprtc_timeout_s();  // UserError for a bad value, before any child
+  const auto start = Clock::now();
   std::string request = fmt::format("{}\n{}\n{}\n{}\n", k_magic, target.str(), name, extra_options.size());
   for (const std::string& o : extra_options) request += o + "\n";
   request += source;
@@ -184,22 +245,38 @@ HiprtcBinary compile_hip_isolated(const std::string& source, const std::string& 
   in.close_end(0);
   out.close_end(1);
   err.close_end(1);
-  // A child that dies before reading everything must not kill us with SIGPIPE.
-  struct sigaction ignore{}, old{};
-  ignore.sa_handler = SIG_IGN;
-  sigaction(SIGPIPE, &ignore, &old);
-  write_all(in.fd[1], request);
-  sigaction(SIGPIPE, &old, nullptr);
-  in.close_end(1);
   std::string code, log;
-  read_both(out.fd[0], err.fd[0], code, log);
+  const Clock::time_point deadline =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-
   HiprtcBinary bin;
   bin.options = rtc.options(target, extra_options);
   bin.compiler = rtc.version_string();
+  // A child that hangs (a compiler that never returns, a child stuck at exit),
+  // or one we stop talking to, is killed and reaped: no process is left
+  // waiting, and no zombie.
+  const auto kill_and_reap = [&] {
+    ::kill(pid, SIGKILL);
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  };
+  bool finished = false;
+  try {
+    finished = exchange(in, out.fd[0], err.fd[0], request, code, log, deadline) && wait_until(pid, status, deadline);
+  } catch (...) {
+    kill_and_reap();
+    throw;
+  }
+  if (!finished) {
+    kill_and_reap();
+    throw CompileError(source,
+                       fmt::format("the hipRTC child process ({} __hiprtc-compile) did not finish compiling for {} "
+                                   "within {} s and was killed (EPIFUSE_HIPRTC_TIMEOUT_S sets the limit); its "
+                                   "output so far:\n{}",
+                                   worker, target.str(), timeout_s, log),
+                       bin.options, target.str(), bin.compiler);
+  }
+
   bin.log = log;
   if (WIFSIGNALED(status))
     throw CompileError(source,
@@ -210,11 +287,32 @@ HiprtcBinary compile_hip_isolated(const std::string& source, const std::string& 
   const int exit = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (exit == 3) throw CompileError(source, log, bin.options, target.str(), bin.compiler);
   if (exit == 2) throw UserError(log.empty() ? "hipRTC: the worker refused the request" : log);
-  if (exit != 0 || code.empty())
+  if (exit != 0)
     throw RuntimeError(fmt::format("hipRTC child process ({}) exited with {}: {}", worker, exit, log));
+  // The child's stdout is the code object and nothing else: anything more
+  // (a library printing a banner, a wrong worker) is an error here, never a
+  // binary handed to the driver or kept in the disk cache.
+  if (const std::string problem = code_object_problem(code, target.str()); !problem.empty())
+    throw CompileError(source,
+                       fmt::format("the hipRTC child process ({} __hiprtc-compile) exited 0 but wrote {} instead "
+                                   "of a code object for {}; its log:\n{}",
+                                   worker, problem, target.str(), log),
+                       bin.options, target.str(), bin.compiler);
   bin.code.assign(code.begin(), code.end());
-  bin.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  bin.compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   return bin;
+}
+
+double hiprtc_timeout_s() {
+  const char* v = std::getenv("EPIFUSE_HIPRTC_TIMEOUT_S");
+  if (!v) return k_hiprtc_timeout_s;
+  // from_chars, not strtod: the same in every locale ("1.5" where the decimal point is a comma).
+  const std::string_view text(v);
+  double s = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), s);
+  if (!text.empty() && ec == std::errc{} && end == text.data() + text.size() && std::isfinite(s) && s > 0) return s;
+  throw UserError(fmt::format("EPIFUSE_HIPRTC_TIMEOUT_S='{}': expected a positive number of seconds (unset: {})", v,
+                              k_hiprtc_timeout_s));
 }
 
 int hiprtc_worker_main(std::FILE* in, std::FILE* out, std::FILE* log) {

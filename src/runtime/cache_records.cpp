@@ -116,6 +116,24 @@ std::string key_bytes(const CacheKey& k) {
   return out;
 }
 
+std::optional<std::string> target_of_key(std::string_view key) {
+  if (key.starts_with("tuned|")) key.remove_prefix(6);
+  Reader r{key};
+  // key_bytes: signature, shape class, path, tile, then the target.
+  auto skip_string = [&](std::string* out) {
+    std::uint64_t n = 0;
+    if (!r.get(n) || n > r.rest.size()) return false;
+    if (out) *out = std::string(r.rest.substr(0, n));
+    r.rest.remove_prefix(n);
+    return true;
+  };
+  std::uint32_t path = 0;
+  std::string target;
+  if (!skip_string(nullptr) || !skip_string(nullptr) || !r.get(path) || !skip_string(nullptr) || !skip_string(&target))
+    return std::nullopt;
+  return target;
+}
+
 std::string encode_kernel(const KernelRecord& r) {
   std::string out;
   put(out, r.source_hash);

@@ -15,6 +15,11 @@ namespace epifuse {
 /// Every field of the key, length-prefixed, in declaration order.
 std::string key_bytes(const CacheKey& key);
 
+/// The target a disk key names ("sm_90a", "gfx90a:xnack-"): a kernel's
+/// key_bytes, or a tuned tile's ("tuned|" and key_bytes). nullopt when the
+/// bytes are neither (`epifuse cache list --target` leaves such records out).
+std::optional<std::string> target_of_key(std::string_view key);
+
 /// The tile's family (variant index) and every field, fixed width.
 std::string tile_bytes(const TileConfig& tile);
 std::optional<TileConfig> tile_from_bytes(std::string_view bytes);

@@ -5,11 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <system_error>
 
@@ -48,13 +48,62 @@ std::uint64_t xxh(std::string_view s) { return XXH3_64bits(s.data(), s.size()); 
 bool is_temporary(const fs::path& p) { return p.filename().string().starts_with(k_tmp_prefix); }
 bool is_record(const fs::path& p) { return p.extension() == ".bin" && !is_temporary(p); }
 
-// The whole file, or nullopt when it cannot be opened or read.
-std::optional<std::string> read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return std::nullopt;
-  return data;
+// Note [Reading a record]
+// store() only ever renames a regular file into place, so anything else under
+// a record's name is not a record, and reading it must not hang or exhaust the
+// process: a FIFO (open and read would block), a directory, a symlink (to
+// /dev/zero, say: endless), a sparse file of terabytes. The record is opened
+// with O_NOFOLLOW (the cache folder itself may be a symlink; a record never
+// is) and O_NONBLOCK (a FIFO opens at once), and the descriptor, not the name,
+// is checked: a regular file of at most k_max_record_bytes, read for exactly
+// its size. Anything else is a rejected record: a miss, and the store after
+// the compile renames a record over it.
+struct ReadResult {
+  std::optional<std::string> data;  ///< the file's bytes when it may be a record
+  bool present = false;             ///< something is there (a rejected record when data is empty)
+};
+ReadResult read_record(const fs::path& p) {
+  ReadResult r;
+  const int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    r.present = errno != ENOENT && errno != ENOTDIR;  // nothing there, or no folder yet
+    return r;
+  }
+  r.present = true;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
+      static_cast<std::uint64_t>(st.st_size) > DiskCache::k_max_record_bytes) {
+    ::close(fd);
+    return r;
+  }
+  std::string data(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::read(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // an error, or truncated since the fstat
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  if (done == data.size()) r.data = std::move(data);
+  return r;
+}
+
+// lstat: what the entry itself is, a symlink's target never followed.
+std::optional<struct stat> entry_status(const fs::path& p) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) != 0) return std::nullopt;
+  return st;
+}
+
+// Removes an entry of the cache folder whatever it is (a directory with what
+// is in it; a symlink, not its target). False when it was not there or stayed.
+bool remove_entry(const fs::path& p) {
+  std::error_code ec;
+  const std::optional<struct stat> st = entry_status(p);
+  if (!st) return false;
+  if (S_ISDIR(st->st_mode)) return fs::remove_all(p, ec) > 0 && !ec;
+  return fs::remove(p, ec);
 }
 
 // Checks a record's framing (sizes, checksum, magic, format); the kind, key
@@ -81,15 +130,6 @@ std::optional<Record> parse(std::string_view data) {
                 data.substr(k_header + key_len, payload_len)};
 }
 
-std::optional<std::uint64_t> env_megabytes(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return std::nullopt;
-  char* end = nullptr;
-  const unsigned long long mb = std::strtoull(v, &end, 10);
-  if (*end || mb == 0 || mb > (std::uint64_t{1} << 40)) return std::nullopt;
-  return mb << 20;
-}
-
 }  // namespace
 
 std::optional<fs::path> DiskCache::environment_dir(std::string* reason) {
@@ -106,10 +146,33 @@ std::optional<fs::path> DiskCache::environment_dir(std::string* reason) {
   return say("neither EPIFUSE_CACHE_DIR, XDG_CACHE_HOME nor HOME is set");
 }
 
+// Cache configuration never makes a compile fail (docs/disk-cache.md): a bad
+// EPIFUSE_CACHE_MAX_MB is a warning, the default used.
+std::uint64_t DiskCache::max_bytes_from(std::string_view text, std::string* warning) {
+  constexpr std::uint64_t k_most_mb = std::uint64_t{1} << 40;
+  std::uint64_t mb = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), mb);
+  if (!text.empty() && ec == std::errc{} && end == text.data() + text.size() && mb >= 1 && mb <= k_most_mb)
+    return mb << 20;
+  if (warning)
+    *warning = fmt::format("EPIFUSE_CACHE_MAX_MB='{}' is not a whole number of MiB from 1 to {}; using the default, "
+                           "{} MiB",
+                           text, k_most_mb, k_default_max_bytes >> 20);
+  return k_default_max_bytes;
+}
+
 std::unique_ptr<DiskCache> DiskCache::from_environment() {
   const std::optional<fs::path> dir = environment_dir();
   if (!dir) return nullptr;
-  return std::make_unique<DiskCache>(*dir, env_megabytes("EPIFUSE_CACHE_MAX_MB").value_or(k_default_max_bytes));
+  std::uint64_t max_bytes = k_default_max_bytes;
+  if (const char* v = std::getenv("EPIFUSE_CACHE_MAX_MB")) {
+    std::string warning;
+    max_bytes = max_bytes_from(v, &warning);
+    // Once per process: every Jit reads the variable.
+    static std::once_flag warned;
+    if (!warning.empty()) std::call_once(warned, [&] { std::cerr << "epifuse: warning: " << warning << '\n'; });
+  }
+  return std::make_unique<DiskCache>(*dir, max_bytes);
 }
 
 DiskCache::DiskCache(fs::path root, std::uint64_t max_bytes) : root_(std::move(root)), max_bytes_(max_bytes) {}
@@ -138,15 +201,16 @@ std::string DiskCache::encode(Kind kind, std::string_view key, std::string_view 
 
 std::optional<std::string> DiskCache::load(Kind kind, std::string_view key) {
   const fs::path p = path_of(kind, key);
-  std::optional<std::string> data = read_file(p);
-  if (!data) {
+  const ReadResult read = read_record(p);
+  if (!read.present) {
     ++misses_;
     return std::nullopt;
   }
-  const std::optional<Record> r = parse(*data);
+  const std::optional<Record> r = read.data ? parse(*read.data) : std::nullopt;
   if (!r || r->kind != kind || r->key != key) {
-    // Not whole, or another key under the same hash (another version, target
-    // or toolkit): a miss; the caller's store replaces it by rename.
+    // Not a record (Note [Reading a record]), not whole, or another key under
+    // the same hash (another version, target or toolkit): a miss; the
+    // caller's store replaces it by rename.
     ++rejected_;
     ++misses_;
     return std::nullopt;
@@ -157,11 +221,11 @@ std::optional<std::string> DiskCache::load(Kind kind, std::string_view key) {
   return std::string(r->payload);
 }
 
-void DiskCache::warn_once(const std::string& reason) {
-  writable_ = false;
+void DiskCache::warn_once(const std::string& reason, bool read_only) {
+  if (read_only) writable_ = false;
   std::call_once(warned_, [&] {
-    std::cerr << fmt::format("epifuse: warning: kernel cache {}: {}; caching in memory only\n", root_.string(),
-                             reason);
+    std::cerr << fmt::format("epifuse: warning: kernel cache {}: {}; {}\n", root_.string(), reason,
+                             read_only ? "caching in memory only" : "that entry is kept in memory only");
   });
 }
 
@@ -170,7 +234,7 @@ void DiskCache::store(Kind kind, std::string_view key, std::string_view payload)
   const fs::path dir = folder(kind);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return warn_once(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  if (ec) return warn_once(fmt::format("cannot create {}: {}", dir.string(), ec.message()), true);
   const fs::path final_path = path_of(kind, key);
   // pid, a per-process counter and the clock: unique across threads, and across
   // processes in separate pid namespaces that share the folder (O_EXCL checks).
@@ -180,7 +244,7 @@ void DiskCache::store(Kind kind, std::string_view key, std::string_view payload)
   const std::string record = encode(kind, key, payload);
   {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return warn_once(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(errno)));
+    if (fd < 0) return warn_once(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(errno)), true);
     std::size_t done = 0;
     while (done < record.size()) {
       const ssize_t n = ::write(fd, record.data() + done, record.size() - done);
@@ -189,20 +253,34 @@ void DiskCache::store(Kind kind, std::string_view key, std::string_view payload)
         const int err = errno;
         ::close(fd);
         ::unlink(tmp.c_str());
-        return warn_once(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(n < 0 ? err : ENOSPC)));
+        return warn_once(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(n < 0 ? err : ENOSPC)), true);
       }
       done += static_cast<std::size_t>(n);
     }
     if (::close(fd) != 0) {
       const int err = errno;
       ::unlink(tmp.c_str());
-      return warn_once(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(err)));
+      return warn_once(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(err)), true);
     }
   }
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    const int err = errno;
+  if (before_rename_for_testing) before_rename_for_testing(tmp);
+  int renamed = ::rename(tmp.c_str(), final_path.c_str());
+  int err = renamed == 0 ? 0 : errno;
+  if (renamed != 0 && (err == EISDIR || err == ENOTEMPTY || err == EEXIST)) {
+    // A directory where the record goes: never a record (Note [Reading a
+    // record]), and left there it would fail this key's every store.
+    if (const std::optional<struct stat> st = entry_status(final_path); st && S_ISDIR(st->st_mode)) {
+      remove_entry(final_path);
+      renamed = ::rename(tmp.c_str(), final_path.c_str());
+      err = renamed == 0 ? 0 : errno;
+    }
+  }
+  if (renamed != 0) {
+    // The folder is writable (the temporary file was written): this record is
+    // skipped, the cache stays on. The temporary may be gone already (a
+    // `cache clear` in another process), which is fine.
     ::unlink(tmp.c_str());
-    return warn_once(fmt::format("cannot rename into {}: {}", final_path.string(), std::strerror(err)));
+    return warn_once(fmt::format("cannot rename into {}: {}", final_path.string(), std::strerror(err)), false);
   }
   ++writes_;
   evict_if_needed();
@@ -215,14 +293,17 @@ std::vector<DiskCache::EntryInfo> DiskCache::entries() const {
     for (fs::directory_iterator it(folder(kind), ec), end; !ec && it != end; it.increment(ec)) {
       const fs::path& p = it->path();
       if (!is_record(p)) continue;
+      const std::optional<struct stat> st = entry_status(p);
+      if (!st) continue;  // removed meanwhile
       EntryInfo e;
       e.kind = kind;
       e.path = p;
-      std::error_code size_ec;
-      e.bytes = fs::file_size(p, size_ec);
-      if (size_ec) continue;  // removed meanwhile
-      const std::optional<std::string> data = read_file(p);
-      e.valid = data && parse(*data).has_value();
+      e.bytes = static_cast<std::uint64_t>(st->st_size);
+      const ReadResult read = read_record(p);  // never blocks or reads without bound
+      if (const std::optional<Record> r = read.data ? parse(*read.data) : std::nullopt; r && r->kind == kind) {
+        e.valid = true;
+        e.key = std::string(r->key);
+      }
       out.push_back(std::move(e));
     }
   }
@@ -241,11 +322,10 @@ DiskCache::Stats DiskCache::stats() const {
     std::error_code ec;
     for (fs::directory_iterator it(folder(kind), ec), end; !ec && it != end; it.increment(ec)) {
       if (!is_record(it->path())) continue;
-      std::error_code size_ec;
-      const std::uint64_t n = fs::file_size(it->path(), size_ec);
-      if (size_ec) continue;
+      const std::optional<struct stat> st = entry_status(it->path());
+      if (!st) continue;  // removed meanwhile
       ++s.files;
-      s.bytes += n;
+      s.bytes += static_cast<std::uint64_t>(st->st_size);
     }
   }
   return s;
@@ -254,33 +334,37 @@ DiskCache::Stats DiskCache::stats() const {
 // Note [Cache eviction]
 // After a write, when the records exceed the limit, the least recently used
 // (oldest modification time: a hit touches its file) go until 80% of the limit
-// remains; temporary files of writers that died (older than an hour) go too.
-// Another process may evict at the same moment: a file already gone is fine,
-// and a record evicted while another process reads it is still whole in that
-// reader (POSIX keeps an unlinked file readable through an open descriptor).
+// remains; a file over k_max_record_bytes can never load and goes first.
+// Temporary files of writers that died (older than k_stale_temporary_age) go
+// too. Sizes and times are the entries' own (lstat): a symlink's target is
+// never counted or touched. Another process may evict at the same moment: a
+// file already gone is fine, and a record evicted while another process reads
+// it is still whole in that reader (POSIX keeps an unlinked file readable
+// through an open descriptor).
 void DiskCache::evict_if_needed() {
   std::lock_guard lock(evict_mutex_);
   struct File {
     fs::path path;
     std::uint64_t bytes;
-    fs::file_time_type time;
+    std::int64_t time;  // modification time, seconds
   };
   std::vector<File> files;
   std::uint64_t total = 0;
-  const auto now = fs::file_time_type::clock::now();
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::int64_t stale = std::chrono::duration_cast<std::chrono::seconds>(k_stale_temporary_age).count();
   for (const Kind kind : {Kind::kernel, Kind::tuned}) {
     std::error_code ec;
     for (fs::directory_iterator it(folder(kind), ec), end; !ec && it != end; it.increment(ec)) {
-      std::error_code e1, e2;
-      const std::uint64_t bytes = it->file_size(e1);
-      const fs::file_time_type time = it->last_write_time(e2);
-      if (e1 || e2) continue;
+      const std::optional<struct stat> st = entry_status(it->path());
+      if (!st || !S_ISREG(st->st_mode)) continue;
       if (is_temporary(it->path())) {
-        if (now - time > std::chrono::hours(1)) fs::remove(it->path(), e1);
+        if (now - st->st_mtime > stale) remove_entry(it->path());
         continue;
       }
+      const auto bytes = static_cast<std::uint64_t>(st->st_size);
       total += bytes;
-      files.push_back({it->path(), bytes, time});
+      files.push_back({it->path(), bytes, bytes > k_max_record_bytes ? INT64_MIN : std::int64_t{st->st_mtime}});
     }
   }
   if (total <= max_bytes_) return;
@@ -296,14 +380,24 @@ void DiskCache::evict_if_needed() {
 
 std::size_t DiskCache::clear() {
   std::size_t removed = 0;
+  const auto now = std::chrono::system_clock::now();
   for (const Kind kind : {Kind::kernel, Kind::tuned}) {
     std::error_code ec;
     std::vector<fs::path> doomed;
-    for (fs::directory_iterator it(folder(kind), ec), end; !ec && it != end; it.increment(ec))
-      if (is_record(it->path()) || is_temporary(it->path()))
-        doomed.push_back(it->path());
+    for (fs::directory_iterator it(folder(kind), ec), end; !ec && it != end; it.increment(ec)) {
+      const fs::path& p = it->path();
+      if (is_record(p)) {
+        doomed.push_back(p);
+      } else if (is_temporary(p)) {
+        // Another process's write in progress must not lose its file
+        // (Note [Cache eviction]); a dead writer's goes once it is old.
+        const std::optional<struct stat> st = entry_status(p);
+        if (st && now - std::chrono::system_clock::from_time_t(st->st_mtime) > k_stale_temporary_age)
+          doomed.push_back(p);
+      }
+    }
     for (const fs::path& p : doomed)
-      if (fs::remove(p, ec)) ++removed;
+      if (remove_entry(p)) ++removed;
   }
   return removed;
 }

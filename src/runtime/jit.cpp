@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <sstream>
 
+#include "backend/code_object.hpp"
 #include "backend/cuda_driver.hpp"
 #include "backend/device_runtime.hpp"
 #include "backend/hip_runtime.hpp"
@@ -62,7 +63,9 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
     if (disk) {
       const auto t0 = std::chrono::steady_clock::now();
       if (std::optional<std::string> payload = disk->load(DiskCache::Kind::kernel, disk_key))
-        if (std::optional<KernelRecord> r = decode_kernel(*payload); r && r->source_hash == text_hash) {
+        if (std::optional<KernelRecord> r = decode_kernel(*payload);
+            r && r->source_hash == text_hash &&
+            backend::code_object_problem({r->cubin.data(), r->cubin.size()}, target_name).empty()) {
           kernel->cubin = std::move(r->cubin);
           kernel->disk = true;
           kernel->ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

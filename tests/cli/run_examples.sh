@@ -240,6 +240,60 @@ else
   echo "skip  compile --target gfx90a (no hipRTC here)"
 fi
 
+# --- cache (docs/disk-cache.md): only reads the folder, so no GPU and no --target ------
+# Things that are not records under a record's name (a FIFO, a directory) are listed as
+# not whole, never read without end, and cleared; a bad EPIFUSE_CACHE_MAX_MB is one warning.
+CACHE=$TMP/cli_cache
+for action in stats list clear; do
+  expect 0 "cache $action without --target" -- env -u EPIFUSE_CACHE EPIFUSE_CACHE_DIR="$CACHE" "$EPIFUSE" cache $action
+done
+mkdir -p "$CACHE/v1/kernels/00000000000000fe.bin/sub"
+mkfifo "$CACHE/v1/kernels/00000000000000ff.bin"
+expect 0 "cache list with a FIFO and a directory as records" -- \
+  timeout 60 env -u EPIFUSE_CACHE EPIFUSE_CACHE_DIR="$CACHE" "$EPIFUSE" cache list
+if [[ $(grep -c "(not a whole record: will be replaced)" "$TMP/out") == 2 ]]; then
+  pass "cache list: both listed as not whole"
+else
+  fail "cache list: both listed as not whole"
+fi
+expect 0 "cache stats --json with a FIFO record" -- \
+  timeout 60 env -u EPIFUSE_CACHE EPIFUSE_CACHE_DIR="$CACHE" "$EPIFUSE" cache stats --json
+if "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); assert d["disk"]["files"]==2 and d["target"] is None' <"$TMP/out" 2>"$TMP/err"; then
+  pass "cache stats --json counts them"
+else
+  fail "cache stats --json counts them"
+fi
+expect 0 "cache clear with a FIFO and a directory as records" -- \
+  timeout 60 env -u EPIFUSE_CACHE EPIFUSE_CACHE_DIR="$CACHE" "$EPIFUSE" cache clear
+if [[ -z $(ls -A "$CACHE/v1/kernels") ]] && grep -q "cleared 2 files" "$TMP/out"; then
+  pass "cache clear removes them"
+else
+  fail "cache clear removes them"
+fi
+expect_stderr 0 "cache stats with EPIFUSE_CACHE_MAX_MB=12x" "EPIFUSE_CACHE_MAX_MB='12x' is not a whole number" -- \
+  env -u EPIFUSE_CACHE EPIFUSE_CACHE_DIR="$CACHE" EPIFUSE_CACHE_MAX_MB=12x "$EPIFUSE" cache stats
+if [[ $(grep -c "warning" "$TMP/err") == 1 ]] && grep -q "using the default, 512 MiB" "$TMP/err"; then
+  pass "EPIFUSE_CACHE_MAX_MB=12x: one warning, the default"
+else
+  fail "EPIFUSE_CACHE_MAX_MB=12x: one warning, the default"
+fi
+expect_stderr 2 "cache stats --target that is no target" "sm_1" -- "$EPIFUSE" cache stats --target sm_1
+if backend_available "NVRTC"; then
+  expect 0 "compile --target sm_90a into a fresh cache" -- \
+    env -u EPIFUSE_CACHE EPIFUSE_CACHE_DIR="$CACHE" "$EPIFUSE" compile "$AM" --target sm_90a --shape 33,67
+  expect 0 "cache list --target sm_90a" -- env -u EPIFUSE_CACHE EPIFUSE_CACHE_DIR="$CACHE" "$EPIFUSE" cache list --target sm_90a
+  if [[ $(grep -c "^  disk kernel sm_90a " "$TMP/out") == 1 ]]; then pass "cache list --target sm_90a names its record"; else fail "cache list --target sm_90a names its record"; fi
+  expect 0 "cache stats --target sm_80 --json" -- \
+    env -u EPIFUSE_CACHE EPIFUSE_CACHE_DIR="$CACHE" "$EPIFUSE" cache stats --target sm_80 --json
+  if "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); assert d["disk"]["files"]==0 and d["target"]=="sm_80"' <"$TMP/out" 2>"$TMP/err"; then
+    pass "cache stats --target sm_80 counts no sm_90a record"
+  else
+    fail "cache stats --target sm_80 counts no sm_90a record"
+  fi
+else
+  echo "skip  cache list --target (no NVRTC here)"
+fi
+
 # --- limits (docs/limits.md): refused at once, with a message naming the limit --------
 # Each chain is valid but for one size, so that before the limits it ran (or hung,
 # or crashed); now it exits 2 in well under a second. The first three are the

@@ -27,6 +27,8 @@
 #include "backend/nvrtc.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/json.hpp"
+#include "runtime/cache_records.hpp"
+#include "runtime/disk_cache.hpp"
 #include "../disk_cache_env.hpp"
 
 extern char** environ;
@@ -164,6 +166,40 @@ TEST_SUITE("compile") {
       const std::vector<DiskEntry> now = jit.disk_entries();
       REQUIRE(now.size() == 1);
       CHECK(now[0].valid);
+    }
+  }
+
+  TEST_CASE("disk cache: a whole record whose binary is not a code object for the target is compiled again") {
+    if (!have_nvrtc()) return;
+    TempDir dir("epifuse-jit-disk");
+    DiskCacheOn on(dir.path);
+    const KernelSpec spec = add_mul();
+    std::vector<char> good;
+    {
+      Jit jit("sm_90a");
+      good = jit.compile(spec, {64, 64, 0})->binary();
+    }
+    // The record as another writer could have left it: key, source hash and
+    // checksum all right, the binary not a cubin (a worker's banner, an AMD object).
+    DiskCache cache(dir.path);
+    const std::vector<DiskCache::EntryInfo> entries = cache.entries();
+    REQUIRE(entries.size() == 1);
+    const std::optional<std::string> payload = cache.load(DiskCache::Kind::kernel, entries[0].key);
+    REQUIRE(payload);
+    std::optional<KernelRecord> record = decode_kernel(*payload);
+    REQUIRE(record);
+    std::vector<char> amd(good);
+    amd[18] = static_cast<char>(224);  // EM_AMDGPU
+    for (const std::vector<char>& bad : {std::vector<char>{'h', 'e', 'l', 'l', 'o'}, amd}) {
+      record->cubin = bad;
+      cache.store(DiskCache::Kind::kernel, entries[0].key, encode_kernel(*record));
+      Jit jit("sm_90a");
+      auto k = jit.compile(spec, {64, 64, 0});
+      CHECK_FALSE(k->from_disk());
+      CHECK(k->binary() == good);
+      const std::optional<std::string> replaced = cache.load(DiskCache::Kind::kernel, entries[0].key);
+      REQUIRE(replaced);
+      CHECK(decode_kernel(*replaced)->cubin == good);
     }
   }
 

@@ -4,10 +4,13 @@
 // executable beside this test binary, and say so when either is missing.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,6 +26,8 @@
 #include "epifuse/codegen.hpp"
 #include "epifuse/json.hpp"
 #include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
+#include "../disk_cache_env.hpp"
 
 using namespace epifuse;
 using namespace epifuse::backend;
@@ -81,6 +86,17 @@ std::filesystem::path scratch_dir(const std::string& what) {
   std::filesystem::create_directories(dir);
   return dir;
 }
+
+// An executable shell script standing in for the worker, removed with the object.
+struct FakeWorker {
+  std::filesystem::path path;
+  FakeWorker(const std::string& name, const std::string& body)
+      : path(std::filesystem::temp_directory_path() / fmt::format("epifuse_{}_{}.sh", name, ::getpid())) {
+    std::ofstream(path) << "#!/bin/sh\n" << body;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  }
+  ~FakeWorker() { std::filesystem::remove(path); }
+};
 
 }  // namespace
 
@@ -167,6 +183,74 @@ TEST_SUITE("compile") {
       }
     }
     std::filesystem::remove(script);
+  }
+
+  TEST_CASE("hipRTC child that never finishes: killed after EPIFUSE_HIPRTC_TIMEOUT_S, reaped, a CompileError") {
+    if (!have_hiprtc()) return;
+    const std::filesystem::path pid_file = scratch_dir("hiprtc_timeout") / "pid";
+    // It reads nothing, so the request sits in the pipe: neither the write nor the read may block us.
+    FakeWorker worker("sleeping_worker", fmt::format("echo $$ > '{}'\necho 'still compiling' >&2\nexec sleep 60\n",
+                                                     pid_file.string()));
+    ScopedEnv env("EPIFUSE_HIPRTC_WORKER", worker.path.string());
+    ScopedEnv timeout("EPIFUSE_HIPRTC_TIMEOUT_S", "1.5");
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      (void)compile_hip_isolated(std::string(k_kernel) + std::string(1 << 20, ' '), "k.hip", parse_amd_target("gfx90a"));
+      FAIL("the sleeping worker produced code");
+    } catch (const CompileError& e) {
+      CHECK(std::string(e.log()).find("did not finish compiling for gfx90a within 1.5 s") != std::string::npos);
+      CHECK(std::string(e.log()).find("still compiling") != std::string::npos);
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(seconds < 20);
+    int pid = 0;
+    std::ifstream(pid_file) >> pid;
+    REQUIRE(pid > 0);
+    CHECK(::kill(pid, 0) == -1);  // killed and reaped: no such process, not even a zombie
+    CHECK(errno == ESRCH);
+    std::filesystem::remove_all(pid_file.parent_path());
+  }
+
+  TEST_CASE("EPIFUSE_HIPRTC_TIMEOUT_S that is not a positive number is a user error naming it") {
+    if (!have_hiprtc()) return;
+    CHECK(hiprtc_timeout_s() == k_hiprtc_timeout_s);
+    for (const char* bad : {"", "abc", "0", "-3", "5s", "inf", "nan"}) {
+      INFO(std::string(bad));
+      ScopedEnv timeout("EPIFUSE_HIPRTC_TIMEOUT_S", bad);
+      CHECK_THROWS_WITH_AS(compile_hip_isolated(k_kernel, "k.hip", parse_amd_target("gfx90a")),
+                           doctest::Contains("EPIFUSE_HIPRTC_TIMEOUT_S"), UserError);
+    }
+  }
+
+  TEST_CASE("hipRTC child whose output is not a code object for the target: a CompileError, never stored") {
+    if (!have_hiprtc()) return;
+    struct Case {
+      const char* name;
+      std::string body;
+      const char* says;
+    };
+    const Case cases[] = {
+        {"a banner", "cat > /dev/null\necho 'hello from a library'\n", "not an ELF file (\"hello from a library"},
+        {"nothing", "cat > /dev/null\n", "0 bytes that are not an ELF file"},
+        // The ELF magic and then not AMDGPU: a CUDA machine number.
+        {"another machine", "cat > /dev/null\nprintf '\\177ELF\\002\\001\\001'; head -c 11 /dev/zero; printf '\\276\\000'; head -c 44 /dev/zero\n",
+         "machine 190, not 224"},
+    };
+    for (const Case& c : cases) {
+      INFO(std::string(c.name));
+      FakeWorker worker("chatty_worker", c.body);
+      ScopedEnv env("EPIFUSE_HIPRTC_WORKER", worker.path.string());
+      CHECK_THROWS_WITH_AS(compile_hip_isolated(k_kernel, "k.hip", parse_amd_target("gfx90a")),
+                           doctest::Contains(c.says), CompileError);
+      // Through the Jit with the disk cache on: the error, and nothing on disk.
+      test::TempDir dir("epifuse-hiprtc-disk");
+      test::DiskCacheOn on(dir.path);
+      Jit jit("gfx90a");
+      const KernelSpec spec = load_spec(std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains/add_mul.json");
+      CHECK_THROWS_AS(jit.compile(spec, {33, 67, 0}), CompileError);
+      CHECK(jit.disk_entries().empty());
+      CHECK(jit.stats().disk_writes == 0);
+    }
   }
 
   TEST_CASE("AMD compile tier: every example chain compiles for gfx90a and gfx1030 through hipRTC; MFMA in the GEMMs") {
