@@ -1,7 +1,7 @@
 // `epifuse tune CHAIN.json --shape ...`: choose the tile for a shape on the GPU.
 // Candidates compile in parallel threads, each is timed on random inputs, the
-// best few again for longer; the choice is remembered by this process's JIT
-// (a later disk cache persists it, issue 14).
+// best few again for longer; the choice is remembered by this process's JIT and
+// kept in the disk cache (docs/disk-cache.md), where later processes find it.
 #include <iostream>
 #include <memory>
 
@@ -74,7 +74,7 @@ void add_tune(CLI::App& app) {
   sub->add_option("--tile", opt->tiles,
                   "tile to time instead of the built-in candidates (GEMM BMxBNxBKwWMxWNsSTAGESgGROUP[kSPLIT], wgmma hBMxBNx64sSgG[c2][p], row rTHREADSvVECxREGS[gG][cC][sS][b]); repeatable");
   add_json_flag(*sub);
-  sub->footer("The choice lives in this process's JIT for now; a disk cache will keep it across runs (issue 14).");
+  sub->footer("The choice is kept by this process's JIT and by the disk cache (EPIFUSE_CACHE=0 turns it off), so later runs of the same chain and shape use it.");
   sub->callback([opt] { tune_command(*opt); });
 }
 
