@@ -107,6 +107,9 @@ AtomicFile::AtomicFile(fs::path destination) : destination_(std::move(destinatio
     if (fd_ < 0) throw cannot_write(errno);
     return;
   }
+  // A rename would replace a file its owner made read-only, which writing
+  // into it in place never did: that stays refused.
+  if (exists && ::access(target_.c_str(), W_OK) != 0) throw cannot_write(errno);
   // The temporary's mode follows the file it replaces (a 0600 file stays
   // private); a new file gets what open() would have given it.
   const mode_t mode = exists ? (st.st_mode & 07777) : 0666;
@@ -117,8 +120,13 @@ AtomicFile::AtomicFile(fs::path destination) : destination_(std::move(destinatio
   }
   // Armed before the first byte, so that a signal from now on removes it.
   slot_ = register_temp(temp_.string());
-  // open() applied the umask to `mode`; the file replaced keeps its own.
-  if (exists) (void)::fchmod(fd_, mode);
+  // The file replaced keeps its owner where we may give it (root may), and
+  // its mode, which open() narrowed by the umask; chmod after chown, which
+  // may clear set-id bits. Failing either leaves a file of ours: no error.
+  if (exists) {
+    (void)::fchown(fd_, st.st_uid, st.st_gid);
+    (void)::fchmod(fd_, mode);
+  }
 }
 
 AtomicFile::~AtomicFile() { discard(); }

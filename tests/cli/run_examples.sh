@@ -447,13 +447,18 @@ fi
 expect_stderr 5 "--output into /proc (no new files there)" "/proc/out.npy: cannot write" -- \
   "$EPIFUSE" run "$AM" --shape 3,4 --device cpu --output out=/proc/out.npy
 if (($(id -u) == 0)); then
-  echo "skip  --output into a read-only directory (root writes there anyway)"
+  echo "skip  --output into a read-only directory or onto a read-only file (root writes there anyway)"
 else
   mkdir -p "$W/ro" && cp "$TMP/good.npy" "$W/ro/out.npy" && chmod 555 "$W/ro"
   expect_stderr 5 "--output into a read-only directory" "out.npy: cannot write: Permission denied" -- \
     "$EPIFUSE" run "$AM" --shape 64,64 --device cpu --output out="$W/ro/out.npy"
   if cmp -s "$W/ro/out.npy" "$TMP/good.npy"; then pass "the read-only directory's file is intact"; else fail "the read-only directory's file is intact"; fi
   chmod 755 "$W/ro"
+  # A read-only file stays refused, though a rename in its directory could replace it.
+  chmod 444 "$W/ro/out.npy"
+  expect_stderr 5 "--output onto a read-only file" "out.npy: cannot write: Permission denied" -- \
+    "$EPIFUSE" run "$AM" --shape 64,64 --device cpu --output out="$W/ro/out.npy"
+  if cmp -s "$W/ro/out.npy" "$TMP/good.npy"; then pass "the read-only file is intact"; else fail "the read-only file is intact"; fi
 fi
 
 # --- user strings on the terminal: control characters escaped ------------------------

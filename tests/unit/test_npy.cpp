@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -329,6 +330,30 @@ TEST_CASE("npy: the file replaced keeps its permissions") {
   fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write);
   write_npy(p, tensor<float>(DType::f32, {1}, {1.0f}));
   CHECK(fs::status(p).permissions() == (fs::perms::owner_read | fs::perms::owner_write));
+}
+
+// Root may write any file, so each case runs where it can tell something.
+TEST_CASE("npy: a read-only file is refused, as writing into it in place was" * doctest::skip(::geteuid() == 0)) {
+  ScratchDir tmp;
+  const fs::path p = tmp / "ro.npy";
+  write_file(p, "old");
+  fs::permissions(p, fs::perms::owner_read);
+  CHECK_THROWS_WITH_AS(write_npy(p, tensor<float>(DType::f32, {1}, {1.0f})),
+                       (p.string() + ": cannot write: Permission denied").c_str(), UserError);
+  CHECK(read_file(p) == "old");
+  CHECK(listing(tmp.dir) == std::vector<std::string>{"ro.npy"});
+}
+
+TEST_CASE("npy: the file replaced keeps its owner (root)" * doctest::skip(::geteuid() != 0)) {
+  ScratchDir tmp;
+  const fs::path p = tmp / "theirs.npy";
+  write_file(p, "old");
+  REQUIRE(::chown(p.c_str(), 12345, 12345) == 0);
+  write_npy(p, tensor<float>(DType::f32, {1}, {1.0f}));
+  struct stat st{};
+  REQUIRE(::stat(p.c_str(), &st) == 0);
+  CHECK(st.st_uid == 12345u);
+  CHECK(st.st_gid == 12345u);
 }
 
 TEST_CASE("atomic file: a directory that cannot take a new file is a UserError naming the file") {
