@@ -408,6 +408,15 @@ same_file_refused "--output s=F --output p=a symbolic link to F" -- --output s=f
 "$EPIFUSE" run "$TWO" --device cpu --output s="$W/f.npy" >/dev/null 2>&1
 ln -f "$W/f.npy" "$W/hard.npy"
 same_file_refused "--output s=F --output p=a hard link of F" -- --output s=f.npy --output p=hard.npy
+# compile --cubin F with several targets writes F.<target>: one target given
+# twice would write one file twice. Refused before any compile (no NVRTC needed).
+expect_stderr 2 "compile --cubin with a target given twice" "name the same file" -- \
+  "$EPIFUSE" compile "$AM" --target sm_80 --target sm_80 --cubin "$W/k.cubin"
+if grep -qF -- "--cubin for --target sm_80 and --cubin for --target sm_80" "$TMP/err"; then
+  pass "the refusal names both --target options"
+else
+  fail "the refusal names both --target options"
+fi
 expect 0 "--output s=F --output p=G (two files)" -- "$EPIFUSE" run "$TWO" --device cpu --output s="$W/s1.npy" --output p="$W/p1.npy"
 expect 0 "--output-dir D and --output p=G (different files)" -- "$EPIFUSE" run "$TWO" --device cpu --output-dir "$W/d2" --output p="$W/p2.npy"
 

@@ -31,7 +31,9 @@ struct CompileOptions {
 void write_cubin(const std::string& path, const std::vector<char>& binary) {
   try {
     io::write_file_atomically(path, std::string_view(binary.data(), binary.size()));
-  } catch (const Error& e) {  // UserError: cannot create it; RuntimeError: cannot write it
+  } catch (const UserError& e) {  // could not create it
+    throw OutputError(fmt::format("--cubin {}", e.what()));
+  } catch (const RuntimeError& e) {  // could not write, sync or rename it
     throw OutputError(fmt::format("--cubin {}", e.what()));
   }
 }
@@ -46,8 +48,8 @@ std::vector<std::string> cubin_paths(const CompileOptions& opt, const std::vecto
   std::vector<std::string> paths;
   OutputFiles files;
   for (const std::string& t : targets) {
-    const std::string name = backend::vendor_of(t) == backend::Vendor::amd ? backend::parse_amd_target(t).str()
-                                                                   : backend::parse_target(t).str();
+    const bool amd = backend::vendor_of(t) == backend::Vendor::amd;
+    const std::string name = amd ? backend::parse_amd_target(t).str() : backend::parse_target(t).str();
     paths.push_back(opt.cubin + "." + name);
     files.add(fmt::format("--cubin for --target {}", t), paths.back());
   }
