@@ -115,11 +115,16 @@ AtomicFile::AtomicFile(fs::path destination) : destination_(std::move(destinatio
   const mode_t mode = exists ? (st.st_mode & 07777) : 0666;
   for (unsigned attempt = 0; fd_ < 0; ++attempt) {
     temp_ = temp_name(target_);
+    // Armed before the file exists, so that no signal finds it unregistered
+    // (unlinking a name not made yet is harmless).
+    slot_ = register_temp(temp_.string());
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    if (fd_ < 0 && (errno != EEXIST || attempt == 100)) throw cannot_write(errno);
+    if (fd_ >= 0) break;
+    const int error = errno;
+    unregister_temp(slot_);
+    slot_ = -1;
+    if (error != EEXIST || attempt == 100) throw cannot_write(error);
   }
-  // Armed before the first byte, so that a signal from now on removes it.
-  slot_ = register_temp(temp_.string());
   // The file replaced keeps its owner where we may give it (root may), and
   // its mode, which open() narrowed by the umask; chmod after chown, which
   // may clear set-id bits. Failing either leaves a file of ours: no error.
