@@ -451,6 +451,39 @@ if "$PYTHON" -c 'import numpy as np, sys; assert np.load(sys.argv[1]).shape == (
 else
   fail "the replaced file is whole, no temporary left"
 fi
+# SIGTERM while the output is being written (SIGINT would do the same, but a
+# background job of a script starts with SIGINT ignored, and stays so): the
+# process ends by the signal, the temporary is removed and the file is whole,
+# the old one or the new one. The signal is sent as soon as the write shows:
+# a temporary appears, or (writing in place) the file changes. Before, the
+# file was left cut short.
+S=$W/signal
+mkdir -p "$S"
+cp "$TMP/good.npy" "$S/out.npy"
+touch -d '1 minute ago' "$S/out.npy"
+touch "$S/.ref"
+"$EPIFUSE" run "$AM" --shape 2048,4096 --device cpu --output out="$S/out.npy" >"$TMP/out" 2>"$TMP/err" &
+pid=$!
+while kill -0 "$pid" 2>/dev/null; do
+  if compgen -G "$S/.*.epifuse-tmp" >/dev/null || [[ $S/out.npy -nt $S/.ref ]]; then
+    kill -TERM "$pid" 2>/dev/null
+    break
+  fi
+done
+wait "$pid"
+rc=$?
+rm -f "$S/.ref"
+if ((rc == 0)); then
+  echo "skip  SIGTERM during a write (the run ended before the write could be caught)"
+elif ((rc != 143)); then
+  fail "SIGTERM during a write (exit code $rc, want 143: ended by SIGTERM)"
+elif [[ $(ls -A "$S") == out.npy ]] &&
+     "$PYTHON" -c 'import numpy as np, sys; assert np.load(sys.argv[1]).shape in ((3, 4), (2048, 4096))' "$S/out.npy" 2>/dev/null; then
+  pass "SIGTERM during a write: the file is whole, no temporary left"
+else
+  fail "SIGTERM during a write: the file is whole, no temporary left ($(ls -A "$S" | tr '\n' ' '))"
+fi
+
 # A directory that takes no new file: exit 5 naming the file. /proc refuses
 # root too; a chmod'ed directory only refuses others.
 expect_stderr 5 "--output into /proc (no new files there)" "/proc/out.npy: cannot write" -- \
