@@ -14,8 +14,11 @@ namespace epifuse {
 /// Reads an .npy file as it is stored (f32, f16, or bf16 from `<u2` raw bits);
 /// UserError naming the file for anything malformed or unsupported.
 HostTensor read_npy(const std::filesystem::path& path);
-/// Writes a version 1.0 file (2.0 for a huge header); UserError naming the file
-/// when it cannot be opened, RuntimeError when a write, flush or close fails.
+/// Writes a version 1.0 file (2.0 for a huge header) through a temporary file
+/// renamed into place, so that `path` holds either the whole new file or what
+/// it held before (Note [Atomic output files], src/io/atomic_file.hpp).
+/// UserError naming the file when it cannot be created, RuntimeError when a
+/// write, sync or the rename fails; either way no temporary is left.
 void write_npy(const std::filesystem::path& path, const HostTensor& t);
 
 }  // namespace epifuse

@@ -9,7 +9,6 @@
 #include <bit>
 #include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -22,6 +21,7 @@
 #include <fmt/ranges.h>
 
 #include "epifuse/errors.hpp"
+#include "io/atomic_file.hpp"
 #include "ir/limits.hpp"
 
 namespace epifuse {
@@ -308,23 +308,12 @@ void write_npy(const std::filesystem::path& path, const HostTensor& t) {
   const std::uint32_t len = static_cast<std::uint32_t>(dict.size());
   for (int i = 0; i < (v2 ? 4 : 2); ++i) prefix.push_back(static_cast<char>((len >> (8 * i)) & 0xFF));
 
-  // C stdio rather than ofstream: every step reports its errno. A full disk
-  // (or /dev/full) usually fails only at the flush or the close, so both are
-  // checked; a file that was not written completely must not pass for one.
-  std::FILE* out = std::fopen(path.c_str(), "wb");
-  if (!out) throw UserError(fmt::format("{}: cannot write: {}", path.string(), std::strerror(errno)));
-  int error = 0;
-  auto put = [&](const void* data, std::size_t size) {
-    if (error == 0 && size > 0 && std::fwrite(data, 1, size, out) != size) error = errno ? errno : EIO;
-  };
-  errno = 0;
-  put(prefix.data(), prefix.size());
-  put(dict.data(), dict.size());
-  put(t.bytes.data(), t.bytes.size());
-  if (std::fflush(out) != 0 && error == 0) error = errno ? errno : EIO;
-  if (std::fclose(out) != 0 && error == 0) error = errno ? errno : EIO;
-  if (error != 0)
-    throw RuntimeError(fmt::format("{}: write failed: {}", path.string(), std::strerror(error)));
+  // Note [Atomic output files]: the destination is whole or as it was.
+  io::AtomicFile out(path);
+  out.write(prefix.data(), prefix.size());
+  out.write(dict.data(), dict.size());
+  out.write(t.bytes.data(), t.bytes.size());
+  out.commit();
 }
 
 }  // namespace epifuse

@@ -114,14 +114,41 @@ Value Graph::unary(OpKind op, Value a) {
   return push_op(std::move(n));
 }
 
+// Note [Composites add all their ops or none]
+// A composite is several builder calls, and only the op limit can stop one
+// part-way (its operands and eps are checked before the first op). Were the
+// limit met at its third op, the first two would stay in the graph as orphans
+// that a caller who catches the UserError (the C ABI, the Python module) goes
+// on building with. So each composite asks for room for all its ops up front,
+// and asserts afterwards that it made exactly that many, which keeps the
+// counts below honest when a composite's body changes.
+static void check_op_room(std::size_t used, std::string_view composite, std::size_t ops) {
+  EPIFUSE_CHECK(used + ops <= limits::k_max_ops,
+                "{}: its {} ops would make more than the limit of {} ops in one graph ({} left)", composite,
+                ops, limits::k_max_ops, limits::k_max_ops - used);
+}
+
+static constexpr std::size_t k_softmax_ops = 5;      // row_max, sub, exp, row_sum, div
+static constexpr std::size_t k_log_softmax_ops = 6;  // row_max, sub, exp, row_sum, log, sub
+static constexpr std::size_t k_rmsnorm_ops = 6;      // mul, row_mean, add_scalar, rsqrt, mul, mul
+static constexpr std::size_t k_layernorm_ops = 9;    // row_mean, sub, mul, row_mean, add_scalar, rsqrt, mul, mul, add
+
 Value Graph::softmax(Value x) {
+  check_op_room(op_count_, "softmax", k_softmax_ops);
+  const std::size_t before = op_count_;
   const Value e = exp(sub(x, row_max(x)));
-  return div(e, row_sum(e));
+  const Value y = div(e, row_sum(e));
+  EPIFUSE_ASSERT(op_count_ - before == k_softmax_ops, "softmax made {} ops", op_count_ - before);
+  return y;
 }
 
 Value Graph::log_softmax(Value x) {
+  check_op_room(op_count_, "log_softmax", k_log_softmax_ops);
+  const std::size_t before = op_count_;
   const Value shifted = sub(x, row_max(x));
-  return sub(shifted, log(row_sum(exp(shifted))));
+  const Value y = sub(shifted, log(row_sum(exp(shifted))));
+  EPIFUSE_ASSERT(op_count_ - before == k_log_softmax_ops, "log_softmax made {} ops", op_count_ - before);
+  return y;
 }
 
 // A norm's weight and bias scale and shift each column, as torch's
@@ -145,8 +172,12 @@ Value Graph::rmsnorm(Value x, Value weight, double eps) {
   check_full_operand(*this, x, "rmsnorm");
   check_row_operand(*this, weight, "rmsnorm", "weight");
   check_eps("rmsnorm", eps);
+  check_op_room(op_count_, "rmsnorm", k_rmsnorm_ops);
+  const std::size_t before = op_count_;
   const Value ms = row_mean(mul(x, x));
-  return mul(mul(x, rsqrt(add_scalar(ms, eps))), weight);
+  const Value y = mul(mul(x, rsqrt(add_scalar(ms, eps))), weight);
+  EPIFUSE_ASSERT(op_count_ - before == k_rmsnorm_ops, "rmsnorm made {} ops", op_count_ - before);
+  return y;
 }
 
 Value Graph::layernorm(Value x, Value weight, Value bias, double eps) {
@@ -157,9 +188,13 @@ Value Graph::layernorm(Value x, Value weight, Value bias, double eps) {
   check_row_operand(*this, weight, "layernorm", "weight");
   check_row_operand(*this, bias, "layernorm", "bias");
   check_eps("layernorm", eps);
+  check_op_room(op_count_, "layernorm", k_layernorm_ops);
+  const std::size_t before = op_count_;
   const Value centered = sub(x, row_mean(x));
   const Value var = row_mean(mul(centered, centered));
-  return add(mul(mul(centered, rsqrt(add_scalar(var, eps))), weight), bias);
+  const Value y = add(mul(mul(centered, rsqrt(add_scalar(var, eps))), weight), bias);
+  EPIFUSE_ASSERT(op_count_ - before == k_layernorm_ops, "layernorm made {} ops", op_count_ - before);
+  return y;
 }
 
 // Attributes become float32 kernel parameters: a double that rounds to

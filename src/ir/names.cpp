@@ -14,9 +14,47 @@ bool is_identifier(std::string_view s, std::size_t max_length) {
   return true;
 }
 
+namespace {
+// The length of the control character starting at s[i] (1, or 2 for a C1
+// character in UTF-8), or 0 when there is none.
+std::size_t control_at(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x20 || c == 0x7f) return 1;
+  if (c == 0xc2 && i + 1 < s.size()) {
+    const auto next = static_cast<unsigned char>(s[i + 1]);
+    if (next >= 0x80 && next <= 0x9f) return 2;
+  }
+  return 0;
+}
+}  // namespace
+
+bool has_control(std::string_view s) {
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (control_at(s, i)) return true;
+  return false;
+}
+
+std::string printable(std::string_view s) {
+  static constexpr char k_hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = control_at(s, i);
+    if (n == 0) {
+      out += s[i++];
+      continue;
+    }
+    for (std::size_t k = 0; k < n; ++k, ++i) {
+      const auto c = static_cast<unsigned char>(s[i]);
+      out += {'\\', 'x', k_hex[c >> 4], k_hex[c & 0xf]};
+    }
+  }
+  return out;
+}
+
 std::string excerpt(std::string_view s) {
-  if (s.size() <= k_excerpt_length) return std::string(s);
-  return std::string(s.substr(0, k_excerpt_length)) + "...";
+  if (s.size() <= k_excerpt_length) return printable(s);
+  return printable(s.substr(0, k_excerpt_length)) + "...";
 }
 
 static_assert(is_accumulator_name("acc1") && !is_accumulator_name("acc2"));

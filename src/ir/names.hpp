@@ -20,10 +20,20 @@ namespace epifuse::names {
 bool is_identifier(std::string_view s,
                    std::size_t max_length = std::numeric_limits<std::size_t>::max());
 
+/// Whether `s` holds a control character: C0 (NUL included), DEL, or C1 as
+/// UTF-8 (U+0080..U+009F). A terminal acts on these instead of showing them.
+bool has_control(std::string_view s);
+/// `s` with every control character (as has_control) written as `\xNN`, one
+/// per byte, so that a user's string shown on a terminal cannot move the
+/// cursor, recolour it or hide the rest of a line, and a NUL cannot cut a
+/// message short (what() is a C string). Everything else is kept as it is.
+std::string printable(std::string_view s);
+
 /// Characters of a user's string shown in a message before it is cut.
 inline constexpr std::size_t k_excerpt_length = 80;
 /// `s` as a message shows it: whole up to k_excerpt_length characters, else
-/// cut there with "..." appended, so that a 1 MB name never makes a 1 MB message.
+/// cut there with "..." appended, so that a 1 MB name never makes a 1 MB
+/// message; control characters escaped as printable() does.
 std::string excerpt(std::string_view s);
 
 // Accumulator leaves: gemm has `acc`, dual_gemm `acc0` and `acc1` (index 0, 1).

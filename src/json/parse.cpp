@@ -1,6 +1,5 @@
 // spec_from_json: the top level of schema version 1 (DESIGN §7.1,
 // docs/json-schema.md). The body is read by ops.cpp or chain.cpp.
-#include <cmath>
 #include <cstdint>
 
 #include "epifuse/json.hpp"
@@ -33,18 +32,21 @@ void read_version(const Json& doc, const JsonPath& root) {
 }
 
 // One problem dimension: an integer in [0, 2^40] (as verify_shape; 0 is an empty problem).
+// Written as a JSON integer, as the schema version is: 4.0 and 2e12 are
+// floats and are refused whatever their value, so that every integer field
+// of a spec follows one rule.
 std::int64_t read_dimension(const Json& v, const JsonPath& at) {
   using limits::k_max_dim;
-  if (!v.is_number())
+  if (v.is_number_float())
+    fail(at, "a dimension is a non-negative integer written without a fraction or exponent, got {}",
+         schema::show(v));
+  if (!v.is_number_integer())
     fail(at, "a dimension is a non-negative integer, got {}", schema::describe(v));
-  // 2e12 is a float in JSON; accept integral floats and judge their value.
-  const double d = v.get<double>();
-  if (v.is_number_float() && (!std::isfinite(d) || d != std::floor(d)))
-    fail(at, "a dimension is a non-negative integer, got {}", schema::show(v));
-  if (d < 0) fail(at, "a dimension must not be negative, got {}", schema::show(v));
-  if (d > static_cast<double>(k_max_dim))
+  if (!v.is_number_unsigned() && v.get<std::int64_t>() < 0)
+    fail(at, "a dimension must not be negative, got {}", schema::show(v));
+  if (v.get<std::uint64_t>() > static_cast<std::uint64_t>(k_max_dim))
     fail(at, "dimension {} exceeds the limit of 2^40 = {}", schema::show(v), k_max_dim);
-  return static_cast<std::int64_t>(d);
+  return v.get<std::int64_t>();
 }
 
 // The epifuse extension "shape": a default problem shape, [M, N] or [M, N, K].
@@ -65,6 +67,18 @@ Shape read_shape(const KernelSpec& spec, const Json& v, const JsonPath& at) {
     fail(at, "M*N = {}*{} exceeds the limit of 2^48 = {} elements", s.m, s.n, limits::k_max_elements);
   schema::at_path(at, [&] { verify_shape(spec, s); });
   return s;
+}
+
+// The chain's "name" is display text, not an identifier (it names kernels and
+// is printed by the command line), so any printable text goes; a control
+// character does not: "\u001b[2J" would clear the terminal of whoever lists
+// the chain, and "\u0000" would cut the name short wherever it is passed on
+// as a C string.
+std::string read_chain_name(const Json& v, const JsonPath& at) {
+  std::string name = schema::read_string(v, at);
+  if (names::has_control(name))
+    fail(at, "the chain name must not contain control characters, got \"{}\"", names::excerpt(name));
+  return name;
 }
 
 // The accumulator names the full form refers to, so that their leaves can be
@@ -128,7 +142,7 @@ KernelSpec spec_from_json(const Json& doc) {
                      "a spec");
 
   KernelSpec spec;
-  if (const Json* v = find(doc, "name")) spec.name = schema::read_string(*v, root.key("name"));
+  if (const Json* v = find(doc, "name")) spec.name = read_chain_name(*v, root.key("name"));
   if (const Json* v = find(doc, "mainloop")) spec.mainloop = schema::read_mainloop(*v, root.key("mainloop"));
   if (const Json* v = find(doc, "precision"))
     spec.precision = schema::read_precision(*v, root.key("precision"));

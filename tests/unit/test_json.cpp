@@ -548,3 +548,24 @@ TEST_CASE("composite and add_scalar errors name their JSON path") {
   CHECK(error_of(chain(R"({"rmsnorm": "x"})")) ==
         "chain[0]: rmsnorm: weight must be a row vector ([N], broadcast row), got a full value");
 }
+
+TEST_CASE("control characters in names: refused, and quoted escaped and whole") {
+  using namespace std::string_literals;
+  // Built in memory, so that every byte is exactly what the test says.
+  Json j = {{"epifuse", 1}, {"inputs", {{"x", {{"dtype", "f32"}}}}}, {"chain", {"relu"}}};
+  // A chain name is display text, but no control character: C0, DEL, C1 (U+009B is CSI).
+  for (const std::string& name : {"a\x1b[2Jb"s, "a\0b"s, "a\x7f"s, "a\xc2\x9b" "31m"s}) {
+    CAPTURE(name);
+    j["name"] = name;
+    CHECK_THROWS_WITH_AS(spec_from_json(j), doctest::Contains("name: the chain name must not contain control characters"),
+                         UserError);
+  }
+  j["name"] = "gemm + bias, \xc3\xa9t\xc3\xa9";  // printable text, UTF-8 beyond ASCII included
+  CHECK_NOTHROW((void)spec_from_json(j));
+  // An input name is an identifier; the message quotes it whole and inert, its
+  // path in JSON's escapes, the name in \xNN (a NUL no longer cuts what() short).
+  j["inputs"]["b\x7f\xc2\x9b\0z"s] = {{"dtype", "f32"}};
+  CHECK_THROWS_WITH_AS(spec_from_json(j),
+                       R"(inputs["b\u007f\u009b\u0000z"]: input name 'b\x7f\xc2\x9b\x00z' must be an identifier ([A-Za-z_][A-Za-z0-9_]*))",
+                       UserError);
+}

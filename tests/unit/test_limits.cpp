@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "epifuse/errors.hpp"
+#include "epifuse/graph.hpp"
 #include "epifuse/json.hpp"
 #include "ir/limits.hpp"
 
@@ -195,4 +196,58 @@ TEST_CASE("messages quote at most an excerpt of what the user wrote") {
   const std::string value = error_of(spec_with(fmt::format(R"("chain": ["relu"], "name": [{}])", repeat("12345", 4000))));
   CHECK(value.find("expected a string, got array [12345,12345,") != std::string::npos);
   CHECK(value.size() < 200);
+}
+
+// Note [Composites add all their ops or none] (src/ir/graph.cpp): a composite
+// that meets the op limit leaves the graph as it was, so that a caller who
+// catches the error can go on with a graph that still verifies.
+TEST_CASE("a composite past the op limit adds none of its ops") {
+  struct Case {
+    const char* name;
+    std::size_t ops;
+    Value (*build)(Graph& g, Value x, Value w, Value b);
+  };
+  const Case cases[] = {
+      {"softmax", 5, [](Graph& g, Value x, Value, Value) { return g.softmax(x); }},
+      {"log_softmax", 6, [](Graph& g, Value x, Value, Value) { return g.log_softmax(x); }},
+      {"rmsnorm", 6, [](Graph& g, Value x, Value w, Value) { return g.rmsnorm(x, w, 1e-6); }},
+      {"layernorm", 9, [](Graph& g, Value x, Value w, Value b) { return g.layernorm(x, w, b, 1e-5); }},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    // `room` ops left before the composite: one short of its count, then exactly it.
+    for (const std::size_t room : {c.ops - 1, c.ops}) {
+      CAPTURE(room);
+      Graph g;
+      const Value x = g.input("x", DType::f32);
+      const Value w = g.input("w", DType::f32, Broadcast::row);
+      const Value b = g.input("b", DType::f32, Broadcast::row);
+      Value last = g.add(g.mul(x, w), b);  // uses every input, so the graph verifies
+      for (std::size_t i = 2; i < limits::k_max_ops - room; ++i) last = g.relu(last);
+      g.output("y", last, DType::f32);
+      const std::size_t nodes = g.nodes().size();
+      if (room < c.ops) {
+        CHECK_THROWS_WITH_AS(c.build(g, last, w, b),
+                             doctest::Contains(fmt::format("{}: its {} ops would make more than the limit of 1024 ops",
+                                                           c.name, c.ops).c_str()),
+                             UserError);
+        CHECK(g.nodes().size() == nodes);
+        CHECK_NOTHROW(verify(g));
+        // The graph is still usable: one more op fits.
+        CHECK_NOTHROW((void)g.relu(last));
+      } else {
+        const Value y = c.build(g, last, w, b);
+        CHECK(g.nodes().size() == nodes + c.ops);
+        g.output("z", y, DType::f32);
+        CHECK_NOTHROW(verify(g));
+      }
+    }
+  }
+}
+
+TEST_CASE("a composite past the op limit in JSON is reported at its step") {
+  std::string chain;
+  for (std::size_t i = 0; i < limits::k_max_ops - 4; ++i) chain += R"("relu", )";
+  CHECK(error_of(spec_with(fmt::format(R"("chain": [{}"softmax"])", chain))) ==
+        "chain[1020]: softmax: its 5 ops would make more than the limit of 1024 ops in one graph (4 left)");
 }

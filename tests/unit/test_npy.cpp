@@ -2,16 +2,23 @@
 // malformed files that must fail with a UserError naming the file.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "epifuse/errors.hpp"
 #include "epifuse/npy.hpp"
+#include "io/atomic_file.hpp"
 
 using namespace epifuse;
 namespace fs = std::filesystem;
@@ -220,4 +227,175 @@ TEST_CASE("npy: writing into a missing directory is a UserError naming the file"
   const fs::path p = tmp / "no/such/dir/y.npy";
   const auto t = tensor<float>(DType::f32, {1}, {1.0f});
   CHECK_THROWS_WITH_AS(write_npy(p, t), doctest::Contains(p.string().c_str()), UserError);
+}
+
+// --- Note [Atomic output files]: the destination is whole or as it was -------------------
+
+namespace {
+
+// The names in `dir`, sorted: a temporary left behind shows here.
+std::vector<std::string> listing(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A file-size limit of `bytes` for this process while it lives, with SIGXFSZ
+// ignored (as the command line ignores it), so that a write past the limit
+// fails with EFBIG: the one write error a test can cause without root, a
+// tmpfs or a full disk. The previous limit and action come back at the end.
+struct FileSizeLimit {
+  rlimit old{};
+  void (*old_action)(int) = nullptr;
+  explicit FileSizeLimit(rlim_t bytes) {
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+    old_action = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit small = old;
+    small.rlim_cur = bytes;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, old_action);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("npy: a write that fails part-way keeps the previous file and leaves no temporary") {
+  ScratchDir tmp;
+  const fs::path p = tmp / "y.npy";
+  const auto good = tensor<float>(DType::f32, {2}, {1.0f, 2.0f});
+  write_npy(p, good);
+  const std::string before = read_file(p);
+  const auto big = tensor<float>(DType::f32, {64, 64}, std::vector<float>(64 * 64, 3.0f));  // 16 KiB
+  std::string message;
+  bool runtime_error = false;
+  {
+    FileSizeLimit limit(4096);
+    try {
+      write_npy(p, big);
+    } catch (const RuntimeError& e) {
+      runtime_error = true;
+      message = e.what();
+    }
+  }
+  CHECK(runtime_error);
+  CHECK(message == p.string() + ": write failed: " + std::strerror(EFBIG));
+  CHECK(read_file(p) == before);
+  CHECK(listing(tmp.dir) == std::vector<std::string>{"y.npy"});
+}
+
+TEST_CASE("npy: a new file that cannot be written completely is not created at all") {
+  ScratchDir tmp;
+  const auto big = tensor<float>(DType::f32, {64, 64}, std::vector<float>(64 * 64, 3.0f));
+  {
+    FileSizeLimit limit(4096);
+    CHECK_THROWS_AS(write_npy(tmp / "new.npy", big), RuntimeError);
+  }
+  CHECK(listing(tmp.dir).empty());
+}
+
+TEST_CASE("npy: /dev/full fails with the write error and stays a device") {
+  // A device cannot be replaced by a rename: it is written in place, and a
+  // rename onto it (as root) would have replaced the device with a file.
+  if (!fs::is_character_file("/dev/full")) {
+    MESSAGE("skipped: no /dev/full here");
+    return;
+  }
+  const auto t = tensor<float>(DType::f32, {2}, {1.0f, 2.0f});
+  CHECK_THROWS_WITH_AS(write_npy("/dev/full", t), "/dev/full: write failed: No space left on device", RuntimeError);
+  CHECK(fs::is_character_file("/dev/full"));
+  CHECK_NOTHROW(write_npy("/dev/null", t));
+  CHECK(fs::is_character_file("/dev/null"));
+}
+
+TEST_CASE("npy: through a symbolic link, the file it names is replaced and the link kept") {
+  ScratchDir tmp;
+  fs::create_directories(tmp / "real");
+  write_file(tmp / "real/y.npy", "old");
+  fs::create_symlink("real/y.npy", tmp / "link.npy");
+  const auto t = tensor<float>(DType::f32, {2}, {1.0f, 2.0f});
+  write_npy(tmp / "link.npy", t);
+  CHECK(fs::is_symlink(tmp / "link.npy"));
+  check_same(read_npy(tmp / "real/y.npy"), t);
+  CHECK(listing(tmp / "real") == std::vector<std::string>{"y.npy"});
+}
+
+TEST_CASE("npy: the file replaced keeps its permissions") {
+  ScratchDir tmp;
+  const fs::path p = tmp / "private.npy";
+  write_file(p, "old");
+  fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write);
+  write_npy(p, tensor<float>(DType::f32, {1}, {1.0f}));
+  CHECK(fs::status(p).permissions() == (fs::perms::owner_read | fs::perms::owner_write));
+}
+
+// Root may write any file, so each case runs where it can tell something.
+TEST_CASE("npy: a read-only file is refused, as writing into it in place was" * doctest::skip(::geteuid() == 0)) {
+  ScratchDir tmp;
+  const fs::path p = tmp / "ro.npy";
+  write_file(p, "old");
+  fs::permissions(p, fs::perms::owner_read);
+  CHECK_THROWS_WITH_AS(write_npy(p, tensor<float>(DType::f32, {1}, {1.0f})),
+                       (p.string() + ": cannot write: Permission denied").c_str(), UserError);
+  CHECK(read_file(p) == "old");
+  CHECK(listing(tmp.dir) == std::vector<std::string>{"ro.npy"});
+}
+
+TEST_CASE("npy: the file replaced keeps its owner (root)" * doctest::skip(::geteuid() != 0)) {
+  ScratchDir tmp;
+  const fs::path p = tmp / "theirs.npy";
+  write_file(p, "old");
+  REQUIRE(::chown(p.c_str(), 12345, 12345) == 0);
+  write_npy(p, tensor<float>(DType::f32, {1}, {1.0f}));
+  struct stat st{};
+  REQUIRE(::stat(p.c_str(), &st) == 0);
+  CHECK(st.st_uid == 12345u);
+  CHECK(st.st_gid == 12345u);
+}
+
+TEST_CASE("atomic file: a directory that cannot take a new file is a UserError naming the file") {
+  // /proc takes no new files, for root too (a chmod'ed directory would not stop root).
+  CHECK_THROWS_WITH_AS(io::write_file_atomically("/proc/epifuse_test.npy", "x"),
+                       doctest::Contains("/proc/epifuse_test.npy: cannot write: "), UserError);
+}
+
+TEST_CASE("atomic file: SIGINT during a write removes the temporary and ends the process by SIGINT") {
+  ScratchDir tmp;
+  const fs::path p = tmp / "y.npy";
+  write_file(p, "old");
+  std::fflush(nullptr);  // nothing buffered is written twice by the child
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The child must not return into doctest: every path ends in _exit or the signal.
+    io::remove_temp_files_on_signal();
+    io::AtomicFile f(p);
+    f.write("new, but not all of it", 22);
+    if (listing(tmp.dir).size() != 2) ::_exit(3);  // the temporary is there beside y.npy
+    ::raise(SIGINT);
+    ::_exit(4);  // not reached: the handler re-raises with the default action
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK((WIFSIGNALED(status) ? WTERMSIG(status) : -WEXITSTATUS(status)) == SIGINT);
+  CHECK(read_file(p) == "old");
+  CHECK(listing(tmp.dir) == std::vector<std::string>{"y.npy"});
+}
+
+TEST_CASE("atomic file: a signal ignored before stays ignored") {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGTERM, SIG_IGN);  // as nohup or a shell's background job leaves SIGINT
+    io::remove_temp_files_on_signal();
+    ::raise(SIGTERM);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
 }

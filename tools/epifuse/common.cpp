@@ -7,6 +7,8 @@
 #include <iostream>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 // Inlined so that the CLI needs no libxxhash at link or run time.
@@ -15,6 +17,8 @@
 
 #include "epifuse/errors.hpp"
 #include "epifuse/npy.hpp"
+#include "io/atomic_file.hpp"
+#include "ir/names.hpp"
 
 namespace epifuse::cli {
 
@@ -69,6 +73,39 @@ void write_output_npy(const std::filesystem::path& path, const HostTensor& t) {
   }
 }
 
+namespace {
+std::filesystem::path resolve_output(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::absolute(io::replaced_file(path), ec);
+  if (ec) p = path;
+  // weakly_canonical resolves `.`, `..` and the links of the directories;
+  // where it cannot (a directory that cannot be searched), the path as written
+  // is compared, normalized.
+  fs::path canonical = fs::weakly_canonical(p, ec);
+  return ec ? p.lexically_normal() : canonical;
+}
+}  // namespace
+
+void OutputFiles::add(std::string what, const std::filesystem::path& path) {
+  Entry e{std::move(what), resolve_output(path)};
+  struct stat st{};
+  if (::stat(e.resolved.c_str(), &st) == 0) {
+    e.exists = true;
+    e.device = st.st_dev;
+    e.inode = st.st_ino;
+  }
+  for (const Entry& before : entries_) {
+    const bool same = before.resolved == e.resolved ||
+                      (e.exists && before.exists && before.device == e.device && before.inode == e.inode);
+    EPIFUSE_CHECK(!same, "{} and {} name the same file ({}): one would overwrite the other", printable(before.what),
+                  printable(e.what), printable(e.resolved.string()));
+  }
+  entries_.push_back(std::move(e));
+}
+
+std::string printable(std::string_view s) { return names::printable(s); }
+
 const CLI::Validator& non_empty() {
   static const CLI::Validator v(
       [](std::string& value) { return value.empty() ? std::string("must not be empty") : std::string(); },
@@ -77,9 +114,9 @@ const CLI::Validator& non_empty() {
 }
 
 std::string chain_label(const KernelSpec& spec, const std::string& file) {
-  if (!spec.name.empty()) return spec.name;
+  if (!spec.name.empty()) return printable(spec.name);
   const std::string base = std::filesystem::path(file).filename().string();
-  return base.empty() ? file : base;
+  return printable(base.empty() ? file : base);
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -58,12 +59,38 @@ std::string stdout_failure();
 /// close the file is an OutputError naming it.
 void write_output_npy(const std::filesystem::path& path, const HostTensor& t);
 
+/// The files one command will write, gathered before any work so that two of
+/// them that are one file are refused (UserError) instead of one silently
+/// overwriting the other: the same path twice, `./F` and `F`, `D/../D/F`,
+/// a symbolic link and the file it names, two hard links of one file.
+class OutputFiles {
+ public:
+  /// Adds `path`, written for `what` (how the user asked for it, e.g.
+  /// "--output y=out.npy"). UserError naming both when it is the same file
+  /// as one added before.
+  void add(std::string what, const std::filesystem::path& path);
+
+ private:
+  struct Entry {
+    std::string what;
+    std::filesystem::path resolved;  // absolute, links followed, normalized
+    bool exists = false;
+    std::uint64_t device = 0, inode = 0;  // when it exists
+  };
+  std::vector<Entry> entries_;
+};
+
+/// A user's string (a file name, a chain name) as human-readable output shows
+/// it: control characters escaped (names::printable), so that a name cannot
+/// drive the terminal. JSON output needs none of this: its writer escapes them.
+std::string printable(std::string_view s);
+
 /// A validator for options whose empty value would otherwise mean "not given"
 /// (`--shape ""` silently taking the chain's shape is a mistake hidden).
 const CLI::Validator& non_empty();
 
 /// How a chain is named in messages: its "name", else its file name
-/// ("chain.json"), so that an unnamed chain never prints as ''.
+/// ("chain.json"), so that an unnamed chain never prints as ''; printable().
 std::string chain_label(const KernelSpec& spec, const std::string& file);
 
 /// "M,N" or "M,N,K": plain decimal digits separated by commas, nothing else.

@@ -1,19 +1,20 @@
 // `epifuse compile CHAIN.json --shape M,N --target T...`: compile with NVRTC,
 // or hipRTC for AMD targets (no GPU needed), and print each kernel's cache key,
 // time, size and hit/miss.
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include <fmt/format.h>
 
+#include "backend/device_runtime.hpp"
+#include "backend/hiprtc.hpp"
+#include "backend/target.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
+#include "io/atomic_file.hpp"
 #include "jit_options.hpp"
 
 namespace epifuse::cli {
@@ -25,13 +26,34 @@ struct CompileOptions {
   TileOptions tile;
 };
 
-// Flushed and closed before it counts as written: a full disk fails there.
+// Through a temporary renamed into place (Note [Atomic output files]): a
+// failed write leaves the previous file, never a short one.
 void write_cubin(const std::string& path, const std::vector<char>& binary) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw OutputError(fmt::format("--cubin {}: cannot write: {}", path, std::strerror(errno)));
-  out.write(binary.data(), static_cast<std::streamsize>(binary.size()));
-  out.close();
-  if (!out) throw OutputError(fmt::format("--cubin {}: write failed", path));
+  try {
+    io::write_file_atomically(path, std::string_view(binary.data(), binary.size()));
+  } catch (const UserError& e) {  // could not create it
+    throw OutputError(fmt::format("--cubin {}", e.what()));
+  } catch (const RuntimeError& e) {  // could not write, sync or rename it
+    throw OutputError(fmt::format("--cubin {}", e.what()));
+  }
+}
+
+// Where --cubin writes each target's binary: the file itself for one target,
+// FILE.<target> for several, <target> spelled as the Jit spells it
+// (`gfx90a:xnack-`, `sm_90a`). Two --target spellings of one target would
+// write one file twice, and are refused before anything is compiled.
+std::vector<std::string> cubin_paths(const CompileOptions& opt, const std::vector<std::string>& targets) {
+  if (opt.cubin.empty()) return std::vector<std::string>(targets.size());
+  if (targets.size() == 1) return {opt.cubin};
+  std::vector<std::string> paths;
+  OutputFiles files;
+  for (const std::string& t : targets) {
+    const bool amd = backend::vendor_of(t) == backend::Vendor::amd;
+    const std::string name = amd ? backend::parse_amd_target(t).str() : backend::parse_target(t).str();
+    paths.push_back(opt.cubin + "." + name);
+    files.add(fmt::format("--cubin for --target {}", t), paths.back());
+  }
+  return paths;
 }
 
 void compile(const CompileOptions& opt) {
@@ -39,13 +61,13 @@ void compile(const CompileOptions& opt) {
   const Shape shape = resolve_shape(opt.shape, spec);
   std::vector<std::string> targets = opt.targets;
   if (targets.empty()) targets.push_back("");  // the GPU's
+  const std::vector<std::string> cubins = cubin_paths(opt, targets);
   nlohmann::ordered_json doc = nlohmann::ordered_json::array();
-  for (const std::string& target : targets) {
-    Jit jit(target);
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    Jit jit(targets[i]);
     auto kernel = jit.compile(spec, shape, opt.tile.tile());
     const CacheStats first = jit.stats();
-    if (!opt.cubin.empty())
-      write_cubin(targets.size() == 1 ? opt.cubin : opt.cubin + "." + jit.target(), kernel->binary());
+    if (!cubins[i].empty()) write_cubin(cubins[i], kernel->binary());
     (void)jit.compile(spec, shape, opt.tile.tile());  // the same key again: a hit
     const CacheStats second = jit.stats();
     const std::string result =

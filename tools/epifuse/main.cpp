@@ -2,6 +2,7 @@
 // (commands.hpp); this file maps every failure to an exit code (DESIGN §6) so
 // that no exception escapes and nothing aborts.
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <iostream>
 #include <new>
@@ -19,6 +20,7 @@
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
 #include "info.hpp"
+#include "io/atomic_file.hpp"
 
 namespace {
 
@@ -39,9 +41,24 @@ struct Failure {
   nlohmann::ordered_json details = nlohmann::ordered_json::object();
 };
 
+// A message quotes what the user gave (a file name, an option's value), so
+// its control characters are escaped before it reaches the terminal; its own
+// line breaks and tabs (a compile log, numbered source) are kept.
+std::string terminal_text(std::string_view message) {
+  std::string out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t end = message.find_first_of("\n\t", start);
+    out += printable(message.substr(start, end == std::string_view::npos ? end : end - start));
+    if (end == std::string_view::npos) return out;
+    out += message[end];
+    start = end + 1;
+  }
+}
+
 int report(const Failure& f, bool json) {
   std::cerr << "epifuse: " << (std::strcmp(f.kind, "user") == 0 ? "error" : fmt::format("{} error", f.kind))
-            << ": " << f.message << '\n';
+            << ": " << terminal_text(f.message) << '\n';
   if (json) {
     nlohmann::ordered_json err = {{"kind", f.kind}, {"message", f.message}};
     err.update(f.details);
@@ -125,6 +142,13 @@ int main(int argc, char** argv) {
   // started by epifuse itself, never listed; a request on stdin, the code object on stdout.
   if (argc == 2 && std::strcmp(argv[1], "__hiprtc-compile") == 0)
     return epifuse::backend::hiprtc_worker_main(stdin, stdout, stderr);
+  // A file-size limit (ulimit -f) would otherwise kill the process with
+  // SIGXFSZ mid-write; ignored, it is an EFBIG write error, which the output
+  // writers report (exit code 5) after removing their temporary file.
+  std::signal(SIGXFSZ, SIG_IGN);
+  // Ctrl-C during a write removes the temporary file, and the destination
+  // keeps its previous content (Note [Atomic output files]).
+  epifuse::io::remove_temp_files_on_signal();
   int exit_code = k_exit_runtime;
   try {
     exit_code = run_cli(argc, argv);

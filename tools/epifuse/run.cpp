@@ -86,7 +86,7 @@ HostTensor load_input(const OperandDesc& want, const std::string& file) {
   EPIFUSE_CHECK(t.shape == want.shape, "--input {}={}: shape {} does not match the expected {} ({} operand)",
                 want.name, file, shape_string(t.shape), shape_string(want.shape), to_string(want.dtype));
   if (t.dtype == want.dtype) return t;
-  std::cerr << fmt::format("epifuse: note: input '{}' ({}) holds {}; converting to {}\n", want.name, file,
+  std::cerr << fmt::format("epifuse: note: input '{}' ({}) holds {}; converting to {}\n", want.name, printable(file),
                            to_string(t.dtype), to_string(want.dtype));
   HostTensor converted = HostTensor::zeros(want.dtype, want.shape);
   for (std::int64_t i = 0; i < t.numel(); ++i) converted.set(i, t.get(i));
@@ -160,11 +160,28 @@ std::map<std::string, std::string> input_bindings(const RunOptions& opt, const s
   return files;
 }
 
+// Where --output-dir writes output `name`.
+fs::path output_dir_file(const RunPlan& plan, const std::string& name) {
+  return fs::path(plan.output_dir) / (name + ".npy");
+}
+
 // --output NAME=FILE and --output-dir: checked before any work, so that a
 // long run does not end in a path that could never be written.
 void output_bindings(const RunOptions& opt, RunPlan& plan) {
   for (const Output& o : plan.spec.graph.outputs()) plan.output_names.push_back(o.name);
   const auto& names = plan.output_names;
+  // The directory first, so that an --output may name a file in it.
+  plan.output_dir = opt.output_dir;
+  if (!plan.output_dir.empty()) {
+    for (const auto& name : names) check_file_name(name);
+    std::error_code ec;
+    fs::create_directories(plan.output_dir, ec);
+    EPIFUSE_CHECK(!ec && fs::is_directory(plan.output_dir), "--output-dir {}: cannot create it: {}",
+                  plan.output_dir, ec ? ec.message() : "not a directory");
+  }
+  // No two outputs may land in one file: the later would replace the earlier
+  // and the run would still end in exit code 0.
+  OutputFiles files;
   for (const std::string& b : opt.outputs) {
     auto [name, file] = parse_binding(b, "--output");
     EPIFUSE_CHECK(std::find(names.begin(), names.end(), name) != names.end(),
@@ -176,14 +193,11 @@ void output_bindings(const RunOptions& opt, RunPlan& plan) {
                   dir.string());
     EPIFUSE_CHECK(dir.empty() || fs::is_directory(dir, ec), "--output {}: '{}' is not a directory", b,
                   dir.string());
+    files.add(fmt::format("--output {}", b), file);
   }
-  plan.output_dir = opt.output_dir;
-  if (plan.output_dir.empty()) return;
-  for (const auto& name : names) check_file_name(name);
-  std::error_code ec;
-  fs::create_directories(plan.output_dir, ec);
-  EPIFUSE_CHECK(!ec && fs::is_directory(plan.output_dir), "--output-dir {}: cannot create it: {}",
-                plan.output_dir, ec ? ec.message() : "not a directory");
+  if (!plan.output_dir.empty())
+    for (const auto& name : names)
+      files.add(fmt::format("--output-dir {} (output {})", plan.output_dir, name), output_dir_file(plan, name));
 }
 
 // Step 1: everything the user gave is checked before any work starts.
@@ -256,11 +270,13 @@ std::string report_outputs(const RunPlan& plan, const RunResult& r, Json& output
       written.push_back(file->second);
     }
     if (!plan.output_dir.empty()) {
-      const fs::path p = fs::path(plan.output_dir) / (name + ".npy");
+      const fs::path p = output_dir_file(plan, name);
       write_output_npy(p, t);
       written.push_back(p.string());
     }
     if (!written.empty()) j["files"] = written;
+    // The JSON document has the paths as given (its writer escapes them); text shows them printable.
+    for (std::string& w : written) w = printable(w);
     const Summary s = summarize(t);
     j["min"] = s.min;  // NaN (no finite value) is written as null
     j["max"] = s.max;

@@ -42,7 +42,7 @@ void tune_command(const TuneOptions& opt) {
   for (const Shape& shape : shapes) {
     const std::string shape_text = fmt::format("{},{},{}", shape.m, shape.n, shape.k);
     std::cerr << fmt::format("epifuse: tuning {} at {}: compiling {} candidates in parallel, then timing them ...\n",
-                             opt.chain, shape_text, tiles.empty() ? tile_candidates(spec, shape, jit.target()).size() : tiles.size());
+                             printable(opt.chain), shape_text, tiles.empty() ? tile_candidates(spec, shape, jit.target()).size() : tiles.size());
     const TuneReport r = tune_on_random_data(jit, spec, shape, 1, {}, tiles);
     nlohmann::ordered_json res = {{"shape", {shape.m, shape.n, shape.k}}, {"tile", to_string(r.result.tile)},
                                   {"ms", r.result.ms}, {"seconds", r.seconds},
@@ -53,7 +53,7 @@ void tune_command(const TuneOptions& opt) {
       doc["results"].push_back(std::move(res));
       continue;
     }
-    std::cout << fmt::format("== {} at {} ({} of {} candidates ran, {:.2f} s with compiles)\n", opt.chain, shape_text,
+    std::cout << fmt::format("== {} at {} ({} of {} candidates ran, {:.2f} s with compiles)\n", printable(opt.chain), shape_text,
                              r.result.all.size(), r.candidates, r.seconds);
     for (const auto& c : r.result.all)
       std::cout << fmt::format("  {:<24} {:10.4f} ms {}  (compile {:.0f} ms){}\n", to_string(c.tile), c.ms,

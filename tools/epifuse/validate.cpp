@@ -62,8 +62,8 @@ void validate(const ValidateOptions& opt) {
     return;
   }
   // An unnamed chain says so rather than printing ''.
-  const std::string name = spec.name.empty() ? "unnamed" : fmt::format("'{}'", spec.name);
-  print_text(fmt::format("{}: ok: {}, {} mainloop, signature {}\n{}", opt.chain, name,
+  const std::string name = spec.name.empty() ? "unnamed" : fmt::format("'{}'", printable(spec.name));
+  print_text(fmt::format("{}: ok: {}, {} mainloop, signature {}\n{}", printable(opt.chain), name,
                          to_string(spec.mainloop.kind), hash, print(spec)));
 }
 
