@@ -51,7 +51,7 @@ for san in $SANITIZERS; do
   echo "sanitize_c_api: building epifuse_c_api_threads in ${dir#"$ROOT"/} (clang, $flags, $JOBS jobs)"
   # Only the library, the C ABI and the stress program: no CLI, tests or examples.
   CC=clang CXX=clang++ cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
+    -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
     -DCMAKE_SHARED_LINKER_FLAGS="$flags" -DEPIFUSE_BUILD_CLI=OFF -DEPIFUSE_BUILD_TESTS=OFF \
     -DEPIFUSE_BUILD_EXAMPLES=OFF -DEPIFUSE_INSTALL=OFF >/dev/null
   cmake --build "$dir" --target epifuse_c_api_threads -j "$JOBS" >"$dir/build.log" 2>&1 ||
