@@ -410,14 +410,14 @@ int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_
                   const std::uint64_t* outputs, std::size_t noutputs, std::int64_t m, std::int64_t n, std::int64_t k,
                   std::uint64_t seed, std::uint64_t offset, void* stream) {
   return guarded([&] {
+    require_array(inputs, ninputs, "inputs");
+    require_array(outputs, noutputs, "outputs");
     require(jit, "jit");
     require(kernel, "kernel");
     const KernelSource& ks = kernel->kernel->source();
     EPIFUSE_CHECK(ninputs == ks.inputs.size() && noutputs == ks.outputs.size(),
                   "{} binds {} inputs and {} outputs, got {} and {}", ks.name, ks.inputs.size(), ks.outputs.size(),
                   ninputs, noutputs);
-    require_array(inputs, ninputs, "inputs");
-    require_array(outputs, noutputs, "outputs");
     DeviceBindings b;
     b.inputs.assign(inputs, inputs + ninputs);
     b.outputs.assign(outputs, outputs + noutputs);

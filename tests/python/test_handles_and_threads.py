@@ -92,14 +92,14 @@ def test_one_chain_from_many_threads():
     def builder(k):
         start.wait()
         v = x
-        for i in range(40):
-            v = c.scale(c.add(v, x), 0.5)
-            if i % 10 == 0:
+        for i in range(120):
+            v = c.max(c.add(v, x), x)
+            if i % 30 == 0:
                 c.output(f"o{k}_{i}", v, "f32")
 
     def reader():
         start.wait()
-        for _ in range(60):
+        for _ in range(150):
             doc = json.loads(c.to_json())
             assert doc["outputs"]["y"]
             c.verify()
@@ -107,7 +107,7 @@ def test_one_chain_from_many_threads():
 
     def caller():
         start.wait()
-        for _ in range(30):
+        for _ in range(80):
             outs = c.compile()(a, a)  # x and x2; y, u and however many outputs there are now
             np.testing.assert_array_equal(outs[0], want)
             np.testing.assert_array_equal(outs[1], np.maximum(a, 0))
