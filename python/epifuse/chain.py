@@ -154,9 +154,10 @@ class Chain:
 
     @property
     def doc(self):
-        if self._doc is None:
-            self._doc = json.loads(self.to_json())
-        return self._doc
+        doc = self._doc  # one read: a builder on another thread may reset it meanwhile
+        if doc is None:
+            doc = self._doc = json.loads(self.to_json())
+        return doc
 
     @property
     def name(self):
