@@ -7,6 +7,17 @@
  * EF_RUNTIME_ERROR (the driver, a device, a launch). The message of the last
  * failure on the calling thread is ef_last_error()'s.
  *
+ * A NULL pointer where an object is wanted, or a NULL array with a non-zero
+ * count, is EF_USER_ERROR naming the argument; nothing here dereferences it.
+ *
+ * Threads: each ef_spec carries a reader-writer lock. Builder calls
+ * (ef_spec_input, _accumulator, _op, _output, _set_precision) hold it
+ * exclusively; ef_spec_verify, _to_json and _clone hold it shared; ef_spec_bindings,
+ * ef_evaluate and ef_jit_compile copy the spec under the shared lock and work on
+ * the copy, so any number of threads may build, serialise and run one spec at
+ * once, each call seeing the spec as it was at some instant. ef_spec_free must
+ * come after every other call on that spec has returned.
+ *
  *   ef_spec* s;
  *   if (ef_spec_from_json(text, "chain.json", &s) != EF_OK) puts(ef_last_error());
  *   char* bindings;  // {"inputs": [{"name", "dtype", "shape"}...], "outputs": [...]}
@@ -45,11 +56,23 @@ void ef_string_free(char* s);
 /* A spec from JSON v1 text (docs/json-schema.md); errors name a JSON path,
  * after `source` (a file name; NULL: "<json>"). */
 int ef_spec_from_json(const char* text, const char* source, ef_spec** out);
+/* The same from `size` bytes at `data` (not NUL-terminated), read by exactly the
+ * rules of the CLI's `--chain` reader: at most ef_spec_json_limit() bytes, no NUL
+ * byte, JSON v1 with no key repeated in an object. What a file loader passes
+ * after reading at most ef_spec_json_limit() + 1 bytes. */
+int ef_spec_from_json_bytes(const char* data, size_t size, const char* source, ef_spec** out);
+/* The most bytes a chain's JSON text may have (1 MiB, docs/limits.md). */
+size_t ef_spec_json_limit(void);
+/* An independent copy of `spec` as it is now: later calls on either do not
+ * reach the other, and each is freed on its own. */
+int ef_spec_clone(const ef_spec* spec, ef_spec** out);
 /* An empty spec to build on. `mainloop_json`: NULL for "elementwise", else the
  * JSON value of "mainloop" ({"kind": "gemm", "a": "f16", ...}). */
 int ef_spec_new(const char* name, const char* mainloop_json, ef_spec** out);
 void ef_spec_free(ef_spec* spec);
-/* The builder, checked at each call like the C++ Graph (graph.hpp). Values are ids. */
+/* The builder, checked at each call like the C++ Graph (graph.hpp). Values are ids.
+ * JSON fragments (a mainloop, an op's attributes) are read with the CLI's rules:
+ * a repeated key or a number beyond a double (1e999) is EF_USER_ERROR. */
 int ef_spec_input(ef_spec* spec, const char* name, const char* dtype, const char* broadcast, uint32_t* value);
 /* `acc` (index 0) or a dual GEMM's `acc0`/`acc1`. */
 int ef_spec_accumulator(ef_spec* spec, int index, uint32_t* value);
@@ -73,7 +96,8 @@ int ef_spec_bindings(const ef_spec* spec, int64_t m, int64_t n, int64_t k, char*
 /* Runs the reference evaluator. `inputs[i]` points at input `input_names[i]`'s
  * logical row-major bytes in its dtype (bf16 and f16 as 16-bit patterns);
  * `outputs[i]` receives output `output_names[i]` likewise. Every binding of
- * ef_spec_bindings must be given, with exactly its shape's bytes. */
+ * ef_spec_bindings must be given once, with exactly its shape's bytes; a name
+ * given twice is EF_USER_ERROR. */
 int ef_evaluate(const ef_spec* spec, int64_t m, int64_t n, int64_t k, const char* const* input_names,
                 const void* const* inputs, size_t ninputs, const char* const* output_names, void* const* outputs,
                 size_t noutputs, uint64_t seed, uint64_t offset);

@@ -5,6 +5,7 @@ package (what `pip install .` puts there); the checkout's build/ (a source tree 
 place). docs/python.md says why this is ctypes and not a compiled extension.
 """
 import ctypes
+import operator
 import os
 from pathlib import Path
 
@@ -57,6 +58,9 @@ _SIGNATURES = {
     "ef_last_error": ([], _charp),
     "ef_string_free": ([_voidp], None),
     "ef_spec_from_json": ([_charp, _charp, _c.POINTER(_voidp)], _c.c_int),
+    "ef_spec_from_json_bytes": ([_charp, _c.c_size_t, _charp, _c.POINTER(_voidp)], _c.c_int),
+    "ef_spec_json_limit": ([], _c.c_size_t),
+    "ef_spec_clone": ([_voidp, _c.POINTER(_voidp)], _c.c_int),
     "ef_spec_new": ([_charp, _charp, _c.POINTER(_voidp)], _c.c_int),
     "ef_spec_free": ([_voidp], None),
     "ef_spec_input": ([_voidp, _charp, _charp, _charp, _u32p], _c.c_int),
@@ -111,5 +115,33 @@ def take_string(fn, *args):
         lib.ef_string_free(out)
 
 
-def text(s):
-    return None if s is None else s.encode()
+def text(s, what="a string argument"):
+    """`s` as the C ABI's NUL-terminated UTF-8; None stays NULL. A NUL inside
+    would end the string there on the C side, so it is refused, not cut."""
+    if s is None:
+        return None
+    if not isinstance(s, str):
+        raise UserError(f"{what}: expected a string, got {type(s).__name__} {s!r}")
+    if "\0" in s:
+        raise UserError(f"{what}: {s[:60]!r} contains a NUL character (the C ABI would cut the string there)")
+    return s.encode()
+
+
+U64_MAX = 2**64 - 1
+
+
+def u64(v, what):
+    """`v` as a C uint64_t: an integer (Python's or NumPy's, not a bool) in
+    [0, 2**64 - 1]. ctypes would wrap anything else modulo 2**64 or raise a bare
+    TypeError; a seed of -1 or 2**64 is a mistake to report, not a seed to run."""
+    if type(v) is int and 0 <= v <= U64_MAX:
+        return v
+    if isinstance(v, bool) or v is None:
+        raise UserError(f"{what} must be an integer in [0, 2**64 - 1], got {v!r}")
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise UserError(f"{what} must be an integer in [0, 2**64 - 1], got {type(v).__name__} {v!r}") from None
+    if not 0 <= i <= U64_MAX:
+        raise UserError(f"{what} must be an integer in [0, 2**64 - 1], got {i}")
+    return i

@@ -5,6 +5,7 @@ Positional arguments bind to the chain's inputs in binding order (a GEMM's opera
 `a`, `b` or `a`, `b0`, `b1` first, then the graph's inputs as declared); keywords bind by
 name. One output is returned as it is, several as a tuple in declaration order.
 """
+import copy
 import ctypes
 import json
 
@@ -18,10 +19,20 @@ _TORCH_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
 class Handle:
-    """An ef_jit or ef_kernel, freed with its owner."""
+    """An ef_jit or ef_kernel, freed with its owner. Not copyable: two owners of
+    one native pointer would free it twice."""
 
     def __init__(self, h, free):
         self.h, self._free = h, free
+
+    def __copy__(self):
+        raise TypeError("epifuse: a native handle cannot be copied; share the object instead")
+
+    def __deepcopy__(self, memo):
+        self.__copy__()
+
+    def __reduce__(self):
+        raise TypeError("epifuse: a native handle cannot be pickled")
 
     def __del__(self):
         if self.h:
@@ -41,31 +52,45 @@ def _is_torch(x):
 
 
 class Compiled:
+    """A chain's callable. It runs a snapshot of the chain taken at compile time
+    (`chain`, which takes no builder calls): what is added to the original later
+    does not reach it. Copies are new callables over the same snapshot."""
+
     def __init__(self, chain, target=None, tile=None):
         chain.verify()
-        self.chain, self.target, self.tile = chain, target, tile
-        b = chain.bindings(1, 1, 1)
+        snapshot = copy.copy(chain)  # ef_spec_clone: the chain as it is now, its own native spec
+        snapshot._frozen = True
+        self.chain, self.target, self.tile = snapshot, target, tile
+        b = snapshot.bindings(1, 1, 1)
         self._inputs = [(t["name"], t["dtype"]) for t in b["inputs"]]
         self._outputs = [(t["name"], t["dtype"]) for t in b["outputs"]]
-        self._gemm = chain.mainloop != "elementwise"
+        self._gemm = snapshot.mainloop != "elementwise"
+        self._broadcasts = [self._broadcast(n) for n, _ in self._inputs]
         self._full = None if self._gemm else self._first_full()
         self._jit = None
         self._launches = {}  # the inputs' shapes -> torch_bind._Launch
         self._run_torch = None  # torch_bind.run, imported on the first torch call
         self._torch_tensor = None  # torch.Tensor once torch was seen: the fast path's test
 
+    def __copy__(self):
+        return Compiled(self.chain, self.target, self.tile)
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
     def jit(self):
         """The JIT (created on the first GPU call: a target, a compiler, a device)."""
         if self._jit is None:
             h = ctypes.c_void_p()
-            check(lib.ef_jit_new(text(self.target), ctypes.byref(h)))
+            check(lib.ef_jit_new(text(self.target, "target"), ctypes.byref(h)))
             self._jit = Handle(h, lib.ef_jit_free)
         return self._jit.h
 
     def kernel(self, mnk):
         """The compiled kernel for (M, N, K) and its bindings' order: (Handle, inputs, outputs)."""
         h = ctypes.c_void_p()
-        check(lib.ef_jit_compile(self.jit(), self.chain._h, mnk[0], mnk[1], mnk[2], text(self.tile), ctypes.byref(h)))
+        check(lib.ef_jit_compile(self.jit(), self.chain._h, mnk[0], mnk[1], mnk[2], text(self.tile, "tile"),
+                                ctypes.byref(h)))
         handle = Handle(h, lib.ef_kernel_free)
         kb = json.loads(_lib.take_string(lib.ef_kernel_bindings, h))
         return handle, kb["inputs"], kb["outputs"]
@@ -92,6 +117,7 @@ class Compiled:
         return self._call_named(args, seed, offset, out, named)
 
     def _call_named(self, args, seed, offset, out, named):
+        seed, offset = _lib.u64(seed, "seed"), _lib.u64(offset, "offset")
         if len(args) > len(self._inputs):
             raise _lib.UserError(f"{self.chain.name}: {len(args)} positional arguments for "
                                  f"{len(self._inputs)} inputs ({', '.join(self.input_names)})")
@@ -120,6 +146,12 @@ class Compiled:
         return self._run_numpy(tensors, seed, offset)
 
     # ---- shapes
+    # Note [Input shapes]: an elementwise chain takes its shape from its first
+    # full input x: [..., N] is M = prod(leading dims) rows of N (a 1-D x of N is
+    # one row) and the result comes back in x's shape. Every other input must be
+    # exactly of the shape its broadcast names in x's terms, never only of the
+    # same element count: a full input x.shape, a row vector (N,), a column
+    # vector x.shape[:-1], a scalar () or (1,).
     def _shape(self, shapes):
         """(M, N, K) and the leading dims an elementwise result takes back."""
         if self._gemm:
@@ -127,33 +159,36 @@ class Compiled:
             if len(a) != 2 or len(b) != 2:
                 raise _lib.UserError(f"{self.chain.name}: GEMM operands are matrices, got a {list(a)}, b {list(b)}")
             return (a[0], b[1], a[1]), None
-        x = shapes[self._full]
+        x = tuple(shapes[self._full])
         if len(x) == 0:
             raise _lib.UserError(f"{self.chain.name}: input '{self._inputs[self._full][0]}' has no dimensions")
-        return (_product(x[:-1]), x[-1], 0), tuple(x)
+        return (_product(x[:-1]), x[-1], 0), x
 
     def _first_full(self):
         """The first full [M, N] input, which gives an elementwise chain its shape."""
-        b = self.chain.bindings(2, 3, 1)
-        for i, t in enumerate(b["inputs"]):
-            if t["shape"] == [2, 3]:
+        for i, b in enumerate(self._broadcasts):
+            if b == "full":
                 return i
         raise _lib.UserError(f"{self.chain.name}: no full [M, N] input to take the shape from")
 
-    def _check_shapes(self, shapes, mnk):
-        """The run's bindings; UserError naming the first input of another shape.
-        Elementwise inputs fold their leading dimensions as x does ([B, S, H] is
-        [B*S, H]; a column vector [B, S] is [B*S])."""
+    def _expected(self, broadcast, want, lead):
+        """The shapes an input of `broadcast` may have (Note [Input shapes])."""
+        if broadcast == "scalar":
+            return [(), (1,)]
+        if lead is None:  # GEMM: the operands and the epilogue's inputs as bindings gives them
+            return [tuple(want)]
+        return [{"full": lead, "row": lead[-1:], "col": lead[:-1]}[broadcast]]
+
+    def _check_shapes(self, shapes, mnk, lead=None):
+        """The run's bindings; UserError naming the first input of another shape
+        than Note [Input shapes] gives it."""
         b = self.chain.bindings(*mnk)
-        for (name, _), got, want in zip(self._inputs, shapes, b["inputs"]):
-            folded = list(got)
-            if not self._gemm and len(want["shape"]) == 2 and len(got) >= 2:
-                folded = [_product(got[:-1]), got[-1]]
-            elif not self._gemm and len(want["shape"]) == 1 and len(got) >= 1 and self._broadcast(name) == "col":
-                folded = [_product(got)]
-            if folded != want["shape"]:
-                raise _lib.UserError(f"{self.chain.name}: input '{name}' has shape {list(got)}, "
-                                     f"expected {want['shape']}")
+        for (name, _), broadcast, got, want in zip(self._inputs, self._broadcasts, shapes, b["inputs"]):
+            expected = self._expected(broadcast, want["shape"], lead)
+            if tuple(got) not in expected:
+                raise _lib.UserError(f"{self.chain.name}: input '{name}' has shape {list(got)}, expected "
+                                     f"{' or '.join(str(list(e)) for e in expected)}"
+                                     f"{'' if broadcast == 'full' else f' (a {broadcast} input)'}")
         return b
 
     def _broadcast(self, name):
@@ -168,12 +203,12 @@ class Compiled:
                 raise _lib.UserError(f"{self.chain.name}: input '{name}' is {a.dtype}, the chain reads {dtype} "
                                      f"({_NUMPY[dtype]}{'; bf16 as its 16-bit patterns' if dtype == 'bf16' else ''})")
         mnk, lead = self._shape([a.shape for a in arrays])
-        b = self._check_shapes([a.shape for a in arrays], mnk)
+        b = self._check_shapes([a.shape for a in arrays], mnk, lead)
         arrays = [np.ascontiguousarray(a) for a in arrays]
         outs = [np.empty(o["shape"], _NUMPY[o["dtype"]]) for o in b["outputs"]]
-        in_names = (ctypes.c_char_p * len(arrays))(*[text(n) for n, _ in self._inputs])
+        in_names = (ctypes.c_char_p * len(arrays))(*[text(n, "input name") for n, _ in self._inputs])
         in_ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-        out_names = (ctypes.c_char_p * len(outs))(*[text(n) for n, _ in self._outputs])
+        out_names = (ctypes.c_char_p * len(outs))(*[text(n, "output name") for n, _ in self._outputs])
         out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
         check(lib.ef_evaluate(self.chain._h, mnk[0], mnk[1], mnk[2], in_names, in_ptrs, len(arrays), out_names,
                               out_ptrs, len(outs), seed, offset))

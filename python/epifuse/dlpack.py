@@ -68,6 +68,7 @@ def _contiguous(shape):
 
 
 def run(compiled, arrays, seed, offset, out):
+    seed, offset = _lib.u64(seed, "seed"), _lib.u64(offset, "offset")
     name = compiled.chain.name
     if out is None:
         raise _lib.UserError(f"{name}: arrays through DLPack need out= for the outputs (epifuse allocates no device "
@@ -84,7 +85,7 @@ def run(compiled, arrays, seed, offset, out):
             raise _lib.UserError(f"{name}: input '{n}' has strides {v.strides}, expected {want} "
                                  f"({'column-major' if layouts.get(n) == 'col' else 'contiguous'})")
     mnk, lead = compiled._shape([v.shape for v in views])
-    b = compiled._check_shapes([v.shape for v in views], mnk)
+    b = compiled._check_shapes([v.shape for v in views], mnk, lead)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     if len(outs) != len(b["outputs"]):
         raise _lib.UserError(f"{name}: out= has {len(outs)} arrays for {len(b['outputs'])} outputs")

@@ -11,6 +11,7 @@ from . import _lib
 from ._lib import lib, check
 
 _DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+_U64_MAX = _lib.U64_MAX
 
 
 class _Launch:
@@ -20,7 +21,7 @@ class _Launch:
 
 def _prepare(compiled, tensors):
     mnk, lead = compiled._shape([tuple(t.shape) for t in tensors])
-    b = compiled._check_shapes([tuple(t.shape) for t in tensors], mnk)
+    b = compiled._check_shapes([tuple(t.shape) for t in tensors], mnk, lead)
     kernel, kb_inputs, kb_outputs = compiled.kernel(mnk)
     names = compiled.input_names
     l = _Launch()
@@ -96,6 +97,10 @@ def run(compiled, tensors, seed, offset, out=None):
     for i, o in enumerate(outs):
         outs_ptr[i] = o.data_ptr()
     r = l.record
+    # ctypes would wrap a seed outside uint64 silently: the plain in-range int
+    # costs two comparisons, anything else goes through the full check.
+    if type(seed) is not int or type(offset) is not int or not (0 <= seed <= _U64_MAX and 0 <= offset <= _U64_MAX):
+        seed, offset = _lib.u64(seed, "seed"), _lib.u64(offset, "offset")
     r.seed, r.offset, r.stream = seed, offset, _raw_stream(0)
     status = _launch(l.address)
     if status:

@@ -8,8 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -21,11 +24,21 @@
 #include "epifuse/json.hpp"
 #include "epifuse/reference.hpp"
 #include "epifuse/tile.hpp"
+#include "ir/limits.hpp"
 #include "json/op_attributes.hpp"
 #include "json/read.hpp"
+#include "json/structure_check.hpp"
 
+// Note [One spec, many threads]
+// A spec is shared by whoever holds its handle, and Python threads call the
+// builder, to_json and a compiled callable on one chain at once. Builder calls
+// take the mutex exclusively; calls that only read it (verify, to_json) take it
+// shared. Calls that do real work on a spec (bindings, evaluate, compile) copy
+// it under a shared lock and work on the copy unlocked, so a long evaluation
+// never holds up the builder and never sees a graph that grows under it.
 struct ef_spec {
   epifuse::KernelSpec spec;
+  mutable std::shared_mutex mutex;
 };
 struct ef_jit {
   std::unique_ptr<epifuse::Jit> jit;
@@ -86,6 +99,38 @@ void require(const void* p, const char* what) {
   if (!p) throw UserError(fmt::format("{} is NULL", what));
 }
 
+// An array the caller passes with its length: NULL is fine only when empty.
+void require_array(const void* p, std::size_t count, const char* what) {
+  if (!p && count > 0) throw UserError(fmt::format("{} is NULL but its count is {}", what, count));
+}
+
+// The spec as it is now, for work done without the lock (Note [One spec, many threads]).
+KernelSpec snapshot(const ef_spec* s) {
+  std::shared_lock lock(s->mutex);
+  return s->spec;
+}
+
+// A JSON fragment of a builder call (an op's attributes, a mainloop), read as the
+// CLI reads a whole chain: the same structural limits and the same refusal of a
+// repeated key (StructureCheck), and a number that overflows a double (1e999)
+// refused as bad input, not reported as a bug.
+Json parse_fragment(const char* text, const std::string& what) {
+  const std::string_view t(text);
+  EPIFUSE_CHECK(t.size() <= limits::k_max_chain_bytes, "{}: {} bytes of JSON, more than the limit of {}", what,
+                t.size(), limits::k_max_chain_bytes);
+  schema::StructureCheck check;
+  try {
+    return Json::parse(t.begin(), t.end(),
+                       [&check](int depth, Json::parse_event_t event, Json& parsed) { return check(depth, event, parsed); });
+  } catch (const Json::parse_error& e) {
+    throw UserError(fmt::format("{}: not JSON: {}", what, e.what()));
+  } catch (const Json::exception& e) {
+    throw UserError(fmt::format("{}: {} (a number must be a finite double)", what, e.what()));
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{}: {}", what, e.what()));
+  }
+}
+
 DType read_dtype(const char* text, const std::string& what) {
   require(text, "dtype");
   const std::optional<DType> d = parse_dtype(text);
@@ -93,6 +138,7 @@ DType read_dtype(const char* text, const std::string& what) {
   return *d;
 }
 
+// The caller holds s->mutex.
 Value read_value(const ef_spec* s, std::uint32_t id, const std::string& what) {
   EPIFUSE_CHECK(id < s->spec.graph.nodes().size(), "{}: no value with id {} in this spec", what, id);
   return Value{id};
@@ -124,18 +170,34 @@ int ef_spec_from_json(const char* text, const char* source, ef_spec** out) {
   });
 }
 
+int ef_spec_from_json_bytes(const char* data, std::size_t size, const char* source, ef_spec** out) {
+  return guarded([&] {
+    require_array(data, size, "data");
+    require(out, "out");
+    // The CLI's own reader after the file is read (size limit, NUL bytes, syntax,
+    // structure, repeated keys), so the rules for a chain cannot drift apart.
+    const std::string_view text = size == 0 ? std::string_view() : std::string_view(data, size);
+    *out = new ef_spec{spec_from_json_text(text, source ? source : "<json>")};
+  });
+}
+
+std::size_t ef_spec_json_limit(void) { return limits::k_max_chain_bytes; }
+
+int ef_spec_clone(const ef_spec* spec, ef_spec** out) {
+  return guarded([&] {
+    require(spec, "spec");
+    require(out, "out");
+    *out = new ef_spec{snapshot(spec)};
+  });
+}
+
 int ef_spec_new(const char* name, const char* mainloop_json, ef_spec** out) {
   return guarded([&] {
     require(out, "out");
     auto s = std::make_unique<ef_spec>();
     if (name) s->spec.name = name;
     if (mainloop_json && *mainloop_json) {
-      Json v;
-      try {
-        v = Json::parse(mainloop_json);
-      } catch (const Json::parse_error& e) {
-        throw UserError(fmt::format("mainloop: not JSON: {}", e.what()));
-      }
+      const Json v = parse_fragment(mainloop_json, "mainloop");
       s->spec.mainloop = schema::read_mainloop(v, schema::JsonPath().key("mainloop"));
     }
     *out = s.release();
@@ -156,7 +218,9 @@ int ef_spec_input(ef_spec* spec, const char* name, const char* dtype, const char
       EPIFUSE_CHECK(parsed, "{}: unknown broadcast '{}' (expected full, row, col or scalar)", what, broadcast);
       b = *parsed;
     }
-    *value = spec->spec.graph.input(name, read_dtype(dtype, what), b).id;
+    const DType d = read_dtype(dtype, what);
+    std::unique_lock lock(spec->mutex);
+    *value = spec->spec.graph.input(name, d, b).id;
   });
 }
 
@@ -164,6 +228,7 @@ int ef_spec_accumulator(ef_spec* spec, int index, std::uint32_t* value) {
   return guarded([&] {
     require(spec, "spec");
     require(value, "value");
+    std::unique_lock lock(spec->mutex);
     *value = spec->spec.graph.accumulator(index).id;
   });
 }
@@ -179,18 +244,11 @@ int ef_spec_op(ef_spec* spec, const char* op, const std::uint32_t* args, std::si
     const schema::JsonOp& o = *found;
     EPIFUSE_CHECK(nargs == static_cast<std::size_t>(o.arity()), "{} takes {} operand(s), got {}", o.name(),
                   o.arity(), nargs);
-    std::vector<Value> operands;
-    for (std::size_t i = 0; i < nargs; ++i)
-      operands.push_back(read_value(spec, args[i], fmt::format("{} operand {}", o.name(), i)));
+    require_array(args, nargs, "args");
     const schema::JsonPath at = schema::JsonPath().key(o.name());
     schema::OpAttributes attributes;
     if (attributes_json && *attributes_json) {
-      Json obj;
-      try {
-        obj = Json::parse(attributes_json);
-      } catch (const Json::parse_error& e) {
-        throw UserError(fmt::format("{}: attributes are not JSON: {}", o.name(), e.what()));
-      }
+      const Json obj = parse_fragment(attributes_json, fmt::format("{}: attributes", o.name()));
       EPIFUSE_CHECK(obj.is_object(), "{}: attributes must be a JSON object", o.name());
       const std::vector<std::string_view> keys = schema::attribute_keys(o);
       for (const auto& [key, v] : obj.items())
@@ -198,6 +256,10 @@ int ef_spec_op(ef_spec* spec, const char* op, const std::uint32_t* args, std::si
                       key, keys.empty() ? " (it takes none)" : fmt::format(" (it takes {})", fmt::join(keys, ", ")));
       attributes.read_all(o, obj, at);
     }
+    std::unique_lock lock(spec->mutex);
+    std::vector<Value> operands;
+    for (std::size_t i = 0; i < nargs; ++i)
+      operands.push_back(read_value(spec, args[i], fmt::format("{} operand {}", o.name(), i)));
     *value = attributes.apply(spec->spec.graph, o, operands, at).id;
   });
 }
@@ -207,7 +269,9 @@ int ef_spec_output(ef_spec* spec, const char* name, std::uint32_t value, const c
     require(spec, "spec");
     require(name, "name");
     const std::string what = fmt::format("output '{}'", name);
-    spec->spec.graph.output(name, read_value(spec, value, what), read_dtype(dtype, what));
+    const DType d = read_dtype(dtype, what);
+    std::unique_lock lock(spec->mutex);
+    spec->spec.graph.output(name, read_value(spec, value, what), d);
   });
 }
 
@@ -217,6 +281,7 @@ int ef_spec_set_precision(ef_spec* spec, const char* precision) {
     require(precision, "precision");
     const std::string p = precision;
     EPIFUSE_CHECK(p == "accurate" || p == "fast", "precision: expected \"accurate\" or \"fast\", got '{}'", p);
+    std::unique_lock lock(spec->mutex);
     spec->spec.precision = p == "fast" ? Precision::fast : Precision::accurate;
   });
 }
@@ -224,6 +289,7 @@ int ef_spec_set_precision(ef_spec* spec, const char* precision) {
 int ef_spec_verify(const ef_spec* spec) {
   return guarded([&] {
     require(spec, "spec");
+    std::shared_lock lock(spec->mutex);
     verify(spec->spec);
   });
 }
@@ -232,7 +298,12 @@ int ef_spec_to_json(const ef_spec* spec, char** out) {
   return guarded([&] {
     require(spec, "spec");
     require(out, "out");
-    *out = c_string(spec_to_json(spec->spec).dump(2));
+    std::string text;
+    {
+      std::shared_lock lock(spec->mutex);
+      text = spec_to_json(spec->spec).dump(2);
+    }
+    *out = c_string(text);
   });
 }
 
@@ -240,12 +311,13 @@ int ef_spec_bindings(const ef_spec* spec, std::int64_t m, std::int64_t n, std::i
   return guarded([&] {
     require(spec, "spec");
     require(out, "out");
-    verify(spec->spec);
-    const Shape shape = make_shape(spec->spec, m, n, k);
+    const KernelSpec s = snapshot(spec);
+    verify(s);
+    const Shape shape = make_shape(s, m, n, k);
     Json doc = {{"inputs", Json::array()}, {"outputs", Json::array()}};
-    for (const OperandDesc& d : required_inputs(spec->spec, shape))
+    for (const OperandDesc& d : required_inputs(s, shape))
       doc["inputs"].push_back(tensor_json(d.name, d.dtype, d.shape));
-    for (const Output& o : spec->spec.graph.outputs())
+    for (const Output& o : s.graph.outputs())
       doc["outputs"].push_back(tensor_json(o.name, o.dtype, {shape.m, shape.n}));
     *out = c_string(doc.dump());
   });
@@ -256,23 +328,36 @@ int ef_evaluate(const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_
                 std::size_t noutputs, std::uint64_t seed, std::uint64_t offset) {
   return guarded([&] {
     require(spec, "spec");
-    verify(spec->spec);
-    const Shape shape = make_shape(spec->spec, m, n, k);
-    const std::vector<OperandDesc> wanted = required_inputs(spec->spec, shape);
+    require_array(input_names, ninputs, "input_names");
+    require_array(inputs, ninputs, "inputs");
+    require_array(output_names, noutputs, "output_names");
+    require_array(outputs, noutputs, "outputs");
+    const KernelSpec s = snapshot(spec);
+    verify(s);
+    const Shape shape = make_shape(s, m, n, k);
+    const std::vector<OperandDesc> wanted = required_inputs(s, shape);
     TensorMap host;
     for (std::size_t i = 0; i < ninputs; ++i) {
       require(input_names[i], "input name");
       require(inputs[i], "input pointer");
       const auto d = std::find_if(wanted.begin(), wanted.end(), [&](const OperandDesc& w) { return w.name == input_names[i]; });
       EPIFUSE_CHECK(d != wanted.end(), "'{}' is not an input of this spec", input_names[i]);
+      // A second binding of one name would be dropped without a word: which
+      // array the caller meant is not ours to guess.
+      EPIFUSE_CHECK(!host.count(d->name), "input '{}' is given twice", d->name);
       HostTensor t = HostTensor::zeros(d->dtype, d->shape);
       std::memcpy(t.bytes.data(), inputs[i], t.bytes.size());
       host.emplace(d->name, std::move(t));
     }
-    const TensorMap result = evaluate(spec->spec, shape, host, LaunchArgs{seed, offset});
     for (std::size_t i = 0; i < noutputs; ++i) {
       require(output_names[i], "output name");
       require(outputs[i], "output pointer");
+      for (std::size_t j = 0; j < i; ++j)
+        EPIFUSE_CHECK(std::strcmp(output_names[i], output_names[j]) != 0, "output '{}' is asked for twice",
+                      output_names[i]);
+    }
+    const TensorMap result = evaluate(s, shape, host, LaunchArgs{seed, offset});
+    for (std::size_t i = 0; i < noutputs; ++i) {
       const auto it = result.find(output_names[i]);
       EPIFUSE_CHECK(it != result.end(), "'{}' is not an output of this spec", output_names[i]);
       std::memcpy(outputs[i], it->second.bytes.data(), it->second.bytes.size());
@@ -300,11 +385,12 @@ int ef_jit_compile(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_
     require(jit, "jit");
     require(spec, "spec");
     require(out, "out");
-    verify(spec->spec);
-    const Shape shape = make_shape(spec->spec, m, n, k);
+    const KernelSpec s = snapshot(spec);
+    verify(s);
+    const Shape shape = make_shape(s, m, n, k);
     std::optional<TileConfig> t;
     if (tile && *tile) t = parse_tile(tile);
-    *out = new ef_kernel{jit->jit->compile(spec->spec, shape, t)};
+    *out = new ef_kernel{jit->jit->compile(s, shape, t)};
   });
 }
 
@@ -324,6 +410,8 @@ int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_
                   const std::uint64_t* outputs, std::size_t noutputs, std::int64_t m, std::int64_t n, std::int64_t k,
                   std::uint64_t seed, std::uint64_t offset, void* stream) {
   return guarded([&] {
+    require_array(inputs, ninputs, "inputs");
+    require_array(outputs, noutputs, "outputs");
     require(jit, "jit");
     require(kernel, "kernel");
     const KernelSource& ks = kernel->kernel->source();

@@ -1,0 +1,171 @@
+// The C ABI (include/epifuse/c_api.h) as a C caller sees it: NULL arrays with
+// counts, JSON fragments read by the CLI's rules (repeated keys, numbers beyond
+// a double), chains from bytes with their length, clones. The many-threads
+// side is tests/stress/c_api_threads.cpp (tools/sanitize_c_api.sh).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "epifuse/c_api.h"
+
+namespace {
+
+std::string last_error() { return ef_last_error(); }
+
+// x: f32 full; y = relu(x).
+struct Relu {
+  ef_spec* spec = nullptr;
+  std::uint32_t x = 0, y = 0;
+  Relu() {
+    REQUIRE(ef_spec_new("relu", nullptr, &spec) == EF_OK);
+    REQUIRE(ef_spec_input(spec, "x", "f32", nullptr, &x) == EF_OK);
+    REQUIRE(ef_spec_op(spec, "relu", &x, 1, nullptr, &y) == EF_OK);
+    REQUIRE(ef_spec_output(spec, "y", y, "f32") == EF_OK);
+  }
+  ~Relu() { ef_spec_free(spec); }
+  Relu(const Relu&) = delete;
+  Relu& operator=(const Relu&) = delete;
+};
+
+std::string to_json(const ef_spec* spec) {
+  char* text = nullptr;
+  REQUIRE(ef_spec_to_json(spec, &text) == EF_OK);
+  std::string s = text;
+  ef_string_free(text);
+  return s;
+}
+
+constexpr const char* k_chain = R"({"epifuse": 1, "inputs": {"x": {"dtype": "f32"}},
+  "ops": [{"name": "y", "op": "relu", "args": ["x"]}], "outputs": {"y": {"dtype": "f32"}}})";
+
+}  // namespace
+
+TEST_CASE("C ABI: a NULL array with a non-zero count is a user error naming it") {
+  Relu r;
+  std::uint32_t v = 0;
+  CHECK(ef_spec_op(r.spec, "add", nullptr, 2, nullptr, &v) == EF_USER_ERROR);
+  CHECK(last_error().find("args is NULL") != std::string::npos);
+
+  std::vector<float> x(4 * 8, 1.0f), y(4 * 8);
+  const char* in_names[] = {"x"};
+  const void* ins[] = {x.data()};
+  const char* out_names[] = {"y"};
+  void* outs[] = {y.data()};
+  CHECK(ef_evaluate(r.spec, 4, 8, 0, nullptr, ins, 1, out_names, outs, 1, 0, 0) == EF_USER_ERROR);
+  CHECK(last_error().find("input_names is NULL") != std::string::npos);
+  CHECK(ef_evaluate(r.spec, 4, 8, 0, in_names, nullptr, 1, out_names, outs, 1, 0, 0) == EF_USER_ERROR);
+  CHECK(last_error().find("inputs is NULL") != std::string::npos);
+  CHECK(ef_evaluate(r.spec, 4, 8, 0, in_names, ins, 1, nullptr, outs, 1, 0, 0) == EF_USER_ERROR);
+  CHECK(last_error().find("output_names is NULL") != std::string::npos);
+  CHECK(ef_evaluate(r.spec, 4, 8, 0, in_names, ins, 1, out_names, nullptr, 1, 0, 0) == EF_USER_ERROR);
+  CHECK(last_error().find("outputs is NULL") != std::string::npos);
+  CHECK(ef_evaluate(r.spec, 4, 8, 0, in_names, ins, 1, out_names, outs, 1, 0, 0) == EF_OK);
+  CHECK(y[0] == 1.0f);
+
+  // The arrays are checked before anything else, so this holds without a GPU.
+  const std::uint64_t ptrs[] = {0};
+  CHECK(ef_jit_launch(nullptr, nullptr, nullptr, 2, ptrs, 1, 4, 8, 0, 0, 0, nullptr) == EF_USER_ERROR);
+  CHECK(last_error().find("inputs is NULL") != std::string::npos);
+  CHECK(ef_jit_launch(nullptr, nullptr, ptrs, 1, nullptr, 3, 4, 8, 0, 0, 0, nullptr) == EF_USER_ERROR);
+  CHECK(last_error().find("outputs is NULL") != std::string::npos);
+  ef_launch record{};
+  record.ninputs = 1;
+  CHECK(ef_launch_record(&record) == EF_USER_ERROR);
+  CHECK(last_error().find("inputs is NULL") != std::string::npos);
+}
+
+TEST_CASE("C ABI: a number beyond a double in a JSON fragment is a user error") {
+  Relu r;
+  std::uint32_t v = 0;
+  for (const char* attributes : {R"({"p": 1e999})", R"({"p": -1e400})", R"({"p": 1)" "0000000000000000000000000000000000"
+                                 "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+                                 "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+                                 "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+                                 "000000000000000000000000000000000000000000000000000000000000000000000000}"}) {
+    CAPTURE(attributes);
+    CHECK(ef_spec_op(r.spec, "dropout", &r.x, 1, attributes, &v) == EF_USER_ERROR);
+    CHECK(last_error().find("dropout") != std::string::npos);
+    CHECK(last_error().find("bug") == std::string::npos);
+  }
+  ef_spec* s = nullptr;
+  CHECK(ef_spec_new("g", R"({"kind": "gemm", "a": 1e999})", &s) == EF_USER_ERROR);
+  CHECK(last_error().find("mainloop") != std::string::npos);
+  CHECK(last_error().find("bug") == std::string::npos);
+}
+
+TEST_CASE("C ABI: a repeated key or name is refused as the CLI refuses it") {
+  Relu r;
+  std::uint32_t v = 0;
+  CHECK(ef_spec_op(r.spec, "dropout", &r.x, 1, R"({"p": 0.1, "p": 0.9})", &v) == EF_USER_ERROR);
+  CHECK(last_error().find("duplicate key 'p'") != std::string::npos);
+  CHECK(ef_spec_op(r.spec, "dropout", &r.x, 1, R"({"p": 0.1})", &v) == EF_OK);
+
+  ef_spec* s = nullptr;
+  CHECK(ef_spec_new("g", R"({"kind": "gemm", "a": "f16", "a": "f32"})", &s) == EF_USER_ERROR);
+  CHECK(last_error().find("duplicate key 'a'") != std::string::npos);
+
+  CHECK(ef_spec_input(r.spec, "x", "f16", nullptr, &v) == EF_USER_ERROR);
+  CHECK(last_error().find("duplicate value name 'x'") != std::string::npos);
+
+  std::vector<float> x(2 * 8, 1.0f), x2(2 * 8, -1.0f), y(2 * 8);
+  const char* in_names[] = {"x", "x"};
+  const void* ins[] = {x.data(), x2.data()};
+  const char* out_names[] = {"y"};
+  void* outs[] = {y.data()};
+  CHECK(ef_evaluate(r.spec, 2, 8, 0, in_names, ins, 2, out_names, outs, 1, 0, 0) == EF_USER_ERROR);
+  CHECK(last_error().find("input 'x' is given twice") != std::string::npos);
+}
+
+TEST_CASE("C ABI: a chain from bytes is read by the CLI's rules, its length and not a NUL ending it") {
+  ef_spec* s = nullptr;
+  const std::string chain = k_chain;
+  // Not NUL-terminated: the bytes of the chain inside a longer buffer.
+  const std::string buffer = chain + "trailing text the size leaves out";
+  REQUIRE(ef_spec_from_json_bytes(buffer.data(), chain.size(), "buffer.json", &s) == EF_OK);
+  ef_spec* t = nullptr;
+  REQUIRE(ef_spec_from_json(k_chain, nullptr, &t) == EF_OK);
+  CHECK(to_json(s) == to_json(t));
+  ef_spec_free(s);
+  ef_spec_free(t);
+
+  const std::string with_nul = chain + std::string(1, '\0') + "garbage";
+  CHECK(ef_spec_from_json_bytes(with_nul.data(), with_nul.size(), "nul.json", &s) == EF_USER_ERROR);
+  CHECK(last_error().find("nul.json") != std::string::npos);
+  CHECK(last_error().find("NUL byte") != std::string::npos);
+
+  std::string big = chain;
+  big.insert(big.size() - 1, ", \"name\": \"" + std::string(ef_spec_json_limit(), 'n') + "\"");
+  CHECK(ef_spec_from_json_bytes(big.data(), big.size(), "big.json", &s) == EF_USER_ERROR);
+  CHECK(last_error().find("more than the limit of 1048576 bytes") != std::string::npos);
+
+  const char* k_twice = R"({"epifuse": 1, "epifuse": 1})";
+  CHECK(ef_spec_from_json_bytes(k_twice, std::strlen(k_twice), nullptr, &s) == EF_USER_ERROR);
+  CHECK(last_error().find("duplicate key 'epifuse'") != std::string::npos);
+
+  CHECK(ef_spec_from_json_bytes(nullptr, 5, nullptr, &s) == EF_USER_ERROR);
+  CHECK(last_error().find("data is NULL") != std::string::npos);
+  CHECK(ef_spec_from_json_bytes(nullptr, 0, nullptr, &s) == EF_USER_ERROR);  // no text is no JSON
+  CHECK(ef_spec_json_limit() == std::size_t{1} << 20);
+}
+
+TEST_CASE("C ABI: a clone is independent of its original") {
+  ef_spec* clone = nullptr;
+  std::string before;
+  {
+    Relu r;
+    before = to_json(r.spec);
+    REQUIRE(ef_spec_clone(r.spec, &clone) == EF_OK);
+    std::uint32_t v = 0;
+    REQUIRE(ef_spec_op(r.spec, "exp", &r.x, 1, nullptr, &v) == EF_OK);
+    REQUIRE(ef_spec_output(r.spec, "z", v, "f32") == EF_OK);
+    CHECK(to_json(r.spec) != before);
+  }  // the original is freed
+  CHECK(to_json(clone) == before);
+  std::uint32_t v = 0;
+  CHECK(ef_spec_op(clone, "relu", nullptr, 1, nullptr, &v) == EF_USER_ERROR);  // args NULL
+  ef_spec_free(clone);
+  CHECK(ef_spec_clone(nullptr, &clone) == EF_USER_ERROR);
+}
