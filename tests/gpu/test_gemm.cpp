@@ -171,7 +171,8 @@ TEST_SUITE("gpu") {
     for (DType dt : {DType::f16, DType::f32})
       for (RngMode rng : {RngMode::philox4, RngMode::triton}) {
         testing::check_dropout_specials(*jit, dt, {65, 130, 33}, std::nullopt, rng);
-        testing::check_dropout_specials(*jit, dt, {128, 256, 64}, GemmTile{64, 64, 32, 2, 4, 4, 8}, rng);
+        if (dt != DType::f32)  // f32 exact runs the SIMT tile; this one is mma.sync's
+          testing::check_dropout_specials(*jit, dt, {128, 256, 64}, GemmTile{64, 64, 32, 2, 4, 4, 8}, rng);
       }
   }
 
