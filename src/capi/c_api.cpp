@@ -25,6 +25,7 @@
 #include "epifuse/reference.hpp"
 #include "epifuse/tile.hpp"
 #include "ir/limits.hpp"
+#include "ir/names.hpp"
 #include "json/op_attributes.hpp"
 #include "json/read.hpp"
 #include "json/structure_check.hpp"
@@ -195,7 +196,12 @@ int ef_spec_new(const char* name, const char* mainloop_json, ef_spec** out) {
   return guarded([&] {
     require(out, "out");
     auto s = std::make_unique<ef_spec>();
-    if (name) s->spec.name = name;
+    if (name) {
+      // The JSON reader's rule: a name is printed, logged and passed on as a C string.
+      EPIFUSE_CHECK(!names::has_control(name), "the chain name must not contain control characters, got \"{}\"",
+                    names::excerpt(name));
+      s->spec.name = name;
+    }
     if (mainloop_json && *mainloop_json) {
       const Json v = parse_fragment(mainloop_json, "mainloop");
       s->spec.mainloop = schema::read_mainloop(v, schema::JsonPath().key("mainloop"));

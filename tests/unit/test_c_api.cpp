@@ -169,3 +169,13 @@ TEST_CASE("C ABI: a clone is independent of its original") {
   ef_spec_free(clone);
   CHECK(ef_spec_clone(nullptr, &clone) == EF_USER_ERROR);
 }
+
+TEST_CASE("C ABI: a chain name with a control character is refused, as the JSON reader refuses it") {
+  ef_spec* s = nullptr;
+  CHECK(ef_spec_new("bad\x1b[31mname", nullptr, &s) == EF_USER_ERROR);
+  CHECK(s == nullptr);
+  CHECK(std::string(ef_last_error()).find("control characters") != std::string::npos);
+  CHECK(std::string(ef_last_error()).find("\\x1b") != std::string::npos);  // shown escaped, never raw
+  REQUIRE(ef_spec_new("plain name", nullptr, &s) == EF_OK);
+  ef_spec_free(s);
+}
