@@ -70,9 +70,15 @@ int main(int argc, char** argv) {
     return epifuse::test::cache_race_worker(argc - 2, argv + 2);
   ::setenv("EPIFUSE_CACHE", "0", 1);
   doctest::Context context(argc, argv);
-  for (const auto& skip : epifuse::test::unavailable_suites()) {
-    context.addFilter("test-suite-exclude", skip.suite);
-    std::cout << "epifuse_tests: skipping test suite \"" << skip.suite << "\": " << skip.why << "\n";
+  // One line per reason: "no GPU" covers three suites.
+  const auto skips = epifuse::test::unavailable_suites();
+  for (std::size_t i = 0; i < skips.size(); ++i) {
+    context.addFilter("test-suite-exclude", skips[i].suite);
+    if (i > 0 && skips[i].why == skips[i - 1].why) continue;
+    std::string suites = skips[i].suite;
+    for (std::size_t j = i + 1; j < skips.size() && skips[j].why == skips[i].why; ++j)
+      suites += std::string(", ") + skips[j].suite;
+    std::cout << "epifuse_tests: skipped, test suites " << suites << ": " << skips[i].why << "\n";
   }
   return context.run();
 }
