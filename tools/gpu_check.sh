@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 
 if [[ $what == tests || $what == all ]]; then
   echo "== GPU and compile test tiers"
-  build/epifuse_tests -ts=gpu,compile 2>&1 | tee "$out/tests.txt" | tail -25 || status=1
+  build/epifuse_tests -ts="gpu*,compile,nvrtc,hiprtc" 2>&1 | tee "$out/tests.txt" | tail -25 || status=1
 fi
 if [[ $what == bench || $what == all ]]; then
   echo "== bias_gelu_dropout_add, p = 0.1, f32 and bf16 at [8*2048, 4096] and [16*2048, 8192]"

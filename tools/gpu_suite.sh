@@ -12,7 +12,7 @@ source tools/gpu_groups.sh
 groups=("${gpu_groups[@]}")
 pids=()
 for i in "${!groups[@]}"; do
-  "$bin" -ts=gpu -sf="${groups[$i]}" > "$out/group$i.txt" 2>&1 &
+  "$bin" -ts="gpu*" -sf="${groups[$i]}" > "$out/group$i.txt" 2>&1 &
   pids+=($!)
 done
 status=0

@@ -36,7 +36,7 @@ run_one() {  # TOOL FILTER-ARGS... > log: the sanitizer's exit status, 124 on a 
   # purpose (a 2^60-byte allocation, a junk module, a missing symbol); device-side
   # errors and hazards are what is checked.
   timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 --report-api-errors no \
-    "$bin" -ts=gpu -tce="$exclude" "$@"
+    "$bin" -ts="gpu*" -tce="$exclude" "$@"
 }
 jobs_=() pids=()  # "tool|label|log" and the process id of each process, in order
 for tool in $tools; do
@@ -49,7 +49,7 @@ for tool in $tools; do
         run_one "$tool" -sf="${groups[$i]}" -tc="${name//,/?}" > "$out/$tool.case$n.txt" 2>&1 &
         pids[$n]=$!
         jobs_+=("$tool|$name|$out/$tool.case$n.txt")
-      done < <("$bin" -ts=gpu -sf="${groups[$i]}" -tce="$exclude" -ltc | sed -n '/^=====/,/^=====/p' | grep -v '^=====')
+      done < <("$bin" -ts="gpu*" -sf="${groups[$i]}" -tce="$exclude" -ltc | sed -n '/^=====/,/^=====/p' | grep -v '^=====')
     else
       n=${#jobs_[@]}
       run_one "$tool" -sf="${groups[$i]}" > "$out/$tool.group$i.txt" 2>&1 &

@@ -3,8 +3,9 @@
 # the installed package's checks (tools/test_install.sh: install to a temporary
 # prefix, build and run tests/consumer against it) and the fuzzer (tools/fuzz.sh:
 # its own clang build in build-fuzz/, then FUZZ_SECONDS of fuzzing, default 60).
-# Exits non-zero when anything failed. GPU tests skip with a visible line when no
-# GPU is present.
+# Exits non-zero when anything failed. Without a GPU (or NVRTC, or hipRTC) the
+# doctest suite says in one line which test suites it skips, and counts their
+# cases as skipped.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -4,7 +4,9 @@
 #   1. `cmake --install BUILD_DIR --prefix TMP` lays out lib/, include/, bin/ and
 #      lib/cmake/epifuse/;
 #   2. neither the installed library nor the CLI holds a path of the source or
-#      build tree (templates are embedded; nothing there is read at run time);
+#      build tree (templates are embedded; nothing there is read at run time),
+#      and the library defines no benchmark symbol (they are epifuse_bench's,
+#      linked into the CLI only);
 #   3. tests/consumer configures with find_package(epifuse 0.1 CONFIG) against
 #      TMP alone, builds and runs (its checks: tests/consumer/main.cpp), and a
 #      request for 0.2 is refused (the version file: SameMinorVersion);
@@ -54,7 +56,7 @@ lib=${lib#./}
 [[ -n $lib ]] || fail "no libepifuse.a under the prefix"
 for f in "$lib/libepifuse.a" include/epifuse/epifuse.hpp include/epifuse/jit.hpp bin/epifuse \
          "$lib/cmake/epifuse/epifuseConfig.cmake" "$lib/cmake/epifuse/epifuseConfigVersion.cmake" \
-         "$lib/cmake/epifuse/epifuseTargets.cmake"; do
+         "$lib/cmake/epifuse/epifuseTargets.cmake" share/doc/epifuse/LICENSE; do
   [[ -f $PREFIX/$f ]] || fail "the install has no $f"
 done
 echo "test_install: ok   layout: $lib/libepifuse.a, include/epifuse/ ($(ls "$PREFIX/include/epifuse" | wc -l) headers), bin/epifuse, $lib/cmake/epifuse/"
@@ -70,6 +72,16 @@ for f in "$lib/libepifuse.a" bin/epifuse; do
   done
 done
 echo "test_install: ok   no source or build path in $lib/libepifuse.a or bin/epifuse"
+
+# The benchmarks live in epifuse_bench (src/bench), outside the library: no
+# defined symbol of bench(), tune_on_random_data() or the cuBLASLt baseline.
+bench_symbols='epifuse::(bench\(|tune_on_random_data|baseline::|bench_detail::)'
+if hits=$(nm -C --defined-only "$PREFIX/$lib/libepifuse.a" 2>/dev/null | grep -E "$bench_symbols"); then
+  echo "$hits" | head -n 5 | sed 's/^/    /'
+  fail "$lib/libepifuse.a defines benchmark symbols"
+fi
+nm -C --defined-only "$PREFIX/bin/epifuse" | grep -E "$bench_symbols" > /dev/null || fail "bin/epifuse has no benchmark symbols (nm)"
+echo "test_install: ok   no benchmark symbol in $lib/libepifuse.a (nm); bin/epifuse has them"
 
 # The consumer, against the prefix alone (no package registry, no build tree).
 consumer_cmake=(cmake -S "$ROOT/tests/consumer" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX"

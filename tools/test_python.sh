@@ -2,7 +2,9 @@
 # The Python module's tests (docs/python.md), twice: from the checkout against
 # build/libepifuse_c.so, then from `pip install .` into a fresh virtual
 # environment (Debian's python3 with its numpy and pytest; the in-tree build
-# backend needs no registry). GPU tests skip without torch and a GPU.
+# backend needs no registry). Then `pip install -e .` into another fresh one,
+# and `import epifuse` from outside the tree must give the project's version.
+# GPU tests skip without torch and a GPU.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
@@ -21,5 +23,28 @@ if "$PY" -m venv --system-site-packages "$venv" &&
 else
   echo "test_python: FAILED: pip install ." >&2
   status=1
+fi
+# An editable install loads the library from the checkout's build/ (the build
+# backend refuses another build folder), so it is checked only against that one.
+if [[ $(cd "$BUILD_DIR" 2>/dev/null && pwd) != "$ROOT/build" ]]; then
+  echo "test_python: pip install -e . skipped: BUILD_DIR is not $ROOT/build"
+else
+  venv_e=$(mktemp -d /tmp/epifuse-venv-e.XXXXXX)
+  trap 'rm -rf "$venv" "$venv_e"' EXIT
+  echo "test_python: pip install -e . into a fresh virtual environment"
+  want=$(sed -n 's/^project(epifuse VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+  if "$PY" -m venv --system-site-packages "$venv_e" &&
+     (unset EPIFUSE_LIBRARY EPIFUSE_BUILD_DIR; "$venv_e/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT"); then
+    got=$(cd /tmp && env -u EPIFUSE_LIBRARY "$venv_e/bin/python" -c 'import epifuse; print(epifuse.__version__, epifuse.__file__)')
+    echo "  editable: $got"
+    pip_version=$("$venv_e/bin/python" -m pip show epifuse 2>/dev/null | sed -n 's/^Version: //p')
+    if [[ $got != "$want $ROOT/python/epifuse/__init__.py" || $pip_version != "$want" ]]; then
+      echo "test_python: FAILED: pip install -e .: want epifuse $want from $ROOT/python (pip says ${pip_version:-nothing})" >&2
+      status=1
+    fi
+  else
+    echo "test_python: FAILED: pip install -e ." >&2
+    status=1
+  fi
 fi
 exit $status

@@ -26,7 +26,7 @@ bool have_nvrtc() {
 }  // namespace
 
 TEST_SUITE("compile") {
-  TEST_CASE("every example chain compiles for every target epifuse accepts") {
+  TEST_CASE("every example chain compiles for every target epifuse accepts" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     // Accepted: every real architecture from sm_80 on that this NVRTC lists,
     // and the architecture-specific 'a' form of each from sm_90 on.
@@ -57,7 +57,7 @@ TEST_SUITE("compile") {
     CHECK(compiled >= 6 * static_cast<int>(targets.size()));
   }
 
-  TEST_CASE("wgmma kernels compile for sm_90a with every layout, dtype and tile candidate") {
+  TEST_CASE("wgmma kernels compile for sm_90a with every layout, dtype and tile candidate" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     Jit jit("sm_90a");
     const Shape shape{2048, 2048, 1024};
@@ -92,7 +92,7 @@ TEST_SUITE("compile") {
     CHECK(backend::parse_target("sm_120a").arch_specific);
   }
 
-  TEST_CASE("op, dtype and broadcast coverage specs compile for sm_90a") {
+  TEST_CASE("op, dtype and broadcast coverage specs compile for sm_90a" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     Jit jit("sm_90a");
     for (const auto& [name, spec] : test_specs::coverage()) {
@@ -101,7 +101,7 @@ TEST_SUITE("compile") {
     }
   }
 
-  TEST_CASE("the cache compiles a key once and counts hits") {
+  TEST_CASE("the cache compiles a key once and counts hits" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     Jit jit("sm_90a");
     const KernelSpec spec = test_specs::bias_gelu_dropout_add(DType::f32);
@@ -119,7 +119,7 @@ TEST_SUITE("compile") {
 }
 
 TEST_SUITE("compile") {
-  TEST_CASE("the cache hit path (key from the spec + lookup) takes microseconds") {
+  TEST_CASE("the cache hit path (key from the spec + lookup) takes microseconds" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     Jit jit("sm_90a");
     const KernelSpec spec = test_specs::bias_gelu_dropout_add(DType::bf16);
@@ -138,7 +138,7 @@ TEST_SUITE("compile") {
 }
 
 TEST_SUITE("compile") {
-  TEST_CASE("a key is compiled once when many threads ask at the same moment") {
+  TEST_CASE("a key is compiled once when many threads ask at the same moment" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     Jit jit("sm_90a");
     const KernelSpec spec = test_specs::add_mul(DType::bf16, 0.75);
@@ -160,7 +160,7 @@ TEST_SUITE("compile") {
     CHECK(s.hits == k_threads - 1);
   }
 
-  TEST_CASE("a variant source of a kernel compiles when it keeps the kernel and its parameters") {
+  TEST_CASE("a variant source of a kernel compiles when it keeps the kernel and its parameters" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     Jit jit("sm_90a");
     const KernelSpec spec = load_spec(std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains/gemm_bias_relu.json");

@@ -113,7 +113,7 @@ int cache_race_worker(int argc, char** argv) {
 using namespace epifuse::test;
 
 TEST_SUITE("compile") {
-  TEST_CASE("disk cache: a second Jit reads what the first compiled, byte for byte") {
+  TEST_CASE("disk cache: a second Jit reads what the first compiled, byte for byte" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     TempDir dir("epifuse-jit-disk");
     DiskCacheOn on(dir.path);
@@ -141,7 +141,7 @@ TEST_SUITE("compile") {
     CHECK(other.disk_entries().size() == 2);
   }
 
-  TEST_CASE("disk cache: a damaged record is compiled again and replaced") {
+  TEST_CASE("disk cache: a damaged record is compiled again and replaced" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     TempDir dir("epifuse-jit-disk");
     DiskCacheOn on(dir.path);
@@ -169,7 +169,7 @@ TEST_SUITE("compile") {
     }
   }
 
-  TEST_CASE("disk cache: a whole record whose binary is not a code object for the target is compiled again") {
+  TEST_CASE("disk cache: a whole record whose binary is not a code object for the target is compiled again" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     TempDir dir("epifuse-jit-disk");
     DiskCacheOn on(dir.path);
@@ -203,7 +203,7 @@ TEST_SUITE("compile") {
     }
   }
 
-  TEST_CASE("disk cache: 8 processes x 4 threads x 50 keys in one folder all get correct kernels") {
+  TEST_CASE("disk cache: 8 processes x 4 threads x 50 keys in one folder all get correct kernels" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     const std::vector<TileConfig> tiles = race_tiles();
     const KernelSpec spec = add_mul();

@@ -82,7 +82,7 @@ TEST_SUITE("compile") {
     CHECK_FALSE(runs_on(parse_amd_target("gfx942"), device));
   }
 
-  TEST_CASE("Jit(gfx90a): compiled by hipRTC, keyed like NVIDIA kernels, a memory hit, then a disk hit in a new Jit") {
+  TEST_CASE("Jit(gfx90a): compiled by hipRTC, keyed like NVIDIA kernels, a memory hit, then a disk hit in a new Jit" * doctest::test_suite("hiprtc")) {
     if (!have_hiprtc()) return;
     const KernelSpec spec = add_mul();
     test::TempDir dir("epifuse-amd-jit");
@@ -128,7 +128,7 @@ TEST_SUITE("compile") {
       CHECK_THROWS_WITH_AS(first.launch(*kernel, {}, k_shape, {}), doctest::Contains("cannot run here"), UserError);
   }
 
-  TEST_CASE("Jit on AMD targets ROCm 5's hipRTC aborts on: the documented UserError, never a crash") {
+  TEST_CASE("Jit on AMD targets ROCm 5's hipRTC aborts on: the documented UserError, never a crash" * doctest::test_suite("hiprtc")) {
     if (!have_hiprtc()) return;
     if (hiprtc().rocm_major() != 5) {
       MESSAGE("hipRTC from ROCm " << hiprtc().rocm_major() << ": no known-bad targets");

@@ -128,7 +128,7 @@ TEST_SUITE("compile") {
                          UserError);
   }
 
-  TEST_CASE("hipRTC in a child process: gfx90a and gfx1030 code objects, compile errors with the log") {
+  TEST_CASE("hipRTC in a child process: gfx90a and gfx1030 code objects, compile errors with the log" * doctest::test_suite("hiprtc")) {
     if (!have_hiprtc()) return;
     MESSAGE(hiprtc().version_string() << " from " << hiprtc().layout());
     for (const char* target : {"gfx90a", "gfx1030", "gfx90a:xnack-"}) {
@@ -148,7 +148,7 @@ TEST_SUITE("compile") {
     }
   }
 
-  TEST_CASE("hipRTC process safety: ROCm 5 aborts for gfx1100, so it is refused; a dying child is a CompileError") {
+  TEST_CASE("hipRTC process safety: ROCm 5 aborts for gfx1100, so it is refused; a dying child is a CompileError" * doctest::test_suite("hiprtc")) {
     if (!have_hiprtc()) return;
     const Hiprtc& rtc = hiprtc();
     if (rtc.rocm_major() == 5) {
@@ -185,7 +185,7 @@ TEST_SUITE("compile") {
     std::filesystem::remove(script);
   }
 
-  TEST_CASE("hipRTC child that never finishes: killed after EPIFUSE_HIPRTC_TIMEOUT_S, reaped, a CompileError") {
+  TEST_CASE("hipRTC child that never finishes: killed after EPIFUSE_HIPRTC_TIMEOUT_S, reaped, a CompileError" * doctest::test_suite("hiprtc")) {
     if (!have_hiprtc()) return;
     const std::filesystem::path pid_file = scratch_dir("hiprtc_timeout") / "pid";
     // It reads nothing, so the request sits in the pipe: neither the write nor the read may block us.
@@ -211,7 +211,7 @@ TEST_SUITE("compile") {
     std::filesystem::remove_all(pid_file.parent_path());
   }
 
-  TEST_CASE("EPIFUSE_HIPRTC_TIMEOUT_S that is not a positive number is a user error naming it") {
+  TEST_CASE("EPIFUSE_HIPRTC_TIMEOUT_S that is not a positive number is a user error naming it" * doctest::test_suite("hiprtc")) {
     if (!have_hiprtc()) return;
     CHECK(hiprtc_timeout_s() == k_hiprtc_timeout_s);
     for (const char* bad : {"", "abc", "0", "-3", "5s", "inf", "nan"}) {
@@ -222,7 +222,7 @@ TEST_SUITE("compile") {
     }
   }
 
-  TEST_CASE("hipRTC child whose output is not a code object for the target: a CompileError, never stored") {
+  TEST_CASE("hipRTC child whose output is not a code object for the target: a CompileError, never stored" * doctest::test_suite("hiprtc")) {
     if (!have_hiprtc()) return;
     struct Case {
       const char* name;
@@ -253,7 +253,7 @@ TEST_SUITE("compile") {
     }
   }
 
-  TEST_CASE("AMD compile tier: every example chain compiles for gfx90a and gfx1030 through hipRTC; MFMA in the GEMMs") {
+  TEST_CASE("AMD compile tier: every example chain compiles for gfx90a and gfx1030 through hipRTC; MFMA in the GEMMs" * doctest::test_suite("hiprtc")) {
     if (!have_hiprtc()) return;
     const std::vector<Header> headers = template_headers();
     const std::filesystem::path dir = scratch_dir("hiprtc_tier");
@@ -288,7 +288,7 @@ TEST_SUITE("compile") {
     if (objdump) CHECK(mfma >= 6);  // the f16/bf16 GEMM and dual GEMM examples
   }
 
-  TEST_CASE("epifuse compile --target gfx...: exit 0 with a code object, 2 for a refused target") {
+  TEST_CASE("epifuse compile --target gfx...: exit 0 with a code object, 2 for a refused target" * doctest::test_suite("hiprtc")) {
     if (!have_hiprtc()) return;
     const std::string cli = (std::filesystem::path(EPIFUSE_BINARY_DIR) / "epifuse").string();
     const std::string chains = (std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples/chains/").string();

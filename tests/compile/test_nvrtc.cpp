@@ -92,7 +92,7 @@ TEST_CASE("parse_target rejects junk with a helpful message") {
   CHECK_THROWS_WITH(parse_target("sm_80a"), doctest::Contains("sm_90a on"));
 }
 
-TEST_CASE("NVRTC compiles a kernel using cuda_fp16.h and cuda_bf16.h to a cubin") {
+TEST_CASE("NVRTC compiles a kernel using cuda_fp16.h and cuda_bf16.h to a cubin" * doctest::test_suite("nvrtc")) {
   Nvrtc* n = nvrtc_or_skip();
   if (!n) return;
   MESSAGE(n->version_string() << " from " << n->library_path() << ", CUDA include dir "
@@ -118,7 +118,7 @@ TEST_CASE("NVRTC compiles a kernel using cuda_fp16.h and cuda_bf16.h to a cubin"
     CHECK(o.find("fast_math") == std::string::npos);
 }
 
-TEST_CASE("NVRTC serves #include \"common/...\" from in-memory headers") {
+TEST_CASE("NVRTC serves #include \"common/...\" from in-memory headers" * doctest::test_suite("nvrtc")) {
   Nvrtc* n = nvrtc_or_skip();
   if (!n) return;
   const std::string src = R"(#include "common/test_twice.cuh"
@@ -136,7 +136,7 @@ extern "C" __global__ void twice_all(float* x) { x[threadIdx.x] = twice(x[thread
   CHECK(is_elf(n->compile(src, "twice.cu", parse_target("sm_80")).cubin));
 }
 
-TEST_CASE("a syntax error throws CompileError with numbered source, log and options") {
+TEST_CASE("a syntax error throws CompileError with numbered source, log and options" * doctest::test_suite("nvrtc")) {
   Nvrtc* n = nvrtc_or_skip();
   if (!n) return;
   const std::string src =
@@ -161,7 +161,7 @@ TEST_CASE("a syntax error throws CompileError with numbered source, log and opti
   }
 }
 
-TEST_CASE("a target this NVRTC cannot compile for is a UserError") {
+TEST_CASE("a target this NVRTC cannot compile for is a UserError" * doctest::test_suite("nvrtc")) {
   Nvrtc* n = nvrtc_or_skip();
   if (!n) return;
   for (int sm : {35, 50, 70}) {
@@ -172,7 +172,7 @@ TEST_CASE("a target this NVRTC cannot compile for is a UserError") {
   }
 }
 
-TEST_CASE("NVRTC compiles from several threads at once") {
+TEST_CASE("NVRTC compiles from several threads at once" * doctest::test_suite("nvrtc")) {
   Nvrtc* n = nvrtc_or_skip();
   if (!n) return;
   std::vector<std::thread> threads;

@@ -11,7 +11,7 @@
 using namespace epifuse;
 
 TEST_SUITE("compile") {
-  TEST_CASE("row kernels compile for sm_90a at every tile candidate") {
+  TEST_CASE("row kernels compile for sm_90a at every tile candidate" * doctest::test_suite("nvrtc")) {
     if (!backend::nvrtc_or_null()) {
       MESSAGE("compile tier skipped: " << backend::nvrtc_unavailable_reason());
       return;

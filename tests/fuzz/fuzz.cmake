@@ -35,7 +35,7 @@ target_link_libraries(epifuse_fuzz_chain PRIVATE epifuse_fuzz_lib)
 # of the library too (reference evaluator, runtime and backend for the link;
 # it never opens a GPU toolkit). Instrumented the same way.
 file(GLOB_RECURSE EPIFUSE_FUZZ_REST_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*.cpp)
-list(FILTER EPIFUSE_FUZZ_REST_SOURCES EXCLUDE REGEX "/src/(capi|json|ir|codegen)/|/src/io/text_file.cpp$")
+list(FILTER EPIFUSE_FUZZ_REST_SOURCES EXCLUDE REGEX "/src/(capi|bench|json|ir|codegen)/|/src/io/text_file.cpp$")
 add_library(epifuse_fuzz_rest_lib STATIC ${EPIFUSE_FUZZ_REST_SOURCES})
 target_include_directories(epifuse_fuzz_rest_lib
   PUBLIC ${PROJECT_SOURCE_DIR}/include

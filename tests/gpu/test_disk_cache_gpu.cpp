@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "epifuse/bench.hpp"
+#include "bench/bench.hpp"
 #include "epifuse/compare.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/json.hpp"

@@ -39,7 +39,7 @@ extern "C" __global__ void twice_plus_index(float* out, const float* a, long lon
 
 }  // namespace
 
-TEST_SUITE("gpu") {
+TEST_SUITE("gpu_nvidia") {
 
 TEST_CASE("driver: compile, launch over 1,000,003 elements, check every value") {
   CudaDriver* cu = cuda_or_skip();
@@ -128,4 +128,4 @@ TEST_CASE("driver: time a 1 GiB device-to-device copy with events") {
   for (unsigned char c : probe) CHECK(c == 0x5a);
 }
 
-}  // TEST_SUITE("gpu")
+}  // TEST_SUITE("gpu_nvidia")

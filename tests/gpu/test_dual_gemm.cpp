@@ -94,7 +94,7 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE("dual gemm sm90: every dual wgmma tile, f16 and bf16, all four layouts, ragged edges") {
+  TEST_CASE("dual gemm sm90: every dual wgmma tile, f16 and bf16, all four layouts, ragged edges" * doctest::test_suite("gpu_sm90")) {
     Jit* jit = gpu_jit();
     if (!jit || jit->target() != "sm_90a") {
       MESSAGE("dual wgmma tests skipped: no sm_90a GPU");

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <memory>
 
-#include "epifuse/bench.hpp"
+#include "bench/bench.hpp"
 #include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"

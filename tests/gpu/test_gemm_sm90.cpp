@@ -47,7 +47,7 @@ using testing::gemm_tolerance;
 
 }  // namespace
 
-TEST_SUITE("gpu") {
+TEST_SUITE("gpu_sm90") {
   TEST_CASE("gemm sm90: every wgmma tile, f16 and bf16, all four layouts, ragged edges") {
     Jit* jit = hopper_jit();
     if (!jit) return;

@@ -95,7 +95,7 @@ TEST_SUITE("gpu") {
         }
   }
 
-  TEST_CASE("wave gemm: native instructions and bad tiles are user errors on NVIDIA") {
+  TEST_CASE("wave gemm: native instructions and bad tiles are user errors on NVIDIA" * doctest::test_suite("gpu_nvidia")) {
     Jit* jit = gpu_jit();
     if (!jit) return;
     const KernelSpec spec = gemm_spec(DType::f16, Layout::row, Layout::row);

@@ -172,7 +172,7 @@ TEST_SUITE("gpu") {
       }
   }
 
-  TEST_CASE("row family: dropouts before and after the reduction on ring tiles, bits decided during the copy") {
+  TEST_CASE("row family: dropouts before and after the reduction on ring tiles, bits decided during the copy" * doctest::test_suite("gpu_sm90")) {
     // Note [Draws during the copy]: a ring tile decides philox4 keep bits before
     // it waits for the row; two streams, one in the first stage and one in the
     // last, and a triton-mode dropout (which draws in its stage) beside them.

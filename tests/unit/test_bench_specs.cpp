@@ -7,11 +7,11 @@
 
 #include <string>
 
+#include "bench/bench_specs.hpp"
+#include "bench/cublaslt_baseline.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/reference.hpp"
-#include "runtime/bench_specs.hpp"
-#include "runtime/cublaslt_baseline.hpp"
 
 using namespace epifuse;
 

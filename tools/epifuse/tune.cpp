@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "bench/bench.hpp"
 #include "commands.hpp"
 #include "common.hpp"
-#include "epifuse/bench.hpp"
 #include "epifuse/json.hpp"
 
 namespace epifuse::cli {

@@ -16,8 +16,8 @@
 
 #include "backend/cuda_driver.hpp"
 #include "backend/dynlib.hpp"
+#include "bench/bench_specs.hpp"
 #include "epifuse/spec.hpp"
-#include "runtime/bench_specs.hpp"
 
 namespace epifuse::baseline {
 

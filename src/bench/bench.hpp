@@ -3,6 +3,9 @@
 /// measured in the same run: the copy ceiling for exactly the bytes the fused
 /// kernel must move, and the same chain unfused; for GEMM chains, cuBLAS(Lt)
 /// alone and the baselines built around it (docs/bench.md).
+///
+/// The epifuse_bench target's, not the library's: `epifuse bench` and `tune`,
+/// and the tests of them, link it; it is not installed (docs/architecture.md).
 #include <optional>
 #include <string>
 #include <vector>

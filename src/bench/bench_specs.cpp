@@ -1,7 +1,7 @@
 // The specs bench derives from a chain (bench_specs.hpp): copies of the graph
 // with one thing changed, made through the builder so that every check of a
 // hand-written graph applies to them too.
-#include "runtime/bench_specs.hpp"
+#include "bench/bench_specs.hpp"
 
 #include <algorithm>
 #include <cstdint>

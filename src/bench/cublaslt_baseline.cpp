@@ -1,5 +1,5 @@
 // cuBLASLt through dlopen, for the bench's baselines (cublaslt_baseline.hpp).
-#include "runtime/cublaslt_baseline.hpp"
+#include "bench/cublaslt_baseline.hpp"
 
 #include <cstdlib>
 

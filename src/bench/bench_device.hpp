@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "backend/cuda_driver.hpp"
-#include "epifuse/bench.hpp"
+#include "bench/bench.hpp"
 #include "epifuse/jit.hpp"
 
 namespace epifuse::bench_detail {

@@ -1,5 +1,5 @@
 // Device tensors of a benchmark (bench_device.hpp).
-#include "runtime/bench_device.hpp"
+#include "bench/bench_device.hpp"
 
 #include "epifuse/errors.hpp"
 

@@ -1,16 +1,16 @@
 // epifuse bench: fused vs unfused vs the same-run copy ceiling (METHOD: count
 // the bytes, measure the ceiling in the same run, report ratios); GEMM chains
 // add cuBLAS(Lt) and the baselines around it (bench_gemm.cpp, docs/bench.md).
-#include "epifuse/bench.hpp"
+#include "bench/bench.hpp"
 
 #include <algorithm>
 #include <chrono>
 
 #include "backend/cuda_driver.hpp"
+#include "bench/bench_device.hpp"
+#include "bench/bench_specs.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/reference.hpp"
-#include "runtime/bench_device.hpp"
-#include "runtime/bench_specs.hpp"
 
 namespace epifuse {
 

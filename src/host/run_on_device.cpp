@@ -1,5 +1,8 @@
 // Host-tensor convenience over Jit: the path `epifuse run --device cuda|hip`,
-// the examples and the GPU tests take.
+// the examples and the GPU tests take. A layer above the runtime (src/runtime)
+// and the reference (src/reference): it checks inputs and lays out operands as
+// the reference does, so that both reject bad inputs alike, and the runtime
+// itself stays free of the reference evaluator (docs/architecture.md).
 #include "backend/device_runtime.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"

@@ -13,11 +13,11 @@
 
 #include <fmt/format.h>
 
+#include "bench/bench_device.hpp"
+#include "bench/bench_specs.hpp"
+#include "bench/cublaslt_baseline.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/reference.hpp"
-#include "runtime/bench_device.hpp"
-#include "runtime/bench_specs.hpp"
-#include "runtime/cublaslt_baseline.hpp"
 
 namespace epifuse::bench_detail {
 
