@@ -15,6 +15,7 @@
 
 #include "codegen/kernel_plan.hpp"
 #include "epifuse/codegen.hpp"
+#include "epifuse/device_info.hpp"
 
 namespace epifuse {
 
@@ -64,9 +65,16 @@ class KernelFamily {
   virtual MainloopKind kind() const = 0;
   /// The tile a key holds: `requested` with its defaults resolved, or the
   /// family's default; UserError for a tile of another family or out of range,
-  /// or one `target` cannot run ("sm_90a"; empty: no target known, emission only).
+  /// or one `target` cannot run ("sm_90a"; empty: no target known, emission only)
+  /// or `device` cannot hold (its shared memory).
   virtual TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape,
-                                  const std::optional<TileConfig>& requested, std::string_view target) const = 0;
+                                  const std::optional<TileConfig>& requested, std::string_view target,
+                                  const DeviceInfo& device) const = 0;
+  /// resolve_tile on the device assumed for `target` (no GPU known).
+  TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
+                          std::string_view target) const {
+    return resolve_tile(spec, shape, requested, target, assumed_device(target));
+  }
   /// What the code is specialised for besides spec, tile and path: part of the
   /// key, and a launch checks its shape has the kernel's class. A literal, so
   /// the cache's hit path formats nothing.
@@ -75,7 +83,7 @@ class KernelFamily {
   /// The path a key gets for `fastest`: `general` when the shape itself needs it.
   virtual KernelPath path_for(const KernelSpec& spec, const TileConfig& resolved, const Shape& shape) const = 0;
   virtual std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape,
-                                                  std::string_view target) const = 0;
+                                                  std::string_view target, const DeviceInfo& device) const = 0;
   /// The family's passes after the generic ones: fills plan.shape_class and
   /// plan.kernel_name, returns the rendered source.
   virtual KernelSource emit(KernelPlan& plan) const = 0;

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "codegen/kernel_plan.hpp"
+#include "epifuse/device_info.hpp"
 
 namespace epifuse {
 
@@ -77,13 +78,16 @@ std::uint32_t wave_shared_bytes(const WaveTile& tile, int operand_bytes, bool du
 bool amd_target(std::string_view target);
 /// Why a wave tile cannot run this spec on `target` (empty: it can; an empty
 /// target checks everything but the instruction's architecture).
-std::string wave_tile_problem(const WaveTile& tile, const KernelSpec& spec, std::string_view target);
+std::string wave_tile_problem(const WaveTile& tile, const KernelSpec& spec, std::string_view target,
+                              const DeviceInfo& device);
 /// UserError with wave_tile_problem's reason.
-void check_wave_tile(const WaveTile& tile, const KernelSpec& spec, std::string_view target);
+void check_wave_tile(const WaveTile& tile, const KernelSpec& spec, std::string_view target, const DeviceInfo& device);
 /// The untuned choice for an AMD target: its instruction (or the FMA form), big tiles where they fill the GPU.
-WaveTile wave_heuristic_tile(const KernelSpec& spec, const Shape& shape, std::string_view target);
+WaveTile wave_heuristic_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                             const DeviceInfo& device);
 /// The tuner's wave tiles for an AMD target, the untuned choice first.
-std::vector<TileConfig> wave_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target);
+std::vector<TileConfig> wave_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                        const DeviceInfo& device);
 
 GemmPlan plan_gemm(const KernelPlan& plan);
 KernelSource emit_gemm(const GemmPlan& plan);

@@ -9,19 +9,16 @@ namespace epifuse {
 
 namespace {
 
-// Shared memory one block may use on the targets epifuse builds for, with
-// opt-in (sm_90: 227 KB; the driver refuses more at launch on smaller parts).
-constexpr std::uint32_t k_max_shared = 227 * 1024;
-// Split-K candidates only where a tile grid fills less than half of a large
-// GPU's 132 SMs: at 1024^3 on an H100 (256 tiles of 64x64) every split tile
-// lost to the plain ones (docs/PERF.md v7), so they would only cost tuning time.
-constexpr std::int64_t k_split_max_tiles = 66;
+// Split-K candidates only where a tile grid fills less than half of the
+// GPU's SMs: at 1024^3 on an H100 (256 tiles of 64x64) every split tile
+// lost to the plain ones (docs/PERF.md), so they would only cost tuning time.
+std::int64_t split_max_tiles(const DeviceInfo& device) { return device.multiprocessors / 2; }
 
 std::int64_t tiles_of(const Shape& s, std::int64_t bm, std::int64_t bn) {
   return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
 }
 
-void check_tile(const GemmTile& t, int operand_bytes, bool dual) {
+void check_tile(const GemmTile& t, int operand_bytes, bool dual, const DeviceInfo& device) {
   auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
   EPIFUSE_CHECK(pow2(t.bm) && pow2(t.bn) && t.bm >= 16 && t.bn >= 16 && t.bm <= 256 && t.bn <= 256,
                 "gemm tile {}: BM and BN must be powers of two in [16, 256]", t.str());
@@ -40,9 +37,9 @@ void check_tile(const GemmTile& t, int operand_bytes, bool dual) {
                   "products; at most 64x32 (128)", t.str(), t.bm / t.warps_m, t.bn / t.warps_n, 2 * mi * ni * 4);
     EPIFUSE_CHECK(t.split_k == 1, "dual_gemm tile {}: a dual GEMM has no split-K", t.str());
   }
-  EPIFUSE_CHECK(gemm_block_shared_bytes(t, operand_bytes, dual) <= k_max_shared,
+  EPIFUSE_CHECK(gemm_block_shared_bytes(t, operand_bytes, dual) <= device.shared_per_block,
                 "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
-                gemm_block_shared_bytes(t, operand_bytes, dual), k_max_shared);
+                gemm_block_shared_bytes(t, operand_bytes, dual), device.shared_per_block);
 }
 
 // A first choice without tuning: big tiles where they fill the GPU, small
@@ -81,10 +78,10 @@ void check_simt_tile(const GemmTile& t, bool dual) {
 
 // The largest f32 tile whose blocks still fill the GPU: an SM holds two
 // 256-thread blocks of 128 registers, and a tile count of 3/4 of two blocks on
-// each of 132 SMs (an H100) is a full enough wave.
-GemmTile simt_heuristic_tile(const Shape& s) {
+// each SM is a full enough wave.
+GemmTile simt_heuristic_tile(const Shape& s, const DeviceInfo& device) {
   const auto tiles = [&](std::int64_t bm, std::int64_t bn) { return tiles_of(s, bm, bn); };
-  constexpr std::int64_t filled = 2 * 132 * 3 / 4;
+  const std::int64_t filled = std::int64_t{2} * device.multiprocessors * 3 / 4;
   if (tiles(128, 128) >= filled) return {128, 128, 8, 2, 4, 2, 8};
   if (tiles(128, 64) >= filled) return {128, 64, 8, 2, 4, 2, 8};
   return {64, 64, 8, 2, 4, 2, 8};
@@ -113,7 +110,8 @@ bool wgmma_applies(const KernelSpec& spec, const Shape& s, std::string_view targ
          s.n <= coord && s.k <= coord && tiles_of(s, 128, 64) <= coord;
 }
 
-void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s, std::string_view target) {
+void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s, std::string_view target,
+                      const DeviceInfo& device) {
   const Mainloop& ml = spec.mainloop;
   const bool dual = ml.kind == MainloopKind::dual_gemm;
   EPIFUSE_CHECK(target.empty() || wgmma_target(target), "gemm tile {}: wgmma tiles run on sm_90a only, not {}",
@@ -143,9 +141,9 @@ void check_wgmma_tile(const WgmmaTile& t, const KernelSpec& spec, const Shape& s
                 "gemm tile {}: the cluster is 1, or 2 (each block copies half of B: half its columns, or with BN 64 "
                 "and B row-major half its k rows)",
                 t.str());
-  EPIFUSE_CHECK(wgmma_shared_bytes(t, dual) <= k_max_shared,
+  EPIFUSE_CHECK(wgmma_shared_bytes(t, dual) <= device.shared_per_block,
                 "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
-                wgmma_shared_bytes(t, dual), k_max_shared);
+                wgmma_shared_bytes(t, dual), device.shared_per_block);
 }
 
 // The dual GEMM's tiles (docs/dual-gemm.md): two accumulators a thread, so
@@ -164,25 +162,25 @@ class GemmFamily final : public KernelFamily {
   MainloopKind kind() const override { return kind_; }
 
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
-                          std::string_view target) const override {
+                          std::string_view target, const DeviceInfo& device) const override {
     const Mainloop& ml = spec.mainloop;
     EPIFUSE_CHECK(ml.a == ml.b, "gemm: A and B must have one dtype, got a={} b={}", to_string(ml.a), to_string(ml.b));
     // AMD targets run the wave kernel (docs/amd.md); elsewhere a wave tile is
     // asked for by name (the GPU suite runs its FMA form on NVIDIA).
     if (const auto* v = requested ? std::get_if<WaveTile>(&*requested) : nullptr) {
-      check_wave_tile(*v, spec, target);
+      check_wave_tile(*v, spec, target, device);
       return *v;
     }
     if (amd_target(target)) {
       EPIFUSE_CHECK(!requested, "tile {}: AMD targets take wave tiles (mBMxBNxBKwWMxWNgGROUP.OP, e.g. {})",
-                    to_string(*requested), wave_heuristic_tile(spec, shape, target).str());
-      const WaveTile t = wave_heuristic_tile(spec, shape, target);
-      check_wave_tile(t, spec, target);
+                    to_string(*requested), wave_heuristic_tile(spec, shape, target, device).str());
+      const WaveTile t = wave_heuristic_tile(spec, shape, target, device);
+      check_wave_tile(t, spec, target, device);
       return t;
     }
     if (requested) {
       if (const auto* w = std::get_if<WgmmaTile>(&*requested)) {
-        check_wgmma_tile(*w, spec, shape, target);
+        check_wgmma_tile(*w, spec, shape, target, device);
         return *w;
       }
     } else if (wgmma_applies(spec, shape, target) && shape.m * shape.n >= k_wgmma_min_outputs) {
@@ -192,13 +190,13 @@ class GemmFamily final : public KernelFamily {
       // 6% ahead of the cooperative 128x128 at (8192, 8192, 4096): docs/PERF.md,
       // session 14). All are candidates.
       if (dual()) {
-        if (tiles_of(shape, 128, 128) < 132) return WgmmaTile{128, 64, bk, 6, 8};
+        if (tiles_of(shape, 128, 128) < device.multiprocessors) return WgmmaTile{128, 64, bk, 6, 8};
         return WgmmaTile{128, 64, bk, 6, 8, 1, 1};
       }
-      return tiles_of(shape, 128, 256) >= 132 ? WgmmaTile{128, 256, bk, 4, 8} : WgmmaTile{128, 128, bk, 6, 8};
+      return tiles_of(shape, 128, 256) >= device.multiprocessors ? WgmmaTile{128, 256, bk, 4, 8} : WgmmaTile{128, 128, bk, 6, 8};
     }
     const bool simt = gemm_is_simt(ml);
-    GemmTile tile = simt ? simt_heuristic_tile(shape) : heuristic_tile(shape, ml.math);
+    GemmTile tile = simt ? simt_heuristic_tile(shape, device) : heuristic_tile(shape, ml.math);
     if (dual()) tile = dual_heuristic_tile(tile, simt, ml.math);
     if (requested) {
       const auto* t = std::get_if<GemmTile>(&*requested);
@@ -208,7 +206,7 @@ class GemmFamily final : public KernelFamily {
     if (simt)
       check_simt_tile(tile, dual());
     else
-      check_tile(tile, static_cast<int>(size_of(ml.a)), dual());
+      check_tile(tile, static_cast<int>(size_of(ml.a)), dual(), device);
     return tile;
   }
 
@@ -222,11 +220,11 @@ class GemmFamily final : public KernelFamily {
   }
 
   std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape,
-                                          std::string_view target) const override {
+                                          std::string_view target, const DeviceInfo& device) const override {
     // f32 (FFMA): 8x8 outputs a thread for throughput, 8x4 and 4x4 where
     // fewer blocks would leave SMs idle; BK 16 halves the barriers.
-    if (amd_target(target)) return wave_candidates(spec, shape, target);
-    if (dual()) return dual_candidates(spec, shape, target);
+    if (amd_target(target)) return wave_candidates(spec, shape, target, device);
+    if (dual()) return dual_candidates(spec, shape, target, device);
     if (gemm_is_simt(spec.mainloop))
       return {GemmTile{128, 128, 8, 2, 4, 2, 8}, GemmTile{128, 128, 16, 2, 4, 2, 8}, GemmTile{128, 64, 8, 2, 4, 2, 8},
               GemmTile{128, 64, 16, 2, 4, 2, 8}, GemmTile{64, 128, 8, 2, 4, 2, 8},   GemmTile{64, 128, 16, 2, 4, 2, 8},
@@ -262,7 +260,7 @@ class GemmFamily final : public KernelFamily {
     // Grids of a few blocks (the GEMM study's 64x128 and 128x256 outputs):
     // 32x32 tiles of 16x16 warp tiles spread the operand loads over 4x the SMs,
     // and 4 stages of BK 64 have a K of 256 in flight at once (docs/PERF.md v10).
-    if (tiles_of(shape, 64, 64) < 132)
+    if (tiles_of(shape, 64, 64) < device.multiprocessors)
       for (const GemmTile t : {GemmTile{32, 32, 64, 2, 2, 4, 8}, GemmTile{32, 32, 64, 1, 1, 4, 8},
                                GemmTile{32, 64, 64, 1, 2, 4, 8}, GemmTile{16, 64, 64, 1, 2, 4, 8}})
         out.push_back(t);
@@ -270,7 +268,7 @@ class GemmFamily final : public KernelFamily {
                                 GemmTile{64, 64, 64, 2, 2, 3, 8}, GemmTile{64, 64, 32, 2, 2, 4, 8}})
       for (int split : {2, 4}) {
         const std::int64_t tiles = tiles_of(shape, base.bm, base.bn);
-        if (tiles > k_split_max_tiles || shape.k < 8LL * base.bk * split) continue;
+        if (tiles > split_max_tiles(device) || shape.k < 8LL * base.bk * split) continue;
         GemmTile t = base;
         t.split_k = split;
         out.push_back(t);
@@ -279,7 +277,7 @@ class GemmFamily final : public KernelFamily {
     const int bytes = static_cast<int>(size_of(spec.mainloop.a));
     std::erase_if(out, [&](const TileConfig& c) {
       const auto* t = std::get_if<GemmTile>(&c);
-      return t && gemm_block_shared_bytes(*t, bytes) > k_max_shared;
+      return t && gemm_block_shared_bytes(*t, bytes) > device.shared_per_block;
     });
     return out;
   }
@@ -399,7 +397,8 @@ class GemmFamily final : public KernelFamily {
     return t;
   }
 
-  std::vector<TileConfig> dual_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target) const {
+  std::vector<TileConfig> dual_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                          const DeviceInfo& device) const {
     std::vector<TileConfig> out;
     if (gemm_is_simt(spec.mainloop)) {
       for (const GemmTile t : {GemmTile{128, 64, 8, 2, 4, 2, 8}, GemmTile{64, 128, 8, 2, 4, 2, 8},
@@ -422,7 +421,7 @@ class GemmFamily final : public KernelFamily {
     const int bytes = static_cast<int>(size_of(spec.mainloop.a));
     std::erase_if(out, [&](const TileConfig& c) {
       const auto* t = std::get_if<GemmTile>(&c);
-      return t && gemm_block_shared_bytes(*t, bytes, true) > k_max_shared;
+      return t && gemm_block_shared_bytes(*t, bytes, true) > device.shared_per_block;
     });
     return out;
   }
