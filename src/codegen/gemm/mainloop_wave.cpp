@@ -1,11 +1,11 @@
-// The wave GEMM's tiles (WaveTile, templates/gemm_wave.cu.in, docs/amd.md):
-// which instruction each AMD target has, the rules a tile must keep, the
-// untuned choice and the tuner's candidates.
+// The wave mainloop, AMD's GEMM (WaveTile, templates/gemm_wave.cu.in,
+// docs/amd.md): which instruction each AMD target has, the rules a tile must
+// keep, the untuned choice, the tuner's candidates and the launch.
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "codegen/gemm/gemm.hpp"
+#include "codegen/gemm/mainloop.hpp"
 #include "epifuse/errors.hpp"
 
 namespace epifuse {
@@ -17,13 +17,6 @@ bool wmma_arch(std::string_view t) { return t.starts_with("gfx11"); }
 int frag_rows(const WaveTile& t) { return t.op == 0 ? 32 : 16; }
 int accumulators(const WaveTile& t) { return t.op == 0 ? 16 : 8; }
 
-std::int64_t tiles_of(const Shape& s, std::int64_t bm, std::int64_t bn) {
-  return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
-}
-
-}  // namespace
-
-bool amd_target(std::string_view target) { return target.starts_with("gfx"); }
 
 std::string wave_tile_problem(const WaveTile& t, const KernelSpec& spec, std::string_view target,
                               const DeviceInfo& device) {
@@ -65,11 +58,6 @@ std::string wave_tile_problem(const WaveTile& t, const KernelSpec& spec, std::st
   return {};
 }
 
-void check_wave_tile(const WaveTile& t, const KernelSpec& spec, std::string_view target, const DeviceInfo& device) {
-  const std::string why = wave_tile_problem(t, spec, target, device);
-  EPIFUSE_CHECK(why.empty(), "{}", why);
-}
-
 // MFMA on CDNA, WMMA on RDNA3, for f16 and bf16; otherwise the FMA form of
 // the layout whose wave is the target's (64 lanes on gfx9, 32 on RDNA).
 // Big tiles where they fill the GPU (a tile a CU), 64x64 below. Sizes were
@@ -107,6 +95,45 @@ std::vector<TileConfig> wave_candidates(const KernelSpec& spec, const Shape& sha
       out.push_back(t);
   }
   return out;
+}
+
+class WaveMainloop final : public GemmMainloop {
+ public:
+  void check(const TileConfig& tile, const GemmProblem& p) const override {
+    const std::string why = wave_tile_problem(std::get<WaveTile>(tile), p.spec, p.target, p.device);
+    EPIFUSE_CHECK(why.empty(), "{}", why);
+  }
+
+  std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
+    return wave_heuristic_tile(p.spec, p.shape, p.target, p.device);
+  }
+
+  std::vector<TileConfig> candidates(const GemmProblem& p) const override {
+    return wave_candidates(p.spec, p.shape, p.target, p.device);
+  }
+
+  LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int) const override {
+    const WaveTile& v = std::get<WaveTile>(source.tile);
+    const std::int64_t tiles = tiles_of(shape, v.bm, v.bn);
+    EPIFUSE_CHECK(tiles <= 0x7fffffff, "gemm: {}x{} needs {} tiles of {}x{}, more than one launch holds", shape.m,
+                  shape.n, tiles, v.bm, v.bn);
+    LaunchGeometry g;
+    g.grid[0] = static_cast<unsigned>(tiles);
+    g.block[0] = static_cast<unsigned>(v.waves_m * v.waves_n * v.lanes());
+    g.shared_bytes = source.shared_bytes;
+    return g;
+  }
+
+  KernelSource emit(const GemmPlan& g) const override { return emit_gemm_wave(g); }
+};
+
+}  // namespace
+
+bool amd_target(std::string_view target) { return target.starts_with("gfx"); }
+
+const GemmMainloop& wave_mainloop() {
+  static const WaveMainloop mainloop;
+  return mainloop;
 }
 
 }  // namespace epifuse
