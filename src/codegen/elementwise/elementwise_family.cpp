@@ -13,6 +13,10 @@ namespace {
 class ElementwiseFamily final : public KernelFamily {
  public:
   MainloopKind kind() const override { return MainloopKind::elementwise; }
+  // A row reduction is the row family's.
+  bool generates(const KernelSpec& spec) const override {
+    return spec.mainloop.kind == MainloopKind::elementwise && row_reduction_of(spec) == nullptr;
+  }
 
   TileConfig resolve_tile(const KernelSpec& spec, const Shape&, const std::optional<TileConfig>& requested,
                           std::string_view, const DeviceInfo&) const override {

@@ -45,6 +45,10 @@ int full_inputs(const KernelSpec& spec) {
 class RowFamily final : public KernelFamily {
  public:
   MainloopKind kind() const override { return MainloopKind::elementwise; }
+  bool generates(const KernelSpec& spec) const override {
+    return spec.mainloop.kind == MainloopKind::elementwise && row_reduction_of(spec) != nullptr;
+  }
+  bool by_kind() const override { return false; }
 
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
                           std::string_view target, const DeviceInfo&) const override {
