@@ -23,14 +23,14 @@ namespace {
 
 // Split-K candidates only where a tile grid fills less than half of the
 // GPU's SMs: at 1024^3 on an H100 (256 tiles of 64x64) every split tile
-// lost to the plain ones (docs/PERF.md), so they would only cost tuning time.
+// lost to the plain ones (docs/perf/gemm.md), so they would only cost tuning time.
 std::int64_t split_max_tiles(const DeviceInfo& device) { return device.multiprocessors / 2; }
 
 int operand_bytes(const GemmProblem& p) { return static_cast<int>(size_of(p.spec.mainloop.a)); }
 
 // A first choice without tuning: big tiles where they fill the GPU, small
 // ones for small problems (a 64x128 GEMM is launch-bound). The tuner's picks
-// on an H100 (docs/PERF.md): 32x32 tiles of 4 warps up to 256^2 outputs,
+// on an H100 (docs/perf/gemm.md): 32x32 tiles of 4 warps up to 256^2 outputs,
 // 64x64 tiles of 8 warps up to 512^2, 64x64 of 4 warps up to 2048^2, 128x256
 // with a 4-deep ring above. tf32 fragments of MN-major tiles are read word by
 // word: 64x32 warp tiles keep those kernels clear of spills.
@@ -114,7 +114,7 @@ class MmaMainloop final : public GemmMainloop {
   // small tiles for problems that would not fill the GPU, and split-K where
   // even those leave most SMs idle and K is long enough to cut.
   // Deep rings (5-8 stages): one block per SM must keep enough bytes in
-  // flight to cover the load latency (docs/PERF.md).
+  // flight to cover the load latency (docs/perf/gemm.md).
   static std::vector<TileConfig> single_candidates(const GemmProblem& p) {
     const Shape& shape = p.shape;
     std::vector<TileConfig> out;
@@ -127,7 +127,7 @@ class MmaMainloop final : public GemmMainloop {
       out.push_back(t);
     // Grids of a few blocks (the GEMM study's 64x128 and 128x256 outputs):
     // 32x32 tiles of 16x16 warp tiles spread the operand loads over 4x the SMs,
-    // and 4 stages of BK 64 have a K of 256 in flight at once (docs/PERF.md).
+    // and 4 stages of BK 64 have a K of 256 in flight at once (docs/perf/gemm.md).
     if (tiles_of(shape, 64, 64) < p.device.multiprocessors)
       for (const GemmTile t : {GemmTile{32, 32, 64, 2, 2, 4, 8}, GemmTile{32, 32, 64, 1, 1, 4, 8},
                                GemmTile{32, 64, 64, 1, 2, 4, 8}, GemmTile{16, 64, 64, 1, 2, 4, 8}})

@@ -16,7 +16,7 @@ namespace {
 // untuned; from the second, only wgmma tiles are tuned. From 2048^2 outputs
 // (128 tiles of 128x256 and more) the wgmma tiles beat every mma.sync one by
 // a quarter or more (H100: 721 against 453 TFLOP/s at 4096^3, 745 against 646
-// at 8192^3; docs/PERF.md), so only they are compiled: the tuner's NVRTC time
+// at 8192^3; docs/perf/gemm.md), so only they are compiled: the tuner's NVRTC time
 // stays within its budget.
 constexpr std::int64_t k_wgmma_min_outputs = 1024 * 1024;
 constexpr std::int64_t k_wgmma_only_outputs = 2048 * 2048;
@@ -84,7 +84,7 @@ class WgmmaMainloop final : public GemmMainloop {
   // 128x256 where those tiles fill the GPU, else 128x128 with a deeper ring.
   // Dual: the cooperative 128x64 tile under a wave of 128x128 tiles; above,
   // the ping-pong 128x64 tile (for tf32 the tuner's pick at 4096^3 and 6%
-  // ahead of the cooperative 128x128 at (8192, 8192, 4096): docs/PERF.md).
+  // ahead of the cooperative 128x128 at (8192, 8192, 4096): docs/perf/gemm.md).
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p) || p.shape.m * p.shape.n < k_wgmma_min_outputs) return std::nullopt;
     const int bk = wgmma_bk(p.spec.mainloop);
