@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "epifuse/device_info.hpp"
 #include "epifuse/spec.hpp"
 #include "epifuse/tile.hpp"
 
@@ -73,11 +74,18 @@ struct KernelSource {
 /// `tile` nullopt: the family's default for `target` ("sm_90a"; empty: none
 /// known, so no architecture-specific tile). Deterministic: same spec, shape
 /// class, tile and path, same bytes.
+/// The untuned tile is chosen for assumed_device(target).
 KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape,
                          const std::optional<TileConfig>& tile = std::nullopt,
                          KernelPath path = KernelPath::fastest, std::string_view target = {});
+/// emit_kernel for a known device: its multiprocessors and shared memory steer the untuned tile.
+KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile,
+                         KernelPath path, std::string_view target, const DeviceInfo& device);
 
-/// Tile configurations the tuner tries for a spec and shape on `target`, best guess first.
+/// Tile configurations the tuner tries for a spec and shape on `target`, best guess first
+/// (for assumed_device(target), or for `device`).
 std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target = {});
+std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                        const DeviceInfo& device);
 
 }  // namespace epifuse

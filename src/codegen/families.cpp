@@ -10,12 +10,14 @@ namespace epifuse {
 const KernelFamily& elementwise_family();
 const KernelFamily& gemm_family();
 const KernelFamily& dual_gemm_family();  // the GEMM family's code, two accumulators (docs/dual-gemm.md)
-const KernelFamily& row_family();  // not by mainloop kind: family_for(spec) picks it
+const KernelFamily& row_family();  // elementwise graphs with a row reduction (docs/row-reductions.md)
 
 namespace {
 
+// family_for(spec) asks each whether it generates the spec.
 using FamilyGetter = const KernelFamily& (*)();
-constexpr std::array<FamilyGetter, 3> k_families = {
+constexpr std::array<FamilyGetter, 4> k_families = {
+    row_family,
     elementwise_family,
     gemm_family,
     dual_gemm_family,
@@ -29,22 +31,29 @@ std::optional<TensorMap2d> KernelFamily::tensor_map(const ParamField& field, con
   return std::nullopt;
 }
 
+const Node* row_reduction_of(const KernelSpec& spec) {
+  for (const Node& n : spec.graph.nodes())
+    if (n.kind == NodeKind::op && is_row_reduction(n.op)) return &n;
+  return nullptr;
+}
+
 const KernelFamily& family_for(const KernelSpec& spec) {
-  for (const Node& n : spec.graph.nodes()) {
-    if (n.kind != NodeKind::op || !is_row_reduction(n.op)) continue;
+  if (const Node* n = row_reduction_of(spec))
     EPIFUSE_CHECK(spec.mainloop.kind == MainloopKind::elementwise,
                   "a {} mainloop cannot reduce rows ({}{}): a row reduction needs whole rows of the output in one "
                   "block; run the GEMM, then the reduction as an elementwise chain (docs/row-reductions.md)",
-                  to_string(spec.mainloop.kind), op_info(n.op).name, n.name.empty() ? "" : fmt::format(" '{}'", n.name));
-    return row_family();
-  }
-  return family_for(spec.mainloop.kind);
+                  to_string(spec.mainloop.kind), op_info(n->op).name,
+                  n->name.empty() ? "" : fmt::format(" '{}'", n->name));
+  for (FamilyGetter get : k_families)
+    if (get().generates(spec)) return get();
+  return family_for(spec.mainloop.kind);  // UserError naming the families there are
 }
 
 const KernelFamily& family_for(MainloopKind kind) {
   std::string known;
   for (FamilyGetter get : k_families) {
     const KernelFamily& f = get();
+    if (!f.by_kind()) continue;
     if (f.kind() == kind) return f;
     known += fmt::format("{}{}", known.empty() ? "" : ", ", to_string(f.kind()));
   }

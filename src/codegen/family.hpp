@@ -7,7 +7,8 @@
 // the cache, the tuner, the launch) sees only this interface. A new family is
 // a folder src/codegen/<family>/ implementing it, its tile type in
 // include/epifuse/tile.hpp, and one line in src/codegen/families.cpp
-// (docs/architecture.md).
+// (docs/architecture.md); families that share a mainloop kind split its
+// graphs with generates() (the row and elementwise families).
 #include <optional>
 #include <span>
 #include <string_view>
@@ -15,6 +16,7 @@
 
 #include "codegen/kernel_plan.hpp"
 #include "epifuse/codegen.hpp"
+#include "epifuse/device_info.hpp"
 
 namespace epifuse {
 
@@ -62,11 +64,25 @@ class KernelFamily {
  public:
   virtual ~KernelFamily() = default;
   virtual MainloopKind kind() const = 0;
+  /// Whether this family generates `spec`: by default, a spec of its mainloop
+  /// kind. Families that share a mainloop kind split its graphs here (the row
+  /// family takes elementwise graphs with a row reduction, the elementwise
+  /// family the rest); all but the kind's own return false from by_kind().
+  virtual bool generates(const KernelSpec& spec) const { return spec.mainloop.kind == kind(); }
+  /// Whether family_for(kind()) names this family.
+  virtual bool by_kind() const { return true; }
   /// The tile a key holds: `requested` with its defaults resolved, or the
   /// family's default; UserError for a tile of another family or out of range,
-  /// or one `target` cannot run ("sm_90a"; empty: no target known, emission only).
+  /// or one `target` cannot run ("sm_90a"; empty: no target known, emission only)
+  /// or `device` cannot hold (its shared memory).
   virtual TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape,
-                                  const std::optional<TileConfig>& requested, std::string_view target) const = 0;
+                                  const std::optional<TileConfig>& requested, std::string_view target,
+                                  const DeviceInfo& device) const = 0;
+  /// resolve_tile on the device assumed for `target` (no GPU known).
+  TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
+                          std::string_view target) const {
+    return resolve_tile(spec, shape, requested, target, assumed_device(target));
+  }
   /// What the code is specialised for besides spec, tile and path: part of the
   /// key, and a launch checks its shape has the kernel's class. A literal, so
   /// the cache's hit path formats nothing.
@@ -75,7 +91,7 @@ class KernelFamily {
   /// The path a key gets for `fastest`: `general` when the shape itself needs it.
   virtual KernelPath path_for(const KernelSpec& spec, const TileConfig& resolved, const Shape& shape) const = 0;
   virtual std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape,
-                                                  std::string_view target) const = 0;
+                                                  std::string_view target, const DeviceInfo& device) const = 0;
   /// The family's passes after the generic ones: fills plan.shape_class and
   /// plan.kernel_name, returns the rendered source.
   virtual KernelSource emit(KernelPlan& plan) const = 0;
@@ -91,9 +107,11 @@ class KernelFamily {
 /// The family of a mainloop kind; UserError naming the implemented ones when
 /// there is none yet.
 const KernelFamily& family_for(MainloopKind kind);
-/// The family of a spec: the row family for an elementwise graph with a row
-/// reduction, else its mainloop's; UserError for a graph no family can
-/// generate (a GEMM whose chain reduces rows).
+/// The family of a spec: the first in the registry that generates it (the row
+/// family for an elementwise graph with a row reduction, else its mainloop's);
+/// UserError for a graph no family can generate (a GEMM whose chain reduces rows).
 const KernelFamily& family_for(const KernelSpec& spec);
+/// The spec's first row reduction (a softmax's max, a norm's sum), or null.
+const Node* row_reduction_of(const KernelSpec& spec);
 
 }  // namespace epifuse

@@ -37,9 +37,14 @@ void dump(const KernelPlan& plan) {
 
 KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile,
                          KernelPath path, std::string_view target) {
+  return emit_kernel(spec, shape, tile, path, target, assumed_device(target));
+}
+
+KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile,
+                         KernelPath path, std::string_view target, const DeviceInfo& device) {
   const KernelFamily& family = family_for(spec);
   KernelPlan plan = plan_operands(spec, shape, path);
-  plan.tile = family.resolve_tile(spec, shape, tile, target);
+  plan.tile = family.resolve_tile(spec, shape, tile, target, device);
   plan_precision(plan);
   KernelSource source = family.emit(plan);
   dump(plan);
@@ -47,7 +52,12 @@ KernelSource emit_kernel(const KernelSpec& spec, const Shape& shape, const std::
 }
 
 std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target) {
-  return family_for(spec).tile_candidates(spec, shape, target);
+  return tile_candidates(spec, shape, target, assumed_device(target));
+}
+
+std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                        const DeviceInfo& device) {
+  return family_for(spec).tile_candidates(spec, shape, target, device);
 }
 
 }  // namespace epifuse

@@ -1,156 +1,241 @@
-#include <fmt/format.h>
-
+// Note [Tile formats]
+// Each tile type declares its fields once, in the order it is spelled: the
+// text before each value, the value's name in the form, and whether it is
+// always written, written only when not its default (an optional number), or
+// one of a few spellings (a choice). str(), the parsers, the forms in error
+// messages and in the CLI's help (tile_forms) all read that table. The hash and
+// the disk record (runtime/cache_records.cpp) read the struct itself: every
+// tile type is a struct of ints, hashed and stored as its ints in declaration
+// order after its TileConfig index.
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "epifuse/tile.hpp"
 
+#include <array>
 #include <cctype>
-#include <cstdio>
+#include <initializer_list>
+
+#include <fmt/format.h>
 
 #include "epifuse/errors.hpp"
+#include "epifuse/tile_format.hpp"
 
 namespace epifuse {
 
-std::string ElementwiseTile::str() const { return fmt::format("t{}v{}g{}", threads, vec, blocks_per_sm); }
+namespace {
 
-ElementwiseTile parse_elementwise_tile(const std::string& text) {
-  ElementwiseTile t;
-  int used = 0;
-  const int n = std::sscanf(text.c_str(), "t%dv%dg%d%n", &t.threads, &t.vec, &t.blocks_per_sm, &used);
-  EPIFUSE_CHECK(n == 3 && used == static_cast<int>(text.size()),
-                "elementwise tile '{}': expected tTHREADSvVECgBLOCKS, e.g. t256v8g0 (what bench and compile print; "
-                "or --threads, --vec and --blocks-per-sm)",
-                text);
-  return t;
-}
+enum class FieldKind { number, optional_number, choice };
 
-std::string GemmTile::str() const {
-  std::string s = fmt::format("{}x{}x{}w{}x{}s{}g{}", bm, bn, bk, warps_m, warps_n, stages, group_m);
-  if (split_k != 1) s += fmt::format("k{}", split_k);
+struct Spelling {
+  int value;
+  std::string_view text;  ///< "" for the value written as nothing
+};
+
+template <class T>
+struct TileField {
+  std::string_view tag;   ///< the text before the value
+  std::string_view name;  ///< the value in the form ("BM"); a choice's whole form ("[k|kr]", ".OP")
+  int T::*member;
+  FieldKind kind = FieldKind::number;
+  int fallback = 0;  ///< optional_number: the value that is not written
+  std::array<Spelling, 3> spellings{};  ///< choice: longest first where one is a prefix of another
+  int spelling_count = 0;
+};
+
+template <class T>
+struct TileFormat;
+
+template <>
+struct TileFormat<ElementwiseTile> {
+  static constexpr std::string_view kind = "elementwise", prefix = "t",
+                                    example = "t256v8g0 (what bench and compile print; or --threads, --vec and "
+                                              "--blocks-per-sm)";
+  static constexpr std::array<TileField<ElementwiseTile>, 3> fields{{
+      {"", "THREADS", &ElementwiseTile::threads},
+      {"v", "VEC", &ElementwiseTile::vec},
+      {"g", "BLOCKS", &ElementwiseTile::blocks_per_sm},
+  }};
+};
+
+template <>
+struct TileFormat<GemmTile> {
+  static constexpr std::string_view kind = "gemm", prefix = "", example = "128x128x32w2x2s4g8 or 64x64x64w2x2s3g8k4";
+  static constexpr std::array<TileField<GemmTile>, 8> fields{{
+      {"", "BM", &GemmTile::bm},
+      {"x", "BN", &GemmTile::bn},
+      {"x", "BK", &GemmTile::bk},
+      {"w", "WM", &GemmTile::warps_m},
+      {"x", "WN", &GemmTile::warps_n},
+      {"s", "STAGES", &GemmTile::stages},
+      {"g", "GROUP", &GemmTile::group_m},
+      {"k", "SPLIT", &GemmTile::split_k, FieldKind::optional_number, 1},
+  }};
+};
+
+template <>
+struct TileFormat<WgmmaTile> {
+  static constexpr std::string_view kind = "wgmma", prefix = "h",
+                                    example = "h128x256x64s4g8, h128x256x64s4g8c2 or h128x128x64s6g8c2p";
+  static constexpr std::array<TileField<WgmmaTile>, 7> fields{{
+      {"", "BM", &WgmmaTile::bm},
+      {"x", "BN", &WgmmaTile::bn},
+      {"x", "BK", &WgmmaTile::bk},
+      {"s", "STAGES", &WgmmaTile::stages},
+      {"g", "GROUP", &WgmmaTile::group_m},
+      {"c", "CLUSTER", &WgmmaTile::cluster, FieldKind::optional_number, 1},
+      {"", "[p]", &WgmmaTile::pingpong, FieldKind::choice, 0, {{{1, "p"}, {0, ""}}}, 2},
+  }};
+};
+
+template <>
+struct TileFormat<RowTile> {
+  static constexpr std::string_view kind = "row", prefix = "r",
+                                    example = "r256v8x2, r256v8x4g32 (32 threads a row), r1024v8x4c4 (a cluster of 4 "
+                                              "blocks a row), r512v8x8c8s2 (a 2-stage shared-memory ring); x0 streams "
+                                              "the row, k keeps a stage's values for the next (kr: in the ring's "
+                                              "bytes), b one block a row";
+  static constexpr std::array<TileField<RowTile>, 8> fields{{
+      {"", "THREADS", &RowTile::threads},
+      {"v", "VEC", &RowTile::vec},
+      {"x", "REGS", &RowTile::regs},
+      {"g", "GROUP", &RowTile::group, FieldKind::optional_number, 0},
+      {"c", "CLUSTER", &RowTile::cluster, FieldKind::optional_number, 1},
+      {"s", "RING", &RowTile::ring, FieldKind::optional_number, 0},
+      {"", "[k|kr]", &RowTile::keep, FieldKind::choice, 0, {{{2, "kr"}, {1, "k"}, {0, ""}}}, 3},
+      {"", "[b]", &RowTile::persistent, FieldKind::choice, 0, {{{0, "b"}, {1, ""}}}, 2},
+  }};
+};
+
+template <>
+struct TileFormat<WaveTile> {
+  static constexpr std::string_view kind = "wave", prefix = "m",
+                                    example = "m128x128x32w2x2g8.mfma (OP mfma, wmma, mfma-fma or wmma-fma)";
+  static constexpr std::array<TileField<WaveTile>, 8> fields{{
+      {"", "BM", &WaveTile::bm},
+      {"x", "BN", &WaveTile::bn},
+      {"x", "BK", &WaveTile::bk},
+      {"w", "WM", &WaveTile::waves_m},
+      {"x", "WN", &WaveTile::waves_n},
+      {"g", "GROUP", &WaveTile::group_m},
+      {"", ".OP", &WaveTile::op, FieldKind::choice, 0, {{{0, ".mfma"}, {1, ".wmma"}}}, 2},
+      {"", "", &WaveTile::fma, FieldKind::choice, 0, {{{1, "-fma"}, {0, ""}}}, 2},
+  }};
+};
+
+// Every tile type is a struct of ints, every one of them a field.
+template <class T>
+constexpr bool fields_cover_struct = sizeof(T) == TileFormat<T>::fields.size() * sizeof(int) &&
+                                     std::has_unique_object_representations_v<T>;
+static_assert(fields_cover_struct<ElementwiseTile> && fields_cover_struct<GemmTile> &&
+              fields_cover_struct<WgmmaTile> && fields_cover_struct<RowTile> && fields_cover_struct<WaveTile>);
+
+template <class T>
+std::string form_of() {
+  std::string s(TileFormat<T>::prefix);
+  for (const TileField<T>& f : TileFormat<T>::fields) {
+    if (f.kind == FieldKind::number) s += fmt::format("{}{}", f.tag, f.name);
+    else if (f.kind == FieldKind::optional_number) s += fmt::format("[{}{}]", f.tag, f.name);
+    else s += f.name;
+  }
   return s;
 }
 
-GemmTile parse_gemm_tile(const std::string& text) {
-  GemmTile t;
-  int used = 0, more = 0;
-  const int n = std::sscanf(text.c_str(), "%dx%dx%dw%dx%ds%dg%d%n", &t.bm, &t.bn, &t.bk, &t.warps_m, &t.warps_n,
-                            &t.stages, &t.group_m, &used);
-  const bool split = n == 7 && used < static_cast<int>(text.size()) &&
-                     std::sscanf(text.c_str() + used, "k%d%n", &t.split_k, &more) == 1;
-  EPIFUSE_CHECK(n == 7 && used + more == static_cast<int>(text.size()) && (split || more == 0),
-                "gemm tile '{}': expected BMxBNxBKwWMxWNsSTAGESgGROUP[kSPLIT], e.g. 128x128x32w2x2s4g8 or "
-                "64x64x64w2x2s3g8k4",
-                text);
-  return t;
-}
-
-std::string WgmmaTile::str() const {
-  std::string s = fmt::format("h{}x{}x{}s{}g{}", bm, bn, bk, stages, group_m);
-  if (cluster != 1) s += fmt::format("c{}", cluster);
-  if (pingpong) s += "p";
+template <class T>
+std::string format_tile(const T& t) {
+  std::string s(TileFormat<T>::prefix);
+  for (const TileField<T>& f : TileFormat<T>::fields) {
+    const int v = t.*f.member;
+    if (f.kind == FieldKind::number || (f.kind == FieldKind::optional_number && v != f.fallback)) {
+      s += fmt::format("{}{}", f.tag, v);
+    } else if (f.kind == FieldKind::choice) {
+      // A value out of range (in the message that refuses it) is spelled as 1.
+      const Spelling* chosen = nullptr;
+      for (int i = 0; i < f.spelling_count; ++i) {
+        const Spelling& sp = f.spellings[static_cast<std::size_t>(i)];
+        if (sp.value == v || (!chosen && sp.value == 1)) chosen = &sp;
+        if (sp.value == v) break;
+      }
+      if (chosen) s += chosen->text;
+    }
+  }
   return s;
 }
 
-WgmmaTile parse_wgmma_tile(const std::string& text) {
-  WgmmaTile t;
-  int used = 0, more = 0;
-  const int n = std::sscanf(text.c_str(), "h%dx%dx%ds%dg%d%n", &t.bm, &t.bn, &t.bk, &t.stages, &t.group_m, &used);
-  std::string_view rest = n == 5 ? std::string_view(text).substr(static_cast<std::size_t>(used)) : std::string_view();
-  bool ok = n == 5;
-  if (ok && rest.starts_with("c")) {
-    const std::string tail(rest);
-    ok = std::sscanf(tail.c_str(), "c%d%n", &t.cluster, &more) == 1;
-    rest.remove_prefix(ok ? static_cast<std::size_t>(more) : 0);
+// A decimal int, optionally negative, off the front of `rest`.
+bool take_int(std::string_view& rest, int& out) {
+  std::size_t k = rest.starts_with("-") ? 1 : 0;
+  const std::size_t digits = k;
+  while (k < rest.size() && k < digits + 9 && std::isdigit(static_cast<unsigned char>(rest[k]))) ++k;
+  if (k == digits) return false;
+  out = std::stoi(std::string(rest.substr(0, k)));
+  rest.remove_prefix(k);
+  return true;
+}
+
+template <class T>
+T parse_as(const std::string& text) {
+  using F = TileFormat<T>;
+  T t;
+  std::string_view rest(text);
+  bool ok = rest.starts_with(F::prefix);
+  if (ok) rest.remove_prefix(F::prefix.size());
+  for (const TileField<T>& f : F::fields) {
+    if (!ok) break;
+    if (f.kind == FieldKind::number) {
+      ok = rest.starts_with(f.tag);
+      if (ok) rest.remove_prefix(f.tag.size());
+      ok = ok && take_int(rest, t.*f.member);
+    } else if (f.kind == FieldKind::optional_number) {
+      t.*f.member = f.fallback;
+      if (rest.starts_with(f.tag) && rest.size() > f.tag.size() &&
+          (std::isdigit(static_cast<unsigned char>(rest[f.tag.size()])) || rest[f.tag.size()] == '-')) {
+        rest.remove_prefix(f.tag.size());
+        ok = take_int(rest, t.*f.member);
+      }
+    } else {
+      bool found = false;
+      for (int i = 0; i < f.spelling_count && !found; ++i) {
+        const Spelling& s = f.spellings[static_cast<std::size_t>(i)];
+        if (rest.starts_with(s.text)) {
+          t.*f.member = s.value;
+          rest.remove_prefix(s.text.size());
+          found = true;
+        }
+      }
+      ok = found;
+    }
   }
-  if (ok && rest == "p") {
-    t.pingpong = 1;
-    rest = {};
-  }
-  EPIFUSE_CHECK(ok && rest.empty(),
-                "wgmma tile '{}': expected hBMxBNxBKsSTAGESgGROUP[cCLUSTER][p], e.g. h128x256x64s4g8, "
-                "h128x256x64s4g8c2 or h128x128x64s6g8c2p",
-                text);
+  EPIFUSE_CHECK(ok && rest.empty(), "{} tile '{}': expected {}, e.g. {}", F::kind, text, form_of<T>(), F::example);
   return t;
 }
 
-std::string RowTile::str() const {
-  std::string s = fmt::format("r{}v{}x{}", threads, vec, regs);
-  if (group > 0) s += fmt::format("g{}", group);
-  if (cluster != 1) s += fmt::format("c{}", cluster);
-  if (ring > 0) s += fmt::format("s{}", ring);
-  if (keep) s += keep == 2 ? "kr" : "k";
-  if (!persistent) s += "b";
-  return s;
-}
+}  // namespace
 
-RowTile parse_row_tile(const std::string& text) {
-  RowTile t;
-  int used = 0;
-  const int n = std::sscanf(text.c_str(), "r%dv%dx%d%n", &t.threads, &t.vec, &t.regs, &used);
-  std::string_view rest = n == 3 ? std::string_view(text).substr(static_cast<std::size_t>(used)) : "?";
-  // Optional suffixes in order: gGROUP, cCLUSTER, sRING, k, b.
-  auto number_after = [&](char tag, int& field) {
-    if (rest.empty() || rest[0] != tag) return;
-    std::size_t k = 1;
-    while (k < rest.size() && k < 4 && std::isdigit(static_cast<unsigned char>(rest[k]))) ++k;
-    if (k == 1) return;  // no digits: left in `rest`, refused below
-    field = std::stoi(std::string(rest.substr(1, k - 1)));
-    rest.remove_prefix(k);
-  };
-  number_after('g', t.group);
-  number_after('c', t.cluster);
-  number_after('s', t.ring);
-  if (rest.starts_with("kr")) {
-    t.keep = 2;
-    rest.remove_prefix(2);
-  } else if (rest.starts_with("k")) {
-    t.keep = 1;
-    rest.remove_prefix(1);
-  }
-  if (rest == "b") {
-    t.persistent = 0;
-    rest = {};
-  }
-  EPIFUSE_CHECK(n == 3 && rest.empty(),
-                "row tile '{}': expected rTHREADSvVECxREGS[gGROUP][cCLUSTER][sRING][k|kr][b], e.g. r256v8x2, r256v8x4g32 "
-                "(32 threads a row), r1024v8x4c4 (a cluster of 4 blocks a row), r512v8x8c8s2 (a 2-stage shared-memory "
-                "ring); x0 streams the row, k keeps a stage's values for the next (kr: in the ring's bytes), b one block a row",
-                text);
-  return t;
-}
+std::string ElementwiseTile::str() const { return format_tile(*this); }
+std::string GemmTile::str() const { return format_tile(*this); }
+std::string WgmmaTile::str() const { return format_tile(*this); }
+std::string RowTile::str() const { return format_tile(*this); }
+std::string WaveTile::str() const { return format_tile(*this); }
 
-std::string WaveTile::str() const {
-  return fmt::format("m{}x{}x{}w{}x{}g{}.{}{}", bm, bn, bk, waves_m, waves_n, group_m, op == 0 ? "mfma" : "wmma",
-                     fma ? "-fma" : "");
-}
+ElementwiseTile parse_elementwise_tile(const std::string& text) { return parse_as<ElementwiseTile>(text); }
+GemmTile parse_gemm_tile(const std::string& text) { return parse_as<GemmTile>(text); }
+WgmmaTile parse_wgmma_tile(const std::string& text) { return parse_as<WgmmaTile>(text); }
+RowTile parse_row_tile(const std::string& text) { return parse_as<RowTile>(text); }
+WaveTile parse_wave_tile(const std::string& text) { return parse_as<WaveTile>(text); }
 
-WaveTile parse_wave_tile(const std::string& text) {
-  WaveTile t;
-  int used = 0;
-  const int n = std::sscanf(text.c_str(), "m%dx%dx%dw%dx%dg%d%n", &t.bm, &t.bn, &t.bk, &t.waves_m, &t.waves_n,
-                            &t.group_m, &used);
-  const std::string_view rest = n == 6 ? std::string_view(text).substr(static_cast<std::size_t>(used)) : "?";
-  bool ok = true;
-  if (rest == ".mfma" || rest == ".mfma-fma")
-    t.op = 0;
-  else if (rest == ".wmma" || rest == ".wmma-fma")
-    t.op = 1;
-  else
-    ok = false;
-  t.fma = rest.ends_with("-fma") ? 1 : 0;
-  EPIFUSE_CHECK(ok, "wave tile '{}': expected mBMxBNxBKwWMxWNgGROUP.OP with OP mfma, wmma, mfma-fma or wmma-fma, e.g. "
-                "m128x128x32w2x2g8.mfma",
-                text);
-  return t;
-}
-
+// By prefix; the tile type without one (GemmTile) takes the rest.
 TileConfig parse_tile(const std::string& text) {
-  if (text.starts_with("t")) return parse_elementwise_tile(text);
-  if (text.starts_with("h")) return parse_wgmma_tile(text);
-  if (text.starts_with("m")) return parse_wave_tile(text);
-  if (text.starts_with("r")) return parse_row_tile(text);
+  if (text.starts_with(TileFormat<ElementwiseTile>::prefix)) return parse_elementwise_tile(text);
+  if (text.starts_with(TileFormat<WgmmaTile>::prefix)) return parse_wgmma_tile(text);
+  if (text.starts_with(TileFormat<WaveTile>::prefix)) return parse_wave_tile(text);
+  if (text.starts_with(TileFormat<RowTile>::prefix)) return parse_row_tile(text);
   return parse_gemm_tile(text);
+}
+
+std::string tile_forms() {
+  return fmt::format("elementwise {}, GEMM {}, wgmma {}, wave (AMD) {}, row {}", form_of<ElementwiseTile>(),
+                     form_of<GemmTile>(), form_of<WgmmaTile>(), form_of<WaveTile>(), form_of<RowTile>());
 }
 
 std::string to_string(const TileConfig& tile) {
@@ -158,7 +243,7 @@ std::string to_string(const TileConfig& tile) {
 }
 
 std::uint64_t tile_hash(const TileConfig& tile) {
-  // Every tile type is a struct of ints: hash the alternative's index and its bytes.
+  // Every tile type is a struct of ints (Note [Tile formats]): hash the alternative's index and its bytes.
   return std::visit(
       [&](const auto& t) {
         static_assert(std::has_unique_object_representations_v<std::decay_t<decltype(t)>>,

@@ -36,70 +36,46 @@ struct Reader {
 
 std::uint64_t source_hash(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
 
+// A tile's record: its TileConfig index, then its ints in declaration order
+// (Note [Tile formats]: every tile type is a struct of ints).
 std::string tile_bytes(const TileConfig& tile) {
   std::string out;
   put(out, static_cast<std::uint32_t>(tile.index()));
   std::visit(
       [&](const auto& t) {
         using T = std::decay_t<decltype(t)>;
-        if constexpr (std::is_same_v<T, ElementwiseTile>) {
-          for (int v : {t.threads, t.vec, t.blocks_per_sm}) put(out, static_cast<std::int32_t>(v));
-        } else if constexpr (std::is_same_v<T, RowTile>) {
-          for (int v : {t.threads, t.vec, t.regs, t.persistent, t.group, t.cluster, t.ring, t.keep})
-            put(out, static_cast<std::int32_t>(v));
-        } else if constexpr (std::is_same_v<T, WaveTile>) {
-          for (int v : {t.bm, t.bn, t.bk, t.waves_m, t.waves_n, t.group_m, t.op, t.fma})
-            put(out, static_cast<std::int32_t>(v));
-        } else if constexpr (std::is_same_v<T, WgmmaTile>) {
-          for (int v : {t.bm, t.bn, t.bk, t.stages, t.group_m, t.cluster, t.pingpong})
-            put(out, static_cast<std::int32_t>(v));
-        } else {
-          for (int v : {t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages, t.group_m, t.split_k})
-            put(out, static_cast<std::int32_t>(v));
-        }
+        static_assert(std::has_unique_object_representations_v<T> && sizeof(T) % sizeof(std::int32_t) == 0);
+        std::int32_t ints[sizeof(T) / sizeof(std::int32_t)];
+        std::memcpy(ints, &t, sizeof t);
+        for (std::int32_t v : ints) put(out, v);
       },
       tile);
   return out;
 }
 
+namespace {
+
+template <std::size_t I = 0>
+std::optional<TileConfig> tile_of_index(std::uint32_t index, std::string_view ints) {
+  if constexpr (I == std::variant_size_v<TileConfig>) {
+    return std::nullopt;
+  } else {
+    using T = std::variant_alternative_t<I, TileConfig>;
+    if (index != I) return tile_of_index<I + 1>(index, ints);
+    if (ints.size() != sizeof(T)) return std::nullopt;
+    T t;
+    std::memcpy(&t, ints.data(), sizeof t);
+    return t;
+  }
+}
+
+}  // namespace
+
 std::optional<TileConfig> tile_from_bytes(std::string_view bytes) {
   Reader r{bytes};
   std::uint32_t index = 0;
   if (!r.get(index)) return std::nullopt;
-  auto ints = [&](std::initializer_list<int*> fields) {
-    for (int* f : fields) {
-      std::int32_t v = 0;
-      if (!r.get(v)) return false;
-      *f = v;
-    }
-    return r.rest.empty();
-  };
-  if (index == 0) {
-    ElementwiseTile t;
-    if (!ints({&t.threads, &t.vec, &t.blocks_per_sm})) return std::nullopt;
-    return t;
-  }
-  if (index == 1) {
-    GemmTile t;
-    if (!ints({&t.bm, &t.bn, &t.bk, &t.warps_m, &t.warps_n, &t.stages, &t.group_m, &t.split_k})) return std::nullopt;
-    return t;
-  }
-  if (index == 2) {
-    WgmmaTile t;
-    if (!ints({&t.bm, &t.bn, &t.bk, &t.stages, &t.group_m, &t.cluster, &t.pingpong})) return std::nullopt;
-    return t;
-  }
-  if (index == 3) {
-    RowTile t;
-    if (!ints({&t.threads, &t.vec, &t.regs, &t.persistent, &t.group, &t.cluster, &t.ring, &t.keep})) return std::nullopt;
-    return t;
-  }
-  if (index == 4) {
-    WaveTile t;
-    if (!ints({&t.bm, &t.bn, &t.bk, &t.waves_m, &t.waves_n, &t.group_m, &t.op, &t.fma})) return std::nullopt;
-    return t;
-  }
-  return std::nullopt;
+  return tile_of_index(index, r.rest);
 }
 
 std::string key_bytes(const CacheKey& k) {

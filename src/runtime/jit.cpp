@@ -52,7 +52,7 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
     auto kernel = std::make_shared<LoadedKernel>();
     kernel->k = k;
     // The key says which kernel: its resolved tile and its path.
-    kernel->src = emit_kernel(spec, shape, k.tile, k.path, target_name);
+    kernel->src = emit_kernel(spec, shape, k.tile, k.path, target_name, device_info);
     EPIFUSE_ASSERT(kernel->src.path == k.path && kernel->src.tile == k.tile, "key and source disagree");
     kernel->spec = owned ? std::move(owned) : std::make_shared<const KernelSpec>(spec);
     kernel->family = &family_for(spec);
@@ -136,6 +136,14 @@ Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
   }
   d.disk = DiskCache::from_environment();
   if (d.device) d.device_name = d.device->device(0).name;
+  // The heuristics' view of this GPU; the assumed one where the target cannot run here.
+  d.device_info = assumed_device(d.target_name);
+  if (d.device) {
+    const backend::DeviceInfo& p = d.device->device(0);
+    if (p.multiprocessors > 0) d.device_info.multiprocessors = p.multiprocessors;
+    if (p.max_shared_per_block_optin > 0) d.device_info.shared_per_block = static_cast<std::uint32_t>(p.max_shared_per_block_optin);
+    if (p.l2_bytes > 0) d.device_info.l2_bytes = static_cast<std::uint64_t>(p.l2_bytes);
+  }
 }
 
 void Jit::Impl::init_nvidia(const std::string& target) {
@@ -299,7 +307,7 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
                           const LaunchArgs& args, std::vector<TileConfig> candidates) {
   EPIFUSE_CHECK(shape.m > 0 && shape.n > 0, "tune: M={} N={} is an empty problem: there is nothing to time",
                 shape.m, shape.n);
-  if (candidates.empty()) candidates = tile_candidates(spec, shape, target());
+  if (candidates.empty()) candidates = tile_candidates(spec, shape, target(), impl_->device_info);
   // The runtime of the target's vendor (RuntimeError when there is none); a
   // GPU of another architecture gets as far as the first launch's UserError.
   backend::DeviceRuntime& drv = impl_->device ? *impl_->device : backend::device_runtime(backend::vendor_of(target()));

@@ -77,6 +77,7 @@ struct Jit::Impl {
   backend::DeviceRuntime* device = nullptr;  // null when this target cannot run here
   CudaDriver* driver = nullptr;  // the CUDA driver behind `device` on NVIDIA: tensor maps, clusters
   int multiprocessors = 0;
+  DeviceInfo device_info;  // what tile heuristics read (assumed_device where no GPU runs the target)
   std::string compiler, options;
   std::vector<std::string> extra_options;
   std::vector<backend::Header> headers;  // templates/common/*: NVRTC's, or inlined for hipRTC
@@ -126,7 +127,7 @@ struct Jit::Impl {
     const KernelFamily& family = family_for(spec);
     CacheKey k = base_key();
     k.signature = std::move(sig);
-    k.tile = family.resolve_tile(spec, shape, tile, target_name);
+    k.tile = family.resolve_tile(spec, shape, tile, target_name, device_info);
     k.shape_class = std::string(family.shape_class(spec, k.tile, shape));
     k.path = family.path_for(spec, k.tile, shape);  // the general kernel is asked for at launch
     return k;

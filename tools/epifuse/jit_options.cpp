@@ -3,7 +3,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "epifuse/errors.hpp"
+#include "epifuse/tile_format.hpp"
 #include "ir/limits.hpp"
 
 namespace epifuse::cli {
@@ -48,7 +51,10 @@ void add_tile_options(CLI::App& sub, TileOptions& opt) {
   sub.add_option("--blocks-per-sm", opt.blocks_per_sm,
                  "Grid: 0 covers every vector once; k > 0 is a grid-stride grid of k blocks per SM")
       ->check(CLI::Range(0, limits::k_max_blocks_per_sm));
-  sub.add_option("--tile", opt.gemm, "Elementwise tile t256v8g0 (or --threads/--vec/--blocks-per-sm), GEMM tile BMxBNxBKwWMxWNsSTAGESgGROUP (e.g. 128x128x32w2x2s4g8), wgmma tile h128x256x64s4g8, wave tile (AMD) m128x128x32w2x2g8.mfma, or row tile rTHREADSvVECxREGS[gG][cC][sS][b], e.g. r256v0x-1, r256v8x4g32, r512v8x8c8s1b (default: tuned)");
+  sub.add_option("--tile", opt.gemm,
+                 fmt::format("Tile: {} (e.g. t256v8g0, 128x128x32w2x2s4g8, h128x256x64s4g8, m128x128x32w2x2g8.mfma, "
+                             "r256v8x4g32; an elementwise tile also as --threads/--vec/--blocks-per-sm; default: tuned)",
+                             tile_forms()));
 }
 
 }  // namespace epifuse::cli

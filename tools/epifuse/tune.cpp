@@ -11,6 +11,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "epifuse/json.hpp"
+#include "epifuse/tile_format.hpp"
 
 namespace epifuse::cli {
 namespace {
@@ -72,7 +73,7 @@ void add_tune(CLI::App& app) {
   sub->add_option("chain", opt->chain, "JSON op chain")->required();
   sub->add_option("--shape", opt->shapes, "M,N (elementwise) or M,N,K (GEMM kinds), repeatable; default the chain's shape");
   sub->add_option("--tile", opt->tiles,
-                  "tile to time instead of the built-in candidates (GEMM BMxBNxBKwWMxWNsSTAGESgGROUP[kSPLIT], wgmma hBMxBNx64sSgG[c2][p], row rTHREADSvVECxREGS[gG][cC][sS][b]); repeatable");
+                  fmt::format("tile to time instead of the built-in candidates ({}); repeatable", tile_forms()));
   add_json_flag(*sub);
   sub->footer("The choice is kept by this process's JIT and by the disk cache (EPIFUSE_CACHE=0 turns it off), so later runs of the same chain and shape use it.");
   sub->callback([opt] { tune_command(*opt); });

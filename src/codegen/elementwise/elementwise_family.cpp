@@ -13,9 +13,13 @@ namespace {
 class ElementwiseFamily final : public KernelFamily {
  public:
   MainloopKind kind() const override { return MainloopKind::elementwise; }
+  // A row reduction is the row family's.
+  bool generates(const KernelSpec& spec) const override {
+    return spec.mainloop.kind == MainloopKind::elementwise && row_reduction_of(spec) == nullptr;
+  }
 
   TileConfig resolve_tile(const KernelSpec& spec, const Shape&, const std::optional<TileConfig>& requested,
-                          std::string_view) const override {
+                          std::string_view, const DeviceInfo&) const override {
     ElementwiseTile tile;
     if (requested) {
       const auto* t = std::get_if<ElementwiseTile>(&*requested);
@@ -38,7 +42,8 @@ class ElementwiseFamily final : public KernelFamily {
     return ragged(std::get<ElementwiseTile>(resolved), shape) ? KernelPath::general : KernelPath::fastest;
   }
 
-  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape&, std::string_view) const override {
+  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape&, std::string_view,
+                                          const DeviceInfo&) const override {
     const int natural = natural_vector_width(spec);
     // Grid policies seen to matter on Hopper (../shared/PEERS.md): covering
     // grids, and grid-stride grids of 4 to 16 blocks per SM; vec 0 is 16 bytes,

@@ -436,8 +436,7 @@ TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contrac
 }
 
 KernelSource emit_gemm(const GemmPlan& g) {
-  if (g.wgmma) return emit_gemm_sm90(g);
-  if (g.wave) return emit_gemm_wave(g);
+  EPIFUSE_ASSERT(!g.wgmma && !g.wave, "emit_gemm: a GemmTile kernel (the wgmma and wave mainloops have their own)");
   const KernelPlan& plan = *g.plan;
   KernelSource ks;
   // Bindings: the operands (16-byte loads need them aligned), then the graph's

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "codegen/kernel_plan.hpp"
+#include "epifuse/device_info.hpp"
 
 namespace epifuse {
 
@@ -72,20 +73,15 @@ enum TensorMapIndex : std::uint32_t {
 /// where that is larger (templates/gemm_wave.cu.in).
 std::uint32_t wave_shared_bytes(const WaveTile& tile, int operand_bytes, bool dual = false);
 
-// ---- wave tiles (wave_tiles.cpp) ----
-/// "gfx..." targets: the wave kernel is their GEMM mainloop.
+/// "gfx..." targets: the wave kernel is their GEMM mainloop (mainloop_wave.cpp).
 bool amd_target(std::string_view target);
-/// Why a wave tile cannot run this spec on `target` (empty: it can; an empty
-/// target checks everything but the instruction's architecture).
-std::string wave_tile_problem(const WaveTile& tile, const KernelSpec& spec, std::string_view target);
-/// UserError with wave_tile_problem's reason.
-void check_wave_tile(const WaveTile& tile, const KernelSpec& spec, std::string_view target);
-/// The untuned choice for an AMD target: its instruction (or the FMA form), big tiles where they fill the GPU.
-WaveTile wave_heuristic_tile(const KernelSpec& spec, const Shape& shape, std::string_view target);
-/// The tuner's wave tiles for an AMD target, the untuned choice first.
-std::vector<TileConfig> wave_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target);
 
 GemmPlan plan_gemm(const KernelPlan& plan);
+/// templates/gemm_mma.cu.in or, for exact f32, gemm_simt.cu.in (a GemmTile kernel).
 KernelSource emit_gemm(const GemmPlan& plan);
+/// templates/gemm_wave.cu.in (emit_gemm_wave.cpp).
+KernelSource emit_gemm_wave(const GemmPlan& g);
+/// templates/gemm_sm90.cu.in (emit_gemm_sm90.cpp).
+KernelSource emit_gemm_sm90(const GemmPlan& g);
 
 }  // namespace epifuse

@@ -45,9 +45,4 @@ TemplateVars staged_vars(const GemmPlan& g, const EpilogueContract& contract, in
 /// else the general kernel).
 void bind_epilogue_tensors(const GemmPlan& g, KernelSource& ks);
 
-/// templates/gemm_wave.cu.in (emit_gemm_wave.cpp).
-KernelSource emit_gemm_wave(const GemmPlan& g);
-/// templates/gemm_sm90.cu.in (emit_gemm_sm90.cpp).
-KernelSource emit_gemm_sm90(const GemmPlan& g);
-
 }  // namespace epifuse

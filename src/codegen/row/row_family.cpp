@@ -45,9 +45,13 @@ int full_inputs(const KernelSpec& spec) {
 class RowFamily final : public KernelFamily {
  public:
   MainloopKind kind() const override { return MainloopKind::elementwise; }
+  bool generates(const KernelSpec& spec) const override {
+    return spec.mainloop.kind == MainloopKind::elementwise && row_reduction_of(spec) != nullptr;
+  }
+  bool by_kind() const override { return false; }
 
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
-                          std::string_view target) const override {
+                          std::string_view target, const DeviceInfo&) const override {
     RowTile tile;
     if (requested) {
       const auto* t = std::get_if<RowTile>(&*requested);
@@ -123,8 +127,8 @@ class RowFamily final : public KernelFamily {
   // reduction's latency), clusters for long rows on sm_90; streaming as the
   // fallback for rows that fit nowhere. Each in both grids: persistent, and
   // one block per row, which measured faster for some short rows.
-  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape,
-                                          std::string_view target) const override {
+  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                          const DeviceInfo&) const override {
     std::vector<RowTile> base;
     for (int g : {8, 16, 32}) base.push_back(RowTile{256, 0, -1, 1, g, 1});
     for (int t : {128, 256, 512, 1024}) base.push_back(RowTile{t, 0, -1, 1});

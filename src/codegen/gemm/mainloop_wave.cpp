@@ -1,36 +1,25 @@
-// The wave GEMM's tiles (WaveTile, templates/gemm_wave.cu.in, docs/amd.md):
-// which instruction each AMD target has, the rules a tile must keep, the
-// untuned choice and the tuner's candidates.
+// The wave mainloop, AMD's GEMM (WaveTile, templates/gemm_wave.cu.in,
+// docs/amd.md): which instruction each AMD target has, the rules a tile must
+// keep, the untuned choice, the tuner's candidates and the launch.
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "codegen/gemm/gemm.hpp"
+#include "codegen/gemm/mainloop.hpp"
 #include "epifuse/errors.hpp"
 
 namespace epifuse {
 
 namespace {
 
-// An AMD workgroup's LDS (gfx90a, gfx942, gfx10-12: 64 KiB); NVIDIA's opt-in
-// shared memory for the FMA form in the GPU suite (sm_90: 227 KiB).
-constexpr std::uint32_t k_amd_lds = 64 * 1024;
-constexpr std::uint32_t k_nvidia_shared = 227 * 1024;
-
 bool mfma_arch(std::string_view t) { return t.starts_with("gfx90a") || t.starts_with("gfx94"); }
 bool wmma_arch(std::string_view t) { return t.starts_with("gfx11"); }
 int frag_rows(const WaveTile& t) { return t.op == 0 ? 32 : 16; }
 int accumulators(const WaveTile& t) { return t.op == 0 ? 16 : 8; }
 
-std::int64_t tiles_of(const Shape& s, std::int64_t bm, std::int64_t bn) {
-  return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
-}
 
-}  // namespace
-
-bool amd_target(std::string_view target) { return target.starts_with("gfx"); }
-
-std::string wave_tile_problem(const WaveTile& t, const KernelSpec& spec, std::string_view target) {
+std::string wave_tile_problem(const WaveTile& t, const KernelSpec& spec, std::string_view target,
+                              const DeviceInfo& device) {
   const Mainloop& ml = spec.mainloop;
   const bool dual = ml.kind == MainloopKind::dual_gemm;
   auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
@@ -59,7 +48,9 @@ std::string wave_tile_problem(const WaveTile& t, const KernelSpec& spec, std::st
   if (per_lane > max_per_lane)
     return fmt::format("{} tile {}: a lane would hold {} accumulators; at most {} for {}", to_string(ml.kind), name,
                        per_lane, max_per_lane, t.op == 0 ? "MFMA" : "WMMA");
-  const std::uint32_t limit = amd_target(target) ? k_amd_lds : k_nvidia_shared;
+  // An AMD workgroup's LDS (gfx90a, gfx942, gfx10-12: 64 KiB), or NVIDIA's
+  // opt-in shared memory for the FMA form in the GPU suite.
+  const std::uint32_t limit = device.shared_per_block;
   const std::uint32_t bytes = wave_shared_bytes(t, static_cast<int>(size_of(ml.a)), dual);
   if (bytes > limit)
     return fmt::format("wave tile {}: needs {} bytes of shared memory, more than the {} a block can have{}", name, bytes,
@@ -67,17 +58,13 @@ std::string wave_tile_problem(const WaveTile& t, const KernelSpec& spec, std::st
   return {};
 }
 
-void check_wave_tile(const WaveTile& t, const KernelSpec& spec, std::string_view target) {
-  const std::string why = wave_tile_problem(t, spec, target);
-  EPIFUSE_CHECK(why.empty(), "{}", why);
-}
-
 // MFMA on CDNA, WMMA on RDNA3, for f16 and bf16; otherwise the FMA form of
 // the layout whose wave is the target's (64 lanes on gfx9, 32 on RDNA).
-// Big tiles where they fill a large GPU (~100 CUs), 64x64 below. Sizes were
+// Big tiles where they fill the GPU (a tile a CU), 64x64 below. Sizes were
 // chosen by what the compilers make of them (no spills: the compile tier
 // checks), not by timings: no AMD GPU has run them.
-WaveTile wave_heuristic_tile(const KernelSpec& spec, const Shape& shape, std::string_view target) {
+WaveTile wave_heuristic_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                             const DeviceInfo& device) {
   const Mainloop& ml = spec.mainloop;
   const bool dual = ml.kind == MainloopKind::dual_gemm;
   const bool half = ml.a == DType::f16 || ml.a == DType::bf16;
@@ -88,14 +75,15 @@ WaveTile wave_heuristic_tile(const KernelSpec& spec, const Shape& shape, std::st
   // which needs no more registers than an RDNA wave has.
   if (!half) return WaveTile{64, 64, 16, 2, 2, 8, t.op, 1};
   if (t.fma) return WaveTile{64, 64, 32, 2, 2, 8, t.op, 1};
-  const bool big = tiles_of(shape, 128, dual ? 64 : 128) >= 100;
+  const bool big = tiles_of(shape, 128, dual ? 64 : 128) >= device.multiprocessors;
   if (!big) return WaveTile{64, 64, 32, 2, 2, 8, t.op, t.fma};
   if (dual) return t.op == 0 ? WaveTile{128, 64, 32, 2, 2, 8, 0, t.fma} : WaveTile{128, 64, 32, 4, 2, 8, 1, t.fma};
   return t.op == 0 ? WaveTile{128, 128, 32, 2, 2, 8, 0, t.fma} : WaveTile{128, 128, 32, 2, 4, 8, 1, t.fma};
 }
 
-std::vector<TileConfig> wave_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target) {
-  const WaveTile first = wave_heuristic_tile(spec, shape, target);
+std::vector<TileConfig> wave_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                        const DeviceInfo& device) {
+  const WaveTile first = wave_heuristic_tile(spec, shape, target, device);
   std::vector<TileConfig> out{first};
   for (WaveTile t : {WaveTile{128, 128, 32, 2, 2, 8}, WaveTile{128, 128, 32, 2, 4, 8}, WaveTile{128, 64, 32, 2, 2, 8},
                      WaveTile{128, 64, 32, 4, 2, 8},
@@ -103,10 +91,49 @@ std::vector<TileConfig> wave_candidates(const KernelSpec& spec, const Shape& sha
                      WaveTile{64, 64, 16, 2, 2, 8}, WaveTile{32, 64, 64, 1, 2, 8}, WaveTile{32, 32, 64, 1, 1, 8}}) {
     t.op = first.op;
     t.fma = first.fma;
-    if (wave_tile_problem(t, spec, target).empty() && std::find(out.begin(), out.end(), TileConfig{t}) == out.end())
+    if (wave_tile_problem(t, spec, target, device).empty() && std::find(out.begin(), out.end(), TileConfig{t}) == out.end())
       out.push_back(t);
   }
   return out;
+}
+
+class WaveMainloop final : public GemmMainloop {
+ public:
+  void check(const TileConfig& tile, const GemmProblem& p) const override {
+    const std::string why = wave_tile_problem(std::get<WaveTile>(tile), p.spec, p.target, p.device);
+    EPIFUSE_CHECK(why.empty(), "{}", why);
+  }
+
+  std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
+    return wave_heuristic_tile(p.spec, p.shape, p.target, p.device);
+  }
+
+  std::vector<TileConfig> candidates(const GemmProblem& p) const override {
+    return wave_candidates(p.spec, p.shape, p.target, p.device);
+  }
+
+  LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int) const override {
+    const WaveTile& v = std::get<WaveTile>(source.tile);
+    const std::int64_t tiles = tiles_of(shape, v.bm, v.bn);
+    EPIFUSE_CHECK(tiles <= 0x7fffffff, "gemm: {}x{} needs {} tiles of {}x{}, more than one launch holds", shape.m,
+                  shape.n, tiles, v.bm, v.bn);
+    LaunchGeometry g;
+    g.grid[0] = static_cast<unsigned>(tiles);
+    g.block[0] = static_cast<unsigned>(v.waves_m * v.waves_n * v.lanes());
+    g.shared_bytes = source.shared_bytes;
+    return g;
+  }
+
+  KernelSource emit(const GemmPlan& g) const override { return emit_gemm_wave(g); }
+};
+
+}  // namespace
+
+bool amd_target(std::string_view target) { return target.starts_with("gfx"); }
+
+const GemmMainloop& wave_mainloop() {
+  static const WaveMainloop mainloop;
+  return mainloop;
 }
 
 }  // namespace epifuse

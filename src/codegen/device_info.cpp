@@ -1,0 +1,18 @@
+// Note [Assumed device]
+// Tile heuristics compare tile counts with the device's multiprocessors and
+// check tiles against its shared memory. Without a device (emit, compile-only
+// targets) they need some GPU: the one each heuristic was tuned on. For NVIDIA
+// that is an H100 SXM, for every NVIDIA target (an sm_80 emission keeps the
+// 227 KiB limit; a tile above an A100's 163 KiB fails at its launch, as it
+// always did). For AMD, where no GPU has timed these kernels yet, "a large GPU"
+// of about 100 CUs (an MI210 has 104, an MI250X die 110) and 64 KiB of LDS.
+#include "epifuse/device_info.hpp"
+
+namespace epifuse {
+
+DeviceInfo assumed_device(std::string_view target) {
+  if (target.starts_with("gfx")) return DeviceInfo{100, 64 * 1024, 8ull << 20};
+  return DeviceInfo{132, 227 * 1024, 50ull << 20};
+}
+
+}  // namespace epifuse

@@ -1,0 +1,164 @@
+// The mma.sync mainloop: f16, bf16 and tf32 GEMM on sm_80+ tensor cores
+// (GemmTile, templates/gemm_mma.cu.in, docs/gemm.md), split-K included.
+#include <algorithm>
+
+#include "codegen/gemm/mainloop.hpp"
+#include "epifuse/errors.hpp"
+
+namespace epifuse {
+
+LaunchGeometry gemm_tile_geometry(const GemmTile& t, const Shape& shape, unsigned shared_bytes) {
+  const std::int64_t tiles = tiles_of(shape, t.bm, t.bn);
+  EPIFUSE_CHECK(tiles <= 0x7fffffff, "gemm: {}x{} needs {} tiles of {}x{}, more than one launch holds", shape.m,
+                shape.n, tiles, t.bm, t.bn);
+  LaunchGeometry g;
+  g.grid[0] = static_cast<unsigned>(tiles);
+  g.grid[1] = static_cast<unsigned>(t.split_k);
+  g.block[0] = static_cast<unsigned>(t.warps_m * t.warps_n * 32);
+  g.shared_bytes = shared_bytes;
+  return g;
+}
+
+namespace {
+
+// Split-K candidates only where a tile grid fills less than half of the
+// GPU's SMs: at 1024^3 on an H100 (256 tiles of 64x64) every split tile
+// lost to the plain ones (docs/perf/gemm.md), so they would only cost tuning time.
+std::int64_t split_max_tiles(const DeviceInfo& device) { return device.multiprocessors / 2; }
+
+int operand_bytes(const GemmProblem& p) { return static_cast<int>(size_of(p.spec.mainloop.a)); }
+
+// A first choice without tuning: big tiles where they fill the GPU, small
+// ones for small problems (a 64x128 GEMM is launch-bound). The tuner's picks
+// on an H100 (docs/perf/gemm.md): 32x32 tiles of 4 warps up to 256^2 outputs,
+// 64x64 tiles of 8 warps up to 512^2, 64x64 of 4 warps up to 2048^2, 128x256
+// with a 4-deep ring above. tf32 fragments of MN-major tiles are read word by
+// word: 64x32 warp tiles keep those kernels clear of spills.
+GemmTile single_heuristic(const Shape& s, GemmMath math) {
+  if (s.m * s.n <= 256 * 256) return {32, 32, 64, 2, 2, 4, 8};
+  if (s.m * s.n <= 512 * 512) return {64, 64, 32, 2, 4, 4, 8};
+  if (s.m * s.n <= 2048 * 2048) return {64, 64, 64, 2, 2, 3, 8};
+  if (math == GemmMath::tf32) return {128, 128, 32, 2, 4, 4, 8};
+  return {128, 256, 32, 2, 4, 4, 8};
+}
+
+// The dual GEMM's: the single choice, its warp tile halved along N where it
+// would hold more than 64x32 outputs (two accumulators each). tf32 fragments
+// of MN-major tiles are read word by word: 32x32 warp tiles keep those clear
+// of spills with two accumulators.
+GemmTile dual_heuristic(GemmTile t, GemmMath math) {
+  if (math == GemmMath::tf32 && t.bm / t.warps_m > 32) t.bm /= 2;
+  while (t.bn / t.warps_n > 32 && t.bn > 16) t.bn /= 2;
+  t.split_k = 1;
+  return t;
+}
+
+class MmaMainloop final : public GemmMainloop {
+ public:
+  void check(const TileConfig& tile, const GemmProblem& p) const override {
+    const GemmTile& t = std::get<GemmTile>(tile);
+    auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
+    EPIFUSE_CHECK(pow2(t.bm) && pow2(t.bn) && t.bm >= 16 && t.bn >= 16 && t.bm <= 256 && t.bn <= 256,
+                  "gemm tile {}: BM and BN must be powers of two in [16, 256]", t.str());
+    EPIFUSE_CHECK(t.bk == 32 || t.bk == 64, "gemm tile {}: BK must be 32 or 64", t.str());
+    EPIFUSE_CHECK(pow2(t.warps_m) && pow2(t.warps_n) && t.warps_m * t.warps_n <= 8,
+                  "gemm tile {}: warps_m x warps_n must be powers of two, at most 8 warps", t.str());
+    EPIFUSE_CHECK(t.bm / t.warps_m >= 16 && t.bn / t.warps_n >= 16,
+                  "gemm tile {}: each warp's tile must be at least 16 x 16", t.str());
+    EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
+    EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
+    EPIFUSE_CHECK(t.split_k >= 1 && t.split_k <= 16, "gemm tile {}: split-K must be in [1, 16]", t.str());
+    if (p.dual) {
+      // Two accumulators a thread: a 64x64 warp tile would hold 256 (docs/dual-gemm.md).
+      const auto [mi, ni] = warp_fragments(t);
+      EPIFUSE_CHECK(mi * ni <= 16, "dual_gemm tile {}: a warp tile of {}x{} holds {} accumulators a thread for two "
+                    "products; at most 64x32 (128)", t.str(), t.bm / t.warps_m, t.bn / t.warps_n, 2 * mi * ni * 4);
+      EPIFUSE_CHECK(t.split_k == 1, "dual_gemm tile {}: a dual GEMM has no split-K", t.str());
+    }
+    const std::uint32_t bytes = gemm_block_shared_bytes(t, operand_bytes(p), p.dual);
+    EPIFUSE_CHECK(bytes <= p.device.shared_per_block,
+                  "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(), bytes,
+                  p.device.shared_per_block);
+  }
+
+  std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
+    const GemmTile t = single_heuristic(p.shape, p.spec.mainloop.math);
+    return p.dual ? dual_heuristic(t, p.spec.mainloop.math) : t;
+  }
+
+  std::vector<TileConfig> candidates(const GemmProblem& p) const override {
+    std::vector<TileConfig> out = p.dual ? dual_candidates() : single_candidates(p);
+    // tf32 tiles hold twice the bytes: keep those that fit.
+    std::erase_if(out, [&](const TileConfig& c) {
+      return gemm_block_shared_bytes(std::get<GemmTile>(c), operand_bytes(p), p.dual) > p.device.shared_per_block;
+    });
+    return out;
+  }
+
+  LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int) const override {
+    return gemm_tile_geometry(std::get<GemmTile>(source.tile), shape, source.shared_bytes);
+  }
+
+  // Split-K: one flag per output tile (zeroed), one BM x BN fp32 partial per tile.
+  WorkspaceNeeds workspace(const KernelSource& source, const Shape& shape) const override {
+    const GemmTile& t = std::get<GemmTile>(source.tile);
+    if (t.split_k == 1) return {};
+    const std::int64_t tiles = tiles_of(shape, t.bm, t.bn);
+    return {static_cast<std::size_t>(tiles) * 4, static_cast<std::size_t>(tiles) * t.bm * t.bn * 4};
+  }
+
+  KernelSource emit(const GemmPlan& g) const override { return emit_gemm(g); }
+
+ private:
+  // Large tiles (8 warps of 64x64) for throughput, BK 64 for fewer barriers,
+  // small tiles for problems that would not fill the GPU, and split-K where
+  // even those leave most SMs idle and K is long enough to cut.
+  // Deep rings (5-8 stages): one block per SM must keep enough bytes in
+  // flight to cover the load latency (docs/perf/gemm.md).
+  static std::vector<TileConfig> single_candidates(const GemmProblem& p) {
+    const Shape& shape = p.shape;
+    std::vector<TileConfig> out;
+    for (const GemmTile t : {
+        GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 256, 32, 2, 4, 6, 8}, GemmTile{128, 256, 64, 2, 4, 4, 8},
+        GemmTile{256, 128, 32, 4, 2, 6, 8}, GemmTile{256, 128, 64, 4, 2, 3, 8}, GemmTile{128, 128, 32, 2, 2, 6, 8},
+        GemmTile{128, 128, 64, 2, 2, 4, 8}, GemmTile{128, 128, 32, 2, 4, 6, 8}, GemmTile{64, 128, 32, 2, 2, 6, 8},
+        GemmTile{128, 64, 32, 2, 2, 6, 8},  GemmTile{64, 64, 32, 2, 2, 4, 8},   GemmTile{64, 64, 64, 2, 2, 3, 8},
+        GemmTile{64, 64, 64, 2, 2, 6, 8},   GemmTile{64, 64, 32, 2, 4, 4, 8},   GemmTile{32, 64, 32, 1, 2, 4, 8}})
+      out.push_back(t);
+    // Grids of a few blocks (the GEMM study's 64x128 and 128x256 outputs):
+    // 32x32 tiles of 16x16 warp tiles spread the operand loads over 4x the SMs,
+    // and 4 stages of BK 64 have a K of 256 in flight at once (docs/perf/gemm.md).
+    if (tiles_of(shape, 64, 64) < p.device.multiprocessors)
+      for (const GemmTile t : {GemmTile{32, 32, 64, 2, 2, 4, 8}, GemmTile{32, 32, 64, 1, 1, 4, 8},
+                               GemmTile{32, 64, 64, 1, 2, 4, 8}, GemmTile{16, 64, 64, 1, 2, 4, 8}})
+        out.push_back(t);
+    for (const GemmTile base : {GemmTile{128, 128, 32, 2, 4, 6, 8}, GemmTile{64, 128, 32, 2, 2, 6, 8},
+                                GemmTile{64, 64, 64, 2, 2, 3, 8}, GemmTile{64, 64, 32, 2, 2, 4, 8}})
+      for (int split : {2, 4}) {
+        const std::int64_t tiles = tiles_of(shape, base.bm, base.bn);
+        if (tiles > split_max_tiles(p.device) || shape.k < 8LL * base.bk * split) continue;
+        GemmTile t = base;
+        t.split_k = split;
+        out.push_back(t);
+      }
+    return out;
+  }
+
+  // 64x32 warp tiles and below; narrow tiles for decode shapes (M of 16 to
+  // 128 against a wide N: the grid fills the GPU along N).
+  static std::vector<TileConfig> dual_candidates() {
+    return {GemmTile{128, 128, 32, 2, 4, 4, 8}, GemmTile{128, 128, 64, 2, 4, 3, 8}, GemmTile{128, 64, 32, 2, 2, 4, 8},
+            GemmTile{64, 128, 32, 1, 4, 4, 8},  GemmTile{64, 64, 32, 2, 2, 4, 8},   GemmTile{64, 64, 64, 2, 2, 3, 8},
+            GemmTile{32, 64, 64, 1, 2, 4, 8},   GemmTile{16, 64, 64, 1, 2, 4, 8},   GemmTile{32, 32, 64, 2, 2, 4, 8},
+            GemmTile{16, 32, 64, 1, 1, 6, 8}};
+  }
+};
+
+}  // namespace
+
+const GemmMainloop& mma_mainloop() {
+  static const MmaMainloop mainloop;
+  return mainloop;
+}
+
+}  // namespace epifuse

@@ -1,0 +1,175 @@
+// The Hopper mainloop (WgmmaTile, templates/gemm_sm90.cu.in, docs/hopper.md):
+// a persistent grid; TMA fills a ring of BK tiles, a producer warp issues the
+// copies and two consumer warpgroups the wgmma ops. sm_90a only. A key whose
+// operands the copy engine cannot take runs the mma.sync fallback tile
+// (k_wgmma_fallback_tile) as its general kernel.
+#include <algorithm>
+
+#include "codegen/gemm/mainloop.hpp"
+#include "epifuse/errors.hpp"
+
+namespace epifuse {
+
+namespace {
+
+// On sm_90a f16/bf16 problems from this many outputs up take wgmma tiles
+// untuned; from the second, only wgmma tiles are tuned. From 2048^2 outputs
+// (128 tiles of 128x256 and more) the wgmma tiles beat every mma.sync one by
+// a quarter or more (H100: 721 against 453 TFLOP/s at 4096^3, 745 against 646
+// at 8192^3; docs/perf/gemm.md), so only they are compiled: the tuner's NVRTC time
+// stays within its budget.
+constexpr std::int64_t k_wgmma_min_outputs = 1024 * 1024;
+constexpr std::int64_t k_wgmma_only_outputs = 2048 * 2048;
+
+bool wgmma_target(std::string_view target) { return target == "sm_90a"; }
+
+// The operands wgmma reads: f16 and bf16 in any layout, and f32 through tf32
+// (rounded by the copy engine, docs/hopper.md) K-major only (A row-major, B
+// col-major: wgmma has no transposed tf32).
+bool wgmma_operands(const Mainloop& ml) {
+  if (ml.a == DType::f16 || ml.a == DType::bf16) return true;
+  return ml.a == DType::f32 && ml.math == GemmMath::tf32 && ml.a_layout == Layout::row && ml.b_layout == Layout::col;
+}
+// A stage's rows are 128 bytes of K: 64 16-bit elements, 32 tf32 ones.
+int wgmma_bk(const Mainloop& ml) { return ml.a == DType::f32 ? 32 : 64; }
+
+// wgmma operands whose rows the copy engine can address (16-byte strides),
+// on an sm_90a target, with coordinates that fit TMA's 32-bit ones.
+bool wgmma_applies(const GemmProblem& p) {
+  const Mainloop& ml = p.spec.mainloop;
+  const Shape& s = p.shape;
+  constexpr std::int64_t coord = 0x7fffffff;
+  return wgmma_target(p.target) && wgmma_operands(ml) && gemm_shape_class(ml, s).starts_with("ld8") &&
+         s.m <= coord && s.n <= coord && s.k <= coord && tiles_of(s, 128, 64) <= coord;
+}
+
+class WgmmaMainloop final : public GemmMainloop {
+ public:
+  void check(const TileConfig& tile, const GemmProblem& p) const override {
+    const WgmmaTile& t = std::get<WgmmaTile>(tile);
+    const Mainloop& ml = p.spec.mainloop;
+    const Shape& s = p.shape;
+    EPIFUSE_CHECK(p.target.empty() || wgmma_target(p.target), "gemm tile {}: wgmma tiles run on sm_90a only, not {}",
+                  t.str(), p.target);
+    EPIFUSE_CHECK(wgmma_operands(ml),
+                  "gemm tile {}: wgmma tiles take f16 or bf16 operands, or f32 with \"math\": \"tf32\" where A is "
+                  "row-major and B col-major, not {}{} with A {} and B {}",
+                  t.str(), to_string(ml.a), ml.math == GemmMath::tf32 ? " (tf32)" : "", to_string(ml.a_layout),
+                  to_string(ml.b_layout));
+    EPIFUSE_CHECK(s.m <= 0x7fffffff && s.n <= 0x7fffffff && s.k <= 0x7fffffff && tiles_of(s, t.bm, t.bn) <= 0x7fffffff,
+                  "gemm tile {}: the copy engine's coordinates are 32-bit: M, N, K and the tile count must be below 2^31",
+                  t.str());
+    EPIFUSE_CHECK((t.bm == 128 || t.bm == 256 || (t.bm == 64 && t.pingpong)) && (t.bn == 64 || t.bn == 128 || t.bn == 256) &&
+                      t.bk == wgmma_bk(ml),
+                  "gemm tile {}: a wgmma tile has BM 128 or 256 (or 64 ping-pong), BN 64, 128 or 256, and BK {} ({} "
+                  "operands: 128 bytes of K a row)",
+                  t.str(), wgmma_bk(ml), to_string(ml.a));
+    // A consumer warpgroup's rows: BM/2 cooperative, BM ping-pong; a thread holds rows x BN / 128 accumulators.
+    // A dual GEMM holds two accumulators per element.
+    const int rows = t.pingpong ? t.bm : t.bm / 2, per_thread = rows * t.bn / 128 * (p.dual ? 2 : 1);
+    EPIFUSE_CHECK(t.pingpong == 0 || t.pingpong == 1, "gemm tile {}: ping-pong is 0 or 1", t.str());
+    EPIFUSE_CHECK(per_thread <= 128, "{} tile {}: a consumer warpgroup holds {} accumulators a thread; at most 128",
+                  to_string(ml.kind), t.str(), per_thread);
+    EPIFUSE_CHECK(t.stages >= 2 && t.stages <= 8, "gemm tile {}: stages must be in [2, 8]", t.str());
+    EPIFUSE_CHECK(t.group_m >= 1 && t.group_m <= 64, "gemm tile {}: group_m must be in [1, 64]", t.str());
+    EPIFUSE_CHECK(t.cluster == 1 || t.cluster == 2,
+                  "gemm tile {}: the cluster is 1, or 2 (each block copies half of B: half its columns, or with BN 64 "
+                  "and B row-major half its k rows)",
+                  t.str());
+    EPIFUSE_CHECK(wgmma_shared_bytes(t, p.dual) <= p.device.shared_per_block,
+                  "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
+                  wgmma_shared_bytes(t, p.dual), p.device.shared_per_block);
+  }
+
+  // 128x256 where those tiles fill the GPU, else 128x128 with a deeper ring.
+  // Dual: the cooperative 128x64 tile under a wave of 128x128 tiles; above,
+  // the ping-pong 128x64 tile (for tf32 the tuner's pick at 4096^3 and 6%
+  // ahead of the cooperative 128x128 at (8192, 8192, 4096): docs/perf/gemm.md).
+  std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
+    if (!wgmma_applies(p) || p.shape.m * p.shape.n < k_wgmma_min_outputs) return std::nullopt;
+    const int bk = wgmma_bk(p.spec.mainloop);
+    const int sms = p.device.multiprocessors;
+    if (p.dual) {
+      if (tiles_of(p.shape, 128, 128) < sms) return WgmmaTile{128, 64, bk, 6, 8};
+      return WgmmaTile{128, 64, bk, 6, 8, 1, 1};
+    }
+    return tiles_of(p.shape, 128, 256) >= sms ? WgmmaTile{128, 256, bk, 4, 8} : WgmmaTile{128, 128, bk, 6, 8};
+  }
+
+  // The dual GEMM's hold two accumulators a thread: 64 + 64 a consumer thread.
+  // The ping-pong tiles (each warpgroup a whole 128x64 or 64x128 dual tile)
+  // come last.
+  std::vector<TileConfig> candidates(const GemmProblem& p) const override {
+    if (!wgmma_applies(p)) return {};
+    const int bk = wgmma_bk(p.spec.mainloop);
+    if (p.dual)
+      return {WgmmaTile{128, 128, bk, 4, 8}, WgmmaTile{128, 128, bk, 4, 8, 2}, WgmmaTile{128, 64, bk, 6, 8},
+              WgmmaTile{128, 64, bk, 6, 8, 1, 1}, WgmmaTile{64, 128, bk, 5, 8, 1, 1}};
+    return {WgmmaTile{128, 256, bk, 4, 8}, WgmmaTile{128, 256, bk, 4, 8, 2}, WgmmaTile{256, 128, bk, 4, 8},
+            WgmmaTile{256, 128, bk, 4, 8, 2}, WgmmaTile{128, 128, bk, 6, 8}, WgmmaTile{128, 128, bk, 6, 8, 1, 1},
+            WgmmaTile{128, 64, bk, 8, 8}};
+  }
+
+  // Persistent: one block per SM (the ring takes its shared memory), each
+  // walking tiles blockIdx.x, + gridDim.x, ...; a cluster's blocks walk units
+  // of `cluster` vertically adjacent tiles. The general path is the mma.sync
+  // fallback tile's kernel.
+  LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int multiprocessors) const override {
+    const WgmmaTile& w = std::get<WgmmaTile>(source.tile);
+    if (source.path != KernelPath::fastest) return gemm_tile_geometry(k_wgmma_fallback_tile, shape, source.shared_bytes);
+    const std::int64_t units = tiles_of(shape, std::int64_t{w.bm} * w.cluster, w.bn);
+    const std::int64_t slots = multiprocessors > 0 ? multiprocessors / w.cluster : units;
+    LaunchGeometry g;
+    g.grid[0] = static_cast<unsigned>(std::min(units, slots) * w.cluster);
+    g.block[0] = 384;
+    g.shared_bytes = source.shared_bytes;
+    return g;
+  }
+
+  KernelSource emit(const GemmPlan& g) const override { return emit_gemm_sm90(g); }
+};
+
+}  // namespace
+
+bool wgmma_only(const GemmProblem& p) { return p.shape.m * p.shape.n >= k_wgmma_only_outputs; }
+
+// The field's index says which operand and layout (TensorMapIndex).
+std::optional<TensorMap2d> wgmma_tensor_map(const ParamField& field, const OpaqueContext& c) {
+  const auto& t = std::get<WgmmaTile>(c.source.tile);
+  const auto m = static_cast<std::uint64_t>(c.shape.m), n = static_cast<std::uint64_t>(c.shape.n),
+             k = static_cast<std::uint64_t>(c.shape.k);
+  const auto bm = static_cast<unsigned>(t.bm), bn = static_cast<unsigned>(t.bn);
+  // A box row is 128 bytes: BK 64 of 16-bit elements, or 32 f32 ones that
+  // the copy engine rounds to tf32 on the way (docs/hopper.md).
+  const int es = 128 / t.bk;
+  const auto box_inner = static_cast<unsigned>(t.bk);
+  // MN-major B: [64 k][64 n] boxes; with a cluster and one such block (BN 64)
+  // each block copies half of its k rows.
+  const unsigned nmajor_box = t.bn / 64 >= t.cluster ? 64u : 64u / static_cast<unsigned>(t.cluster);
+  auto map = [&](std::uint64_t base, std::uint64_t inner, std::uint64_t outer, unsigned box_outer) {
+    // A base the copy engine cannot take sends the launch to the general
+    // kernel (KernelSource::requires_alignment), which has no maps; an empty
+    // K is never loaded. Neither needs a map.
+    return base % 16 != 0 || inner == 0 || outer == 0 || (inner * es) % 16 != 0
+               ? std::nullopt
+               : std::optional<TensorMap2d>(
+                     TensorMap2d{base, inner, outer, inner * es, box_inner, box_outer, es, es == 4});
+  };
+  switch (field.index) {
+    case a_kmajor_map: return map(c.inputs[0], k, m, bm);              // [M][K]
+    case a_mmajor_map: return map(c.inputs[0], m, k, 64);              // [K][M] (16-bit)
+    case b_kmajor_map: return map(c.inputs[1], k, n, bn / t.cluster);  // [N][K], a block's share
+    case b_nmajor_map: return map(c.inputs[1], n, k, nmajor_box);      // [K][N]
+    case b1_kmajor_map: return map(c.inputs[2], k, n, bn / t.cluster);
+    case b1_nmajor_map: return map(c.inputs[2], n, k, nmajor_box);
+    default: EPIFUSE_ASSERT(false, "unknown tensor map {}", field.index);
+  }
+  return std::nullopt;
+}
+
+const GemmMainloop& wgmma_mainloop() {
+  static const WgmmaMainloop mainloop;
+  return mainloop;
+}
+
+}  // namespace epifuse
