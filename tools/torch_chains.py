@@ -45,7 +45,7 @@ def load_chain(path, dtype):
 
 
 def chain_ops(doc):
-    """Desugars the chain shorthand (DESIGN 7.1) into (name, op, args, attrs) tuples."""
+    """Desugars the chain shorthand (docs/design.md §7.1) into (name, op, args, attrs) tuples."""
     if "ops" in doc:
         ops = [(o["name"], o["op"], o.get("args", []), o) for o in doc["ops"]]
         outs = {name: spec.get("value", name) for name, spec in doc["outputs"].items()}

@@ -23,7 +23,7 @@ constexpr std::array<OpInfo, 22> k_ops = {{
     {OpKind::silu, "silu", 1, "a/(1+exp(-a))", Spelling::call, "ef_silu", FastFor::f16},
     {OpKind::tanh, "tanh", 1, "tanh(a)", Spelling::call, "ef_tanh", FastFor::bf16},
     {OpKind::dropout, "dropout", 1,
-     "a * (keep(seed, offset, stream, i) ? scale : 0), scale = float(1/(1-p)) (DESIGN §4)", Spelling::special, "",
+     "a * (keep(seed, offset, stream, i) ? scale : 0), scale = float(1/(1-p)) (docs/design.md §4)", Spelling::special, "",
      FastFor::none},
     {OpKind::cast, "cast", 1, "round a to dtype (nearest even), back to fp32", Spelling::special, "", FastFor::none},
     {OpKind::div, "div", 2, "a / b (IEEE: x/0 = +-inf, 0/0 = NaN)", Spelling::infix, "/", FastFor::none},

@@ -1,4 +1,4 @@
-// Elementwise math in fp32 (DESIGN §3). Each op has an accurate form (libm-
+// Elementwise math in fp32 (docs/design.md §3). Each op has an accurate form (libm-
 // grade: tanhf, expf, erff) and, where it pays, a fast form built on the
 // hardware's tanh.approx.f32 / ex2.approx, used only where the emitter's
 // precision policy allows it (16-bit outputs or "precision": "fast").

@@ -1,4 +1,4 @@
-// Compile tier (DESIGN §8): every example chain, and a set of specs covering
+// Compile tier (docs/design.md §8): every example chain, and a set of specs covering
 // every op, dtype and broadcast kind, is emitted and compiled by NVRTC for
 // sm_80 and sm_90a with no GPU. Skips with a visible line without NVRTC.
 #include <doctest/doctest.h>

@@ -17,7 +17,7 @@ Probes (docs/PERF.md, sessions 14 and 15):
   draws8   the staged quads' dropout draws from one Philox call per EIGHT elements: quads
            i = 0, 2 of a lane make the call and keep its words' high halves, quads
            1, 3 take the low halves of the same call (16-bit draws, as a contract of
-           one call per eight elements would; the mask is not DESIGN §4's)
+           one call per eight elements would; the mask is not docs/design.md §4's)
   nodraws  the staged quads' draws from one multiply-hash of the position instead of
            Philox (the keep test, select and scale stay): what dropout costs besides
            Philox
