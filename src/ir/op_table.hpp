@@ -1,5 +1,5 @@
 #pragma once
-// The one table of ops (STYLE rule 5). Op-name strings stop at the JSON layer
+// The one table of ops (docs/style.md, rule 5). Op-name strings stop at the JSON layer
 // and the printer; everything else switches on OpKind.
 #include <cstdint>
 #include <span>
