@@ -58,8 +58,8 @@ EPIFUSE_HD unsigned int ef_mulhi32(unsigned int a, unsigned int b) {
 // On NVIDIA GPUs each product is one PTX mul.wide.u32, split into its halves:
 // ptxas makes it one IMAD.WIDE.U32. From C++, __umulhi plus the low product
 // compiled to separate IMAD.HI and IMAD (4 instructions per element more), and
-// a 64-bit multiply added a zero high word after each IMAD.WIDE (docs/PERF.md,
-// v4 and v7). HIP keeps __umulhi.
+// a 64-bit multiply added a zero high word after each IMAD.WIDE
+// (docs/perf/elementwise.md). HIP keeps __umulhi.
 EPIFUSE_HD ef_u32x4 ef_philox_round(ef_u32x4 c, ef_u32x2 k) {
   ef_u32x4 r;
 #if (defined(__CUDA_ARCH__) || defined(__CUDACC_RTC__)) && !defined(__HIPCC__) && !defined(__HIPCC_RTC__)
