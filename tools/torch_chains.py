@@ -105,7 +105,7 @@ def torch_fn(doc, p_override=None):
             elif op == "tanh": r = torch.tanh(a[0])
             elif op == "dropout": r = F.dropout(a[0], p=attrs["p"], training=True)
             elif op == "cast": r = a[0].to(TORCH_DTYPE[attrs["to"]]).to(a[0].dtype)
-            # Row reductions (issue 13) as PyTorch users write them: its fused softmax and norms.
+            # Row reductions as PyTorch users write them: its fused softmax and norms.
             elif op == "softmax": r = torch.softmax(a[0], dim=-1)
             elif op == "log_softmax": r = torch.log_softmax(a[0], dim=-1)
             elif op == "rmsnorm": r = F.rms_norm(a[0], (a[0].shape[-1],), a[1], eps=attrs.get("eps", 1e-6))

@@ -5,10 +5,10 @@ kernel with its epilogue taken apart, to find what the epilogue costs and why.
     python3 tools/perf/variant_probe.py k.cu noepi sumonly      # writes k_noepi.cu, k_sumonly.cu
     build/epifuse bench CHAIN --shape M,N,K --tile T --variant k_noepi.cu --variant k_sumonly.cu
 
-Probes (docs/PERF.md, sessions 14 and 15):
+Probes (docs/perf/gemm.md):
   noepi    no epilogue at all: the accumulators are dead after the mainloop. Read its
            TFLOP/s first: ptxas may then drop HGMMAs whose results nothing reads
-           (session 15, H200: 1250 TFLOP/s at 4096^3, above the tensor peak); sumonly
+           (H200: 1250 TFLOP/s at 4096^3, above the tensor peak); sumonly
            keeps them live
   sumonly  the accumulators summed and compared with a constant, nothing staged or
            stored: the mainloop with live accumulators and no epilogue work
