@@ -133,7 +133,7 @@ TEST_SUITE("compile") {
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
     CHECK(same == n);
     MESSAGE("cache hit path: " << us << " us per lookup (key built from the spec each time)");
-    CHECK(us < 50.0);  // generous: CI machines are shared; the measured figure is in docs/PERF.md
+    CHECK(us < 50.0);  // generous: CI machines are shared; the measured figure is in docs/perf/host.md
   }
 }
 
