@@ -14,7 +14,7 @@
 // The disk cache is off for the suite (EPIFUSE_CACHE=0): tests count compiles
 // and must not find records an earlier run left in ~/.cache. The disk-cache
 // tests name their own folders. `epifuse_tests --cache-race-worker ...` is one
-// process of the disk-cache race test (tests/compile/test_disk_cache_race.cpp).
+// process of the disk-cache race test (tests/compile/test_disk_cache_jit.cpp).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 

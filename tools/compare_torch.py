@@ -35,8 +35,9 @@ with the tile `epifuse bench` tuned, are timed in this process in turns: --round
 rounds (default 3), each row's do_bench median in each, the median of those reported;
 each also reports the device memory one call allocates beyond its inputs (peak MiB).
 At the power limit, rows timed in different processes or one after another differ by
-more than most of the gaps measured (docs/PERF.md, session 13: torch.matmul x2 under
-do_bench 0.355 ms against 0.412 ms for the same GEMMs in epifuse bench's rows).
+more than most of the gaps measured (docs/perf/dual-gemm.md, "Against PyTorch in one
+process": torch.matmul x2 under do_bench 0.355 ms against 0.412 ms for the same GEMMs in
+epifuse bench's rows).
 
 dual_gemm chains (--shape M,N,K; the gating layer, SwiGLU, GEGLU): two
 torch.matmul alone (cuBLAS), eager PyTorch, torch.compile, a hand-written

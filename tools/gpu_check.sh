@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU session in one command (device machines keep nothing): run the GPU
-# and compile test tiers, the acceptance benchmarks of docs/PERF.md and the
+# and compile test tiers, the acceptance benchmarks of docs/perf/ and the
 # PyTorch comparison, writing logs under $OUT (default ./gpu-out).
 #   tools/gpu_check.sh [tests|bench|torch|all]
 set -uo pipefail
@@ -38,7 +38,7 @@ if [[ $what == torch || $what == all ]]; then
     2>&1 | grep -v Warning | tail -8 || status=1
   python3 tools/compare_torch.py examples/chains/add_mul.json --shape 1024,1024 --shape 16384,16384 \
     --png "$out/compare_add_mul.png" --json "$out/compare_add_mul.json" 2>&1 | tail -5 || status=1
-  # Dual GEMM (issue 12): the gating layer at its three shapes, SwiGLU at decode shapes.
+  # Dual GEMM: the gating layer at its three shapes, SwiGLU at decode shapes.
   python3 tools/compare_torch.py examples/chains/gating.json --dtype f16 --dtype bf16 --shape 1024,1024,1024 \
     --shape 4096,4096,4096 --shape 8192,8192,4096 --png "$out/compare_gating.png" \
     --json "$out/compare_gating.json" 2>&1 | grep -v -i warn | tail -40 || status=1

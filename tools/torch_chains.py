@@ -45,7 +45,7 @@ def load_chain(path, dtype):
 
 
 def chain_ops(doc):
-    """Desugars the chain shorthand (DESIGN 7.1) into (name, op, args, attrs) tuples."""
+    """Desugars the chain shorthand (docs/design.md §7.1) into (name, op, args, attrs) tuples."""
     if "ops" in doc:
         ops = [(o["name"], o["op"], o.get("args", []), o) for o in doc["ops"]]
         outs = {name: spec.get("value", name) for name, spec in doc["outputs"].items()}
@@ -105,7 +105,7 @@ def torch_fn(doc, p_override=None):
             elif op == "tanh": r = torch.tanh(a[0])
             elif op == "dropout": r = F.dropout(a[0], p=attrs["p"], training=True)
             elif op == "cast": r = a[0].to(TORCH_DTYPE[attrs["to"]]).to(a[0].dtype)
-            # Row reductions (issue 13) as PyTorch users write them: its fused softmax and norms.
+            # Row reductions as PyTorch users write them: its fused softmax and norms.
             elif op == "softmax": r = torch.softmax(a[0], dim=-1)
             elif op == "log_softmax": r = torch.log_softmax(a[0], dim=-1)
             elif op == "rmsnorm": r = F.rms_norm(a[0], (a[0].shape[-1],), a[1], eps=attrs.get("eps", 1e-6))

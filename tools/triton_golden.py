@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Golden data for epifuse's Triton compatibility mode, produced by real Triton.
 
-DESIGN §4's `"rng": "triton"` mode must reproduce `tl.rand(seed, offset + i)` and
+docs/design.md §4's `"rng": "triton"` mode must reproduce `tl.rand(seed, offset + i)` and
 the dropout tutorial's `keep = r > p` bit for bit. This script runs Triton on a GPU
 and writes what it computed as JSON; tests/unit/test_philox.cpp compares the C++
 draws, uniforms and keep decisions with it exactly, on the CPU.
@@ -181,7 +181,7 @@ def main():
     }
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
-    # A self-check of what DESIGN §4 says, printed for the record.
+    # A self-check of what docs/design.md §4 says, printed for the record.
     scale = struct.unpack("<f", struct.pack("<I", 0x2FFFFFFF))[0]
     agree = total = 0
     for blk in doc["rand"]:

@@ -81,7 +81,7 @@ int ef_spec_accumulator(ef_spec* spec, int index, uint32_t* value);
 int ef_spec_op(ef_spec* spec, const char* op, const uint32_t* args, size_t nargs, const char* attributes_json,
                uint32_t* value);
 int ef_spec_output(ef_spec* spec, const char* name, uint32_t value, const char* dtype);
-/* "accurate" or "fast" (DESIGN §3). */
+/* "accurate" or "fast" (docs/design.md §3). */
 int ef_spec_set_precision(ef_spec* spec, const char* precision);
 /* Checks the whole spec (every leaf matches the mainloop, outputs exist). */
 int ef_spec_verify(const ef_spec* spec);

@@ -1,6 +1,6 @@
 #pragma once
 /// Code generation: KernelSpec + shape + tile -> kernel source and everything a
-/// launch needs to bind it (DESIGN §1). Needs no GPU and no compiler.
+/// launch needs to bind it (docs/design.md §1). Needs no GPU and no compiler.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -69,7 +69,7 @@ struct KernelSource {
   bool requires_alignment = false;
 };
 
-/// Lowers a spec for a shape (DESIGN §1): verify, plan operands, plan
+/// Lowers a spec for a shape (docs/design.md §1): verify, plan operands, plan
 /// precision, then the spec's kernel family resolves the tile and emits.
 /// `tile` nullopt: the family's default for `target` ("sm_90a"; empty: none
 /// known, so no architecture-specific tile). Deterministic: same spec, shape

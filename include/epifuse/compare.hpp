@@ -1,5 +1,5 @@
 #pragma once
-/// Comparing a device's output with the reference evaluator's (DESIGN §3:
+/// Comparing a device's output with the reference evaluator's (docs/design.md §3:
 /// the tolerance follows the precision policy of the output's dtype).
 #include <cstdint>
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-/// Error channels (DESIGN §6).
+/// Error channels (docs/design.md §6).
 ///
 /// - UserError:    bad graph, JSON, shape, dtype, option or target. The message
 ///                 names where (a JSON path or a node).

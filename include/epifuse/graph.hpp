@@ -1,5 +1,5 @@
 #pragma once
-/// The epilogue IR: a DAG of typed values (DESIGN §1, §3).
+/// The epilogue IR: a DAG of typed values (docs/design.md §1, §3).
 ///
 /// Leaves are mainloop accumulators (`acc`, `acc0`, `acc1`, fp32) and tensor
 /// inputs (storage dtype + broadcast). Ops compute in fp32. Nodes are
@@ -24,7 +24,7 @@ enum class OpKind : std::uint8_t {
   add, sub, mul, max, min,    // binary, broadcasting
   scale,                      // alpha * x
   relu, gelu_tanh, gelu_erf, sigmoid, silu, tanh,
-  dropout,                    // DESIGN §4
+  dropout,                    // docs/design.md §4
   cast,                       // round to a dtype (explicit rounding point)
   div,                        // binary, broadcasting (after cast: the enum's values are signature bytes)
   exp, log, rsqrt,            // unary
@@ -32,7 +32,7 @@ enum class OpKind : std::uint8_t {
   add_scalar,                 // a + c, c a constant attribute (in Node::alpha)
 };
 
-/// Dropout RNG mode (DESIGN §4).
+/// Dropout RNG mode (docs/design.md §4).
 enum class RngMode : std::uint8_t { philox4, triton };
 std::string_view to_string(RngMode);
 

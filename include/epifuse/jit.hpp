@@ -14,7 +14,7 @@
 
 namespace epifuse {
 
-/// Everything that changes a binary (DESIGN §5). Lookups compare the whole
+/// Everything that changes a binary (docs/design.md §5). Lookups compare the whole
 /// key; the hash only picks the bucket. Input names are bindings, not code,
 /// so two specs that differ only in names share a key.
 struct CacheKey {

@@ -1,5 +1,5 @@
 #pragma once
-/// JSON op chains, schema version 1 (DESIGN §7.1; docs/json-schema.md).
+/// JSON op chains, schema version 1 (docs/design.md §7.1; docs/json-schema.md).
 #include <filesystem>
 #include <string>
 #include <string_view>

@@ -1,6 +1,6 @@
 #pragma once
 /// What a launch supplies besides tensors: the dropout RNG's seed and offset.
-/// Never baked into a kernel (DESIGN §4); the reference evaluator takes the same.
+/// Never baked into a kernel (docs/design.md §4); the reference evaluator takes the same.
 #include <cstdint>
 
 namespace epifuse {

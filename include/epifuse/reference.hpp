@@ -1,8 +1,8 @@
 #pragma once
 #include <array>
-/// The reference evaluator: the executable spec (DESIGN §1). GEMM mainloops
+/// The reference evaluator: the executable spec (docs/design.md §1). GEMM mainloops
 /// accumulate in double; the epilogue runs in fp32 semantics; outputs are
-/// rounded to their dtype once; dropout follows DESIGN §4 bit for bit.
+/// rounded to their dtype once; dropout follows docs/design.md §4 bit for bit.
 #include <cstdint>
 #include <map>
 #include <string>

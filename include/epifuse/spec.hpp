@@ -27,7 +27,7 @@ struct Mainloop {
   friend bool operator==(const Mainloop&, const Mainloop&) = default;
 };
 
-/// DESIGN §3 precision policy.
+/// docs/design.md §3 precision policy.
 enum class Precision : std::uint8_t { accurate, fast };
 
 /// Problem shape: elementwise uses M, N (leading dims folded into M); GEMM kinds M, N, K.

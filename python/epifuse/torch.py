@@ -53,7 +53,8 @@ def op(chain: Chain, target=None, tile=None):
         return [inputs[0].new_empty(shape, dtype=dt) for dt in out_dtypes]
 
     # torch.library.Library rather than torch.library.custom_op: the same opaque op for
-    # Dynamo, at a fraction of custom_op's per-call Python cost (docs/PERF.md, issue 16).
+    # Dynamo, at a fraction of custom_op's per-call Python cost (docs/perf/host.md,
+    # "Python call overhead").
     _library().define(f"{name}(Tensor[] inputs, int seed, int offset) -> Tensor[]")
     _library().impl(name, impl, "CUDA")
     torch.library.register_fake(qualified)(fake)

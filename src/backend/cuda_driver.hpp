@@ -220,7 +220,7 @@ double median_ms(const std::function<void()>& fn, int repeats, int batch = 1);
 /// Several functions timed in turns: each round times one batch of each, and
 /// each gets the median of its rounds. Functions compared this way see the
 /// same clocks: an H100 at its power limit runs a long loop of one kernel
-/// 10-20% slower than a short one (docs/PERF.md, session 5), so timing one
+/// 10-20% slower than a short one (docs/perf/README.md, "How the figures are taken"), so timing one
 /// baseline after another favoured whichever ran cooler.
 std::vector<double> median_ms_interleaved(const std::vector<std::function<void()>>& fns, int repeats, int batch = 1);
 

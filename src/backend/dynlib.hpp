@@ -5,7 +5,7 @@
 // The GPU toolkits (NVRTC, the CUDA driver, hipRTC, the HIP runtime) are only ever
 // reached through DynLib: the library and the CLI never link them and no header of
 // ours includes theirs, so one binary builds without a toolkit and runs on a machine
-// with neither, either or both, saying clearly which is missing (DESIGN §1 Backends).
+// with neither, either or both, saying clearly which is missing (docs/design.md §1 Backends).
 // Each backend declares the few types and entry points it uses itself, loads them
 // once into a table of function pointers, and turns every failing call into an
 // error value naming the call.

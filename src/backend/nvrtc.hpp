@@ -53,7 +53,7 @@ class Nvrtc {
 
   /// The options compile() passes for `target`, before `extra` is appended:
   /// -std=c++17, --gpu-architecture=sm_XX, -default-device, -I<cuda include dir>.
-  /// Fast math is not on by default (DESIGN §3 precision policy).
+  /// Fast math is not on by default (docs/design.md §3 precision policy).
   std::vector<std::string> default_options(const Target& target) const;
 
   /// Every option compile() passes for `target` with `extra`: default_options, then

@@ -1,5 +1,5 @@
-// epifuse bench: fused vs unfused vs the same-run copy ceiling (METHOD: count
-// the bytes, measure the ceiling in the same run, report ratios); GEMM chains
+// epifuse bench: fused vs unfused vs the same-run copy ceiling (docs/perf/README.md:
+// count the bytes, measure the ceiling in the same run, report ratios); GEMM chains
 // add cuBLAS(Lt) and the baselines around it (bench_gemm.cpp, docs/bench.md).
 #include "bench/bench.hpp"
 

@@ -1,5 +1,5 @@
 #pragma once
-/// Benchmarks (DESIGN §8: not tests). Every figure is a ratio to a baseline
+/// Benchmarks (docs/design.md §8: not tests). Every figure is a ratio to a baseline
 /// measured in the same run: the copy ceiling for exactly the bytes the fused
 /// kernel must move, and the same chain unfused; for GEMM chains, cuBLAS(Lt)
 /// alone and the baselines built around it (docs/bench.md).

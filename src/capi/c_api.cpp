@@ -57,7 +57,7 @@ using Json = nlohmann::ordered_json;
 thread_local std::string last_error;
 
 // Runs `fn`, mapping the C++ API's exceptions to the CLI's exit codes
-// (DESIGN §6) and keeping the message for ef_last_error().
+// (docs/design.md §6) and keeping the message for ef_last_error().
 template <class Fn>
 int guarded(Fn&& fn) noexcept {
   try {

@@ -55,7 +55,7 @@ std::string describe_chain(const KernelPlan& plan);
 // Kernel spelling of a storage dtype: float, ef_half, ef_bf16 (common/numeric.cuh).
 std::string_view storage_type_name(DType t);
 
-// A float literal that reads back as exactly `v` (STYLE rule 6).
+// A float literal that reads back as exactly `v` (docs/style.md, rule 6).
 std::string float_literal(float v);
 
 }  // namespace epifuse

@@ -1,4 +1,4 @@
-// Lowering, read top to bottom (DESIGN §1; Halide's Lower.cpp): the generic
+// Lowering, read top to bottom (docs/design.md §1; Halide's Lower.cpp): the generic
 // passes, each one function in its own file, then the spec's kernel family
 // (Note [Kernel families]) runs its own. Set EPIFUSE_DUMP=1 to print the plan
 // after the passes.

@@ -1,7 +1,7 @@
 // Pass 1: verify the spec and shape, then decide which generated identifier
 // each tensor gets and which nodes become runtime parameters or draws. Binding
 // names stay in the plan; only in<k>/out<k>/v<id>/d<k> reach the source
-// (DESIGN §6: no user text in generated code).
+// (docs/design.md §6: no user text in generated code).
 #include "codegen/kernel_plan.hpp"
 #include "epifuse/errors.hpp"
 #include "ir/dropout.hpp"

@@ -1,4 +1,4 @@
-// Pass 3: the precision policy of DESIGN §3, decided per node. A node may use
+// Pass 3: the precision policy of docs/design.md §3, decided per node. A node may use
 // its op's `_fast` form (the hardware's approximate instructions) when the spec
 // asks for "fast", or when that form's error stays below half an ulp of every
 // output the node reaches: bf16 (2^-9 relative) takes every fast form, f16

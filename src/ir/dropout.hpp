@@ -1,5 +1,5 @@
 #pragma once
-// The numbers a dropout node turns into (DESIGN §4), computed once on the host
+// The numbers a dropout node turns into (docs/design.md §4), computed once on the host
 // in double and shared by every consumer: the reference evaluator, every
 // kernel family's emitter. IR layer: depends on the graph only.
 #include <cstdint>

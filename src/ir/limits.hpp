@@ -2,7 +2,7 @@
 // Every size limit epifuse enforces on what a user gives it, in one place
 // (docs/limits.md lists each with where it is enforced and its message).
 //
-// Why limits at all: a chain is a handful of ops (the five studies of DESIGN §0
+// Why limits at all: a chain is a handful of ops (the five studies of docs/design.md §0
 // need at most 6), but the text it is read from is untrusted. Without bounds a
 // 1 MB file of `[` exhausts memory, a 100,000-key object or a 200,000-op chain
 // takes minutes, and `/dev/zero` is read until the host runs out of memory.
@@ -38,7 +38,7 @@ inline constexpr std::size_t k_max_outputs = 32;
 /// scale ops in one graph: each alpha is a 4-byte kernel parameter.
 inline constexpr std::size_t k_max_scale_ops = 256;
 /// dropout ops in one graph. The RNG contract has room for 2^16 streams
-/// (DESIGN §4); a kernel with hundreds of masks is a mistake, not a workload.
+/// (docs/design.md §4); a kernel with hundreds of masks is a mistake, not a workload.
 inline constexpr std::size_t k_max_dropouts = 256;
 /// Characters of an input, value or output name.
 inline constexpr std::size_t k_max_name_length = 64;

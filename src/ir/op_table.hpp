@@ -1,5 +1,5 @@
 #pragma once
-// The one table of ops (STYLE rule 5). Op-name strings stop at the JSON layer
+// The one table of ops (docs/style.md, rule 5). Op-name strings stop at the JSON layer
 // and the printer; everything else switches on OpKind.
 #include <cstdint>
 #include <span>
@@ -17,7 +17,7 @@ enum class Spelling : std::uint8_t {
   special,  ///< spelled by the emitter from the node's attributes (scale, dropout, cast, add_scalar)
 };
 
-/// The finest output a `_fast` form is accurate enough for (DESIGN §3: its
+/// The finest output a `_fast` form is accurate enough for (docs/design.md §3: its
 /// error below half an ulp of the output's dtype: 2^-9 relative for bf16,
 /// 2^-12 for f16). f32 outputs take it only where the spec asks for "fast".
 enum class FastFor : std::uint8_t {
@@ -33,7 +33,7 @@ struct OpInfo {
   std::string_view math;    ///< one-line definition, fp32 semantics
   Spelling spelling;
   std::string_view device;  ///< infix operator or device function (templates/common/*.cuh)
-  FastFor fast_for;         ///< where its `_fast` form may replace it (DESIGN §3 precision policy)
+  FastFor fast_for;         ///< where its `_fast` form may replace it (docs/design.md §3 precision policy)
 };
 
 std::span<const OpInfo> op_table();

@@ -74,7 +74,7 @@ namespace {
 
 // Renders the spec; `canonical` replaces every name by its position.
 // Written straight into one buffer: the signature is built on every cache
-// lookup, so this is on the hit path (docs/PERF.md).
+// lookup, so this is on the hit path (docs/perf/host.md, "Launch and cache hit").
 std::string render(const KernelSpec& spec, bool canonical) {
   const Graph& g = spec.graph;
   const auto& nodes = g.nodes();

@@ -1,4 +1,4 @@
-// The chain shorthand (DESIGN §7.1): a linear list of steps applied to the
+// The chain shorthand (docs/design.md §7.1): a linear list of steps applied to the
 // mainloop's leaf, desugared into the same nodes the full form makes.
 //
 //   "bias"                       add the declared input `bias`

@@ -1,4 +1,4 @@
-// The full form of a spec body: `ops` and `outputs` (DESIGN §7.1).
+// The full form of a spec body: `ops` and `outputs` (docs/design.md §7.1).
 #include <map>
 
 #include "ir/names.hpp"

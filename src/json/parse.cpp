@@ -1,4 +1,4 @@
-// spec_from_json: the top level of schema version 1 (DESIGN §7.1,
+// spec_from_json: the top level of schema version 1 (docs/design.md §7.1,
 // docs/json-schema.md). The body is read by ops.cpp or chain.cpp.
 #include <cstdint>
 

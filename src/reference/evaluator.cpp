@@ -1,4 +1,4 @@
-// The reference evaluator (DESIGN §1): the executable spec every kernel is
+// The reference evaluator (docs/design.md §1): the executable spec every kernel is
 // checked against. The graph is resolved once into an index-based program
 // (one Instr per node, operands as register numbers, inputs as pre-converted
 // float arrays), then run per output element; no lookups or allocations
@@ -198,7 +198,7 @@ float run_op(const Instr& in, float x, float y, std::uint64_t i, const LaunchArg
               ? ef_triton_keep(ef_triton_draw(args.seed, args.offset, i), in.p)
               : ef_dropout_keep(ef_philox4_draw(args.seed, args.offset, in.stream, i), in.thr);
       // x * mask * scale as PyTorch computes it: a dropped NaN or inf is NaN.
-      return x * (keep ? in.scale : 0.0f);  // the fp32 multiply of DESIGN §4
+      return x * (keep ? in.scale : 0.0f);  // the fp32 multiply of docs/design.md §4
     }
   }
   EPIFUSE_ASSERT(false, "unhandled op {}", static_cast<int>(in.op));
@@ -309,7 +309,7 @@ TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& 
   // Run row by row: each instruction over the row's columns in program
   // order, so a row reduction finds its operand's whole row computed (a
   // reduction is one value, kept in every column of its register).
-  // i = r*N + c is the dropout element index (DESIGN §4).
+  // i = r*N + c is the dropout element index (docs/design.md §4).
   const std::int64_t n_cols = shape.n, n_rows = shape.m;
   const std::size_t n_instrs = prog.instrs.size();
   std::vector<float> reg(n_instrs * static_cast<std::size_t>(n_cols));

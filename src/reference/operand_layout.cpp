@@ -1,4 +1,4 @@
-// Host (logical row-major) to device operand layouts (DESIGN §7: .npy files
+// Host (logical row-major) to device operand layouts (docs/design.md §7: .npy files
 // are logical row-major whatever the device layout).
 #include <cstring>
 

@@ -1,5 +1,5 @@
 #pragma once
-// The epilogue ops of DESIGN §3 on fp32 arguments: each computes its math in
+// The epilogue ops of docs/design.md §3 on fp32 arguments: each computes its math in
 // double and rounds to float once, so the reference is the most accurate fp32
 // result. Special values (these are the reference's definition, mirrored by
 // templates/common/activations.cuh):

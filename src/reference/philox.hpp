@@ -1,5 +1,5 @@
 #pragma once
-// Host side of the dropout RNG (DESIGN §4). The bits come from the one shared
+// Host side of the dropout RNG (docs/design.md §4). The bits come from the one shared
 // definition, templates/common/philox.cuh; this adds what only the host
 // computes (the integer threshold and the scale) and per-element draws for the
 // reference evaluator. The threshold and scale themselves live in the IR
@@ -18,7 +18,7 @@ std::uint32_t philox4_draw(std::uint64_t seed, std::uint64_t offset, std::uint32
 /// Draw of element i, triton mode: word 0 of Philox({off_lo, off_hi, 0, 0}), off = offset + i.
 std::uint32_t triton_draw(std::uint64_t seed, std::uint64_t offset, std::uint64_t i);
 
-/// The keep decision for element i of a dropout with probability p (DESIGN §4).
+/// The keep decision for element i of a dropout with probability p (docs/design.md §4).
 bool dropout_keep(RngMode mode, double p, std::uint64_t seed, std::uint64_t offset,
                   std::uint32_t stream, std::uint64_t i);
 

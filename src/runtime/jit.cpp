@@ -228,7 +228,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const
 // the same kernel (emitted by another build, or edited by hand) in the same
 // process as the fused kernel, rows taking turns: versions of the code measured
 // against each other without the process-to-process noise of the clocks and
-// of cuBLAS (+-3% at 4096^3, docs/PERF.md). It launches as the original does,
+// of cuBLAS (+-3% at 4096^3, docs/perf/gemm.md). It launches as the original does,
 // so it must define the same kernel with the same parameter struct; it is not
 // cached, and a misaligned launch runs the original's general kernel.
 std::shared_ptr<const CompiledKernel> Jit::compile_variant(const CompiledKernel& like, std::string text) {
@@ -321,7 +321,7 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
   // candidates, and the clock each one gets decides more than its tile: at
   // 8192^3 the 128x256 tile, timed first, read 1.449 ms against 1.52-1.57 for
   // the ping-pong tiles; in turns the order is the other way round (1.529
-  // against 1.496-1.515) (docs/PERF.md, session 12).
+  // against 1.496-1.515) (docs/perf/gemm.md, "Tuning in turns").
   const auto batch_for = [](double once_ms) { return std::clamp(static_cast<int>(0.2 / std::max(once_ms, 1e-3)), 1, 16); };
   const auto in_turns = [&](const std::vector<std::shared_ptr<const CompiledKernel>>& ks, int reps) {
     std::vector<std::function<void()>> fns;

@@ -1,5 +1,5 @@
 #pragma once
-// The in-memory kernel cache (DESIGN §5; arrayfire's kernel_cache): a
+// The in-memory kernel cache (docs/design.md §5; arrayfire's kernel_cache): a
 // shared-lock lookup, an unlocked compile, and a first-writer-wins insert of
 // a shared future, so a key is compiled once however many threads ask at the
 // same moment; the others wait for that compile. A failed compile is not

@@ -1,4 +1,4 @@
-// Elementwise math in fp32 (DESIGN §3). Each op has an accurate form (libm-
+// Elementwise math in fp32 (docs/design.md §3). Each op has an accurate form (libm-
 // grade: tanhf, expf, erff) and, where it pays, a fast form built on the
 // hardware's tanh.approx.f32 / ex2.approx, used only where the emitter's
 // precision policy allows it (16-bit outputs or "precision": "fast").
@@ -43,7 +43,7 @@ __device__ __forceinline__ float ef_ex2_approx(float x) {
 // branch. An IEEE division (or __frcp_rn) checks its operands and branches to
 // a slow path; in an unrolled epilogue each such branch is a basic block the
 // compiler cannot schedule across, and the accurate sigmoid ran 1.18x the
-// dual GEMM's time against 1.03x for the chain without it (docs/PERF.md).
+// dual GEMM's time against 1.03x for the chain without it (docs/perf/dual-gemm.md).
 __device__ __forceinline__ float ef_rcp_1_2(float d) {
   const float r = ef_rcp_approx(d);
   return fmaf(fmaf(-d, r, 1.0f), r, r);

@@ -34,7 +34,7 @@ __device__ __forceinline__ void ef_mbar_arrive(unsigned bar) {
 /// Waits until the phase of parity `parity` has completed. The suspend-time
 /// hint (10 ms, far above any wait here) lets the hardware park the thread
 /// until the phase completes instead of returning to spin: measured neutral on
-/// time at 4096^3 (docs/PERF.md, session 5), fewer instructions issued.
+/// time at 4096^3 (docs/perf/gemm.md), fewer instructions issued.
 __device__ __forceinline__ void ef_mbar_wait(unsigned bar, unsigned parity) {
   asm volatile(
       "{\n\t.reg .pred done;\n"

@@ -129,7 +129,7 @@ __device__ __forceinline__ void ef_mma_1688_tf32(float (&d)[4], const unsigned (
 
 // ---- epilogue helpers ----
 
-/// The philox4 draws of one m16n8 accumulator fragment (DESIGN §4), one Philox
+/// The philox4 draws of one m16n8 accumulator fragment (docs/design.md §4), one Philox
 /// call per four elements although a thread holds two consecutive columns of
 /// two rows: the lane pair (2j, 2j+1) covers columns 4j..4j+3 of rows g and
 /// g+8; the even lane computes row g's call, the odd lane row g+8's, and each

@@ -1,4 +1,4 @@
-// Philox4x32-10 and the dropout keep rule: DESIGN §4, bit-exact on every kernel
+// Philox4x32-10 and the dropout keep rule: docs/design.md §4, bit-exact on every kernel
 // and on the CPU. This is THE one definition: the reference evaluator includes
 // it from src/reference (g++), kernels get it through NVRTC/hipRTC. No standard
 // headers are available there, so only built-in types are used.
@@ -14,11 +14,11 @@
 //  - rand(seed, offset) first does offset.to(tl.uint32, bitcast=True), which only
 //    compiles for 32-bit offsets (a 64-bit bitcast to 32 bits raises "Cannot
 //    bitcast data-type of size 64 to 32"). So Triton's counter is {off, 0, 0, 0}
-//    with a 32-bit off; DESIGN's {off_lo, off_hi, 0, 0} equals it for every
+//    with a 32-bit off; docs/design.md's {off_lo, off_hi, 0, 0} equals it for every
 //    offset + i < 2^32 and is an epifuse extension beyond (Triton has no answer).
 //  - uint_to_uniform_float: x = bitcast int32; x = x < 0 ? -x - 1 : x;
 //    return x * 4.6566127342e-10. That fp32 constant is 0x2FFFFFFF
-//    (0x1.fffffep-32, just below 2^-31), as DESIGN §4 says, so r < 1 always:
+//    (0x1.fffffep-32, just below 2^-31), as docs/design.md §4 says, so r < 1 always:
 //    x converts to fp32 by round-to-nearest-even (2^31 - 1 becomes 2^31) and
 //    r = float(x) * 0x1.fffffep-32 <= 1 - 2^-24. Pinned to real Triton (3.6.0
 //    on an H100): tests/golden/triton_dropout.json, made by
@@ -27,7 +27,7 @@
 //    and 0x2FFFFFFF disagree about r > p; tests/unit/test_philox.cpp compares
 //    with it bit for bit.
 //  - Triton's dropout tutorial keeps `r > p` (p an fp32 scalar).
-// Deviation: p == 0 keeps every element in both modes (DESIGN: "p = 0 keeps
+// Deviation: p == 0 keeps every element in both modes (docs/design.md: "p = 0 keeps
 // all"); bare Triton `r > 0` would drop the two draws with r == 0 (0 and
 // 0xFFFFFFFF), a 2^-31 chance per element.
 #pragma once
@@ -43,7 +43,7 @@ struct ef_u32x2 {
   unsigned int x, y;
 };
 
-// Philox4x32 constants (Random123; DESIGN §4).
+// Philox4x32 constants (Random123; docs/design.md §4).
 #define EF_PHILOX_M0 0xD2511F53u
 #define EF_PHILOX_M1 0xCD9E8D57u
 #define EF_PHILOX_W0 0x9E3779B9u
@@ -58,8 +58,8 @@ EPIFUSE_HD unsigned int ef_mulhi32(unsigned int a, unsigned int b) {
 // On NVIDIA GPUs each product is one PTX mul.wide.u32, split into its halves:
 // ptxas makes it one IMAD.WIDE.U32. From C++, __umulhi plus the low product
 // compiled to separate IMAD.HI and IMAD (4 instructions per element more), and
-// a 64-bit multiply added a zero high word after each IMAD.WIDE (docs/PERF.md,
-// v4 and v7). HIP keeps __umulhi.
+// a 64-bit multiply added a zero high word after each IMAD.WIDE
+// (docs/perf/elementwise.md). HIP keeps __umulhi.
 EPIFUSE_HD ef_u32x4 ef_philox_round(ef_u32x4 c, ef_u32x2 k) {
   ef_u32x4 r;
 #if (defined(__CUDA_ARCH__) || defined(__CUDACC_RTC__)) && !defined(__HIPCC__) && !defined(__HIPCC_RTC__)

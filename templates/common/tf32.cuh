@@ -8,7 +8,7 @@
 // as cuBLAS's tf32 GEMMs round (both measured on an H100: docs/hopper.md); Inf
 // and NaN stay as they are. A few integer instructions: the mma.sync kernels
 // used cvt.rna (ties away) on every fragment register, and ptxas took twice as
-// long over them (docs/PERF.md, w14).
+// long over them (docs/perf/host.md, "NVRTC cold compile").
 EPIFUSE_HD unsigned int ef_round_tf32_bits(unsigned int u) {
   return (u & 0x7f800000u) != 0x7f800000u ? (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u : u;
 }

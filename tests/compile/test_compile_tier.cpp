@@ -1,4 +1,4 @@
-// Compile tier (DESIGN §8): every example chain, and a set of specs covering
+// Compile tier (docs/design.md §8): every example chain, and a set of specs covering
 // every op, dtype and broadcast kind, is emitted and compiled by NVRTC for
 // sm_80 and sm_90a with no GPU. Skips with a visible line without NVRTC.
 #include <doctest/doctest.h>
@@ -133,7 +133,7 @@ TEST_SUITE("compile") {
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
     CHECK(same == n);
     MESSAGE("cache hit path: " << us << " us per lookup (key built from the spec each time)");
-    CHECK(us < 50.0);  // generous: CI machines are shared; the measured figure is in docs/PERF.md
+    CHECK(us < 50.0);  // generous: CI machines are shared; the measured figure is in docs/perf/host.md
   }
 }
 

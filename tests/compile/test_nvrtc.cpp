@@ -113,7 +113,7 @@ TEST_CASE("NVRTC compiles a kernel using cuda_fp16.h and cuda_bf16.h to a cubin"
                                 << bin.compile_ms << " ms, cubin " << bin.cubin.size()
                                 << " bytes");
   }
-  // Fast math is opt-in (DESIGN §3 precision policy).
+  // Fast math is opt-in (docs/design.md §3 precision policy).
   for (const auto& o : n->default_options(parse_target("sm_80")))
     CHECK(o.find("fast_math") == std::string::npos);
 }

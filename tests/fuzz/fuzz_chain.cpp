@@ -169,7 +169,7 @@ void check_chain(std::string_view text) {
   }
   // Past this point a UserError is a bug too (it escapes), except where caught.
   // Generated text names no user text: the round-tripped spec (renamed values)
-  // gives the same bytes (STYLE rule 6, DESIGN §6).
+  // gives the same bytes (docs/style.md rule 6, docs/design.md §6).
   if (emit_kernel(again, shape).text != source->text) fail("the round-tripped spec emits different source");
   check_launch(*spec, *source, shape);
 

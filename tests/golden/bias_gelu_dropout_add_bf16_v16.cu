@@ -5,7 +5,7 @@
 // one Philox call per 4 elements. A general kernel also has a scalar path for
 // a ragged tail and misaligned pointers, chosen by a uniform branch on
 // a flag the host sets (one kernel compiles in two thirds of the time of two); a
-// vector-only kernel leaves it out (20% less NVRTC time, docs/PERF.md).
+// vector-only kernel leaves it out (20% less NVRTC time, docs/perf/host.md).
 #include "common/numeric.cuh"
 #include "common/vector_io.cuh"
 #include "common/activations.cuh"

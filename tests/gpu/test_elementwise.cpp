@@ -1,4 +1,4 @@
-// GPU tier for generated elementwise kernels (DESIGN §8): every op, dtype and
+// GPU tier for generated elementwise kernels (docs/design.md §8): every op, dtype and
 // broadcast kind against the reference evaluator on random non-zero data,
 // shapes that break assumptions, misaligned pointers, poisoned outputs (set
 // by run_on_device), and dropout masks equal bit for bit in both RNG modes.

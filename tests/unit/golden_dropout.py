@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Independent golden values for the dropout RNG (DESIGN §4).
+"""Independent golden values for the dropout RNG (docs/design.md §4).
 
-Written from DESIGN §4 and Triton's python/triton/language/random.py, not from
+Written from docs/design.md §4 and Triton's python/triton/language/random.py, not from
 templates/common/philox.cuh, so tests/unit/test_philox.cpp checks the C++ code
 against a second implementation. Pure Python 3, no numpy.
 

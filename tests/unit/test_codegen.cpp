@@ -383,7 +383,7 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
   dual_tf32.graph = Graph();
   dual_tf32.graph.output("y", dual_tf32.graph.mul(dual_tf32.graph.accumulator(0), dual_tf32.graph.accumulator(1)), DType::f32);
   // The default dual tile for large shapes: the ping-pong 128x64 one, BK 32
-  // for tf32 (session 14) and 64 for 16-bit operands (w21).
+  // for tf32 and 64 for 16-bit operands (docs/hopper.md).
   CHECK(emit_kernel(dual_tf32, big, std::nullopt, KernelPath::fastest, "sm_90a").tile ==
         TileConfig{WgmmaTile{128, 64, 32, 6, 8, 1, 1}});
   KernelSpec dual_f16 = dual_tf32;
@@ -431,7 +431,7 @@ TEST_CASE("wgmma epilogue: one 16-bit output and no dropout run on the fragments
   drop.graph = Graph();
   drop.graph.output("y", drop.graph.dropout(drop.graph.accumulator(0), 0.1, RngMode::philox4), DType::f16);
   // Dropout keeps the staged quads: a lane pair sharing each Philox call on the
-  // fragments was slower (docs/PERF.md, session 14, w25).
+  // fragments was slower (docs/perf/gemm.md, "Tried and rejected").
   CHECK_FALSE(fragment(drop, big));
 }
 

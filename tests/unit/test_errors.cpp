@@ -1,5 +1,5 @@
-// Must-fail inputs kept as data files (tests/errors/NAME.json): each must be
-// rejected with a UserError whose message contains the one line of NAME.expect.
+// Must-fail inputs kept as data files (NAME.json in tests/errors/): each must
+// be rejected with a UserError whose message contains the one line of NAME.expect.
 #include <doctest/doctest.h>
 
 #include <algorithm>

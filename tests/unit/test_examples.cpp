@@ -255,7 +255,7 @@ def philox(ctr, key):
         c = [((p1 >> 32) ^ c[1] ^ k0) & M32, p1 & M32, ((p0 >> 32) ^ c[3] ^ k1) & M32, p0 & M32]
         k0 = (k0 + 0x9E3779B9) & M32; k1 = (k1 + 0xBB67AE85) & M32
     return c
-# Random123 known answers (DESIGN §4).
+# Random123 known answers (docs/design.md §4).
 assert philox([0,0,0,0],[0,0]) == [0x6627e8d5,0xe169c58d,0xbc57ac4c,0x9b00dbd8]
 assert philox([M32]*4,[M32]*2) == [0x408f276d,0x41c83b0e,0xa20bc7c6,0x6d5451fd]
 assert philox([0x243f6a88,0x85a308d3,0x13198a2e,0x03707344],[0xa4093822,0x299f31d0]) == [0xd16cfe09,0x94fdcceb,0x5001e420,0x24126ea1]

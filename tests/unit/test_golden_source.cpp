@@ -1,4 +1,4 @@
-// Generated source pinned as golden text (issue 3, compile tier): a change to
+// Generated source pinned as golden text (compile tier): a change to
 // codegen or a template that alters what a representative chain compiles to
 // fails here and shows up as a diff of tests/golden/*.cu in review.
 // Regenerate after an intended change with

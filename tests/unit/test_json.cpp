@@ -16,7 +16,7 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
-// The DESIGN §7.1 example.
+// The docs/design.md §7.1 example.
 constexpr std::string_view k_design_example = R"({
   "epifuse": 1,
   "name": "bias_gelu_dropout_add",
@@ -108,7 +108,7 @@ KernelSpec from_text(std::string_view text) { return spec_from_json_text(text, "
 
 }  // namespace
 
-TEST_CASE("the DESIGN example parses to the graph built with the API") {
+TEST_CASE("the docs/design.md example parses to the graph built with the API") {
   const KernelSpec parsed = from_text(k_design_example);
   const KernelSpec api = design_example_api();
   CHECK(signature(parsed) == signature(api));
@@ -213,7 +213,7 @@ TEST_CASE("generated value names avoid input and op names") {
 }
 
 TEST_CASE("the chain shorthand desugars to the full form") {
-  SUBCASE("the DESIGN chain") {
+  SUBCASE("the docs/design.md chain") {
     const KernelSpec chained = from_text(R"({
       "epifuse": 1,
       "inputs": {"x": {"dtype": "f32"}, "bias": {"dtype": "f32", "broadcast": "row"},

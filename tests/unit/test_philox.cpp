@@ -1,4 +1,4 @@
-// The dropout RNG contract (DESIGN §4): Philox known answers, golden masks in
+// The dropout RNG contract (docs/design.md §4): Philox known answers, golden masks in
 // both modes, and the mask's independence of traversal order.
 #include <doctest/doctest.h>
 
@@ -46,7 +46,7 @@ std::string keep_bits(const HostTensor& y) {
 
 }  // namespace
 
-TEST_CASE("philox4x32-10 known answers (Random123, DESIGN §4)") {
+TEST_CASE("philox4x32-10 known answers (Random123, docs/design.md §4)") {
   struct Kat {
     ef_u32x4 ctr;
     ef_u32x2 key;
@@ -103,7 +103,7 @@ TEST_CASE("threshold and scale are computed on the host in double") {
 }
 
 // Golden values below were produced by tests/unit/golden_dropout.py (an
-// independent pure-Python Philox + DESIGN §4 implementation):
+// independent pure-Python Philox + docs/design.md §4 implementation):
 //   python3 tests/unit/golden_dropout.py
 // and pasted verbatim.
 TEST_CASE("golden philox4 dropout masks through the evaluator") {
@@ -181,7 +181,7 @@ TEST_CASE("golden triton-mode masks and uniforms") {
   CHECK(ef_triton_keep(0x7FFFFFFFu, 0.99f) == true);
   CHECK(ef_triton_keep(0x7FFFFFFFu, 0.99999994f) == false);  // r == 1 - 2^-24 == p
   CHECK(ef_triton_keep(0x00000001u, 4.6566126e-10f) == false);
-  CHECK(ef_triton_keep(0u, 0.0f) == true);  // p = 0 keeps all (DESIGN), even r == 0
+  CHECK(ef_triton_keep(0u, 0.0f) == true);  // p = 0 keeps all (docs/design.md), even r == 0
 }
 
 TEST_CASE("dropout mask does not depend on traversal order or shape") {
@@ -216,7 +216,7 @@ TEST_CASE("dropout statistics, p = 0, p = 1 and exact kept values") {
     for (double p : {0.1, 0.5, 0.9}) {
       CAPTURE(p);
       const auto y = evaluate(dropout_spec(p, rng), {m, n, 0}, in, {2024, 99}).at("y");
-      const float scale = static_cast<float>(1.0 / (1.0 - p));  // DESIGN §4, independently
+      const float scale = static_cast<float>(1.0 / (1.0 - p));  // docs/design.md §4, independently
       std::int64_t kept = 0;
       bool exact = true;
       for (std::int64_t i = 0; i < y.numel(); ++i) {

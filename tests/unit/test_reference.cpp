@@ -500,7 +500,7 @@ TEST_CASE("make_inputs draws what is missing, per name, deterministically") {
 
 TEST_CASE("reference evaluator is fast enough for the test tiers") {
   using clock = std::chrono::steady_clock;
-  KernelSpec s;  // bias-GELU-dropout-residual, DESIGN §0
+  KernelSpec s;  // bias-GELU-dropout-residual, docs/design.md §0
   Value x = s.graph.input("x", DType::f32);
   Value bias = s.graph.input("bias", DType::f32, Broadcast::row);
   Value res = s.graph.input("residual", DType::f32);

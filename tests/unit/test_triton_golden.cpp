@@ -1,4 +1,4 @@
-// The triton RNG mode against what real Triton computed (DESIGN §4): draws,
+// The triton RNG mode against what real Triton computed (docs/design.md §4): draws,
 // uniforms, tutorial dropout masks and the boundary draws where a 2^-31 scale
 // would decide differently. The data was made on a GPU by tools/triton_golden.py
 // (Triton 3.6.0, H100) and is compared here bit for bit, on the CPU.

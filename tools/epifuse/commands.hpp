@@ -1,5 +1,5 @@
 #pragma once
-/// The `epifuse` subcommands (DESIGN §7).
+/// The `epifuse` subcommands (docs/design.md §7).
 ///
 /// Each subcommand lives in its own file and exposes one function that registers it
 /// on the application: it adds a CLI::App subcommand, binds its options to a struct

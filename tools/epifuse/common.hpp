@@ -18,7 +18,7 @@
 
 namespace epifuse::cli {
 
-/// Exit codes (DESIGN §6).
+/// Exit codes (docs/design.md §6).
 inline constexpr int k_exit_ok = 0;
 inline constexpr int k_exit_target_failed = 1;  ///< verification or a benchmark target failed
 inline constexpr int k_exit_user = 2;           ///< UserError or a command-line parse error

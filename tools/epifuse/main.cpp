@@ -1,5 +1,5 @@
-// The `epifuse` command line (DESIGN §7). Subcommands register themselves
-// (commands.hpp); this file maps every failure to an exit code (DESIGN §6) so
+// The `epifuse` command line (docs/design.md §7). Subcommands register themselves
+// (commands.hpp); this file maps every failure to an exit code (docs/design.md §6) so
 // that no exception escapes and nothing aborts.
 #include <algorithm>
 #include <csignal>

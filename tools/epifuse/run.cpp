@@ -306,7 +306,7 @@ std::string report_outputs(const RunPlan& plan, const RunResult& r, Json& output
 // Step 3b: on the CPU the run *is* the reference, so there is nothing
 // independent to compare. On a GPU, --verify evaluates the reference on the
 // same inputs and compares every output with the tolerance of its dtype
-// (DESIGN §3). A GEMM chain's device accumulators differ from the exact
+// (docs/design.md §3). A GEMM chain's device accumulators differ from the exact
 // product by up to accumulation_bound (fp32 summation order), which the chain
 // may amplify (a gate times acc1): the reference is also evaluated with the
 // accumulators moved by -/+ that bound, and an output passes within its

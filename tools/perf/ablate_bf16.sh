@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ablation of the bf16 bias-GELU-dropout-residual chain (docs/PERF.md): time
+# Ablation of the bf16 bias-GELU-dropout-residual chain (docs/perf/elementwise.md): time
 # the chain with stages left out, each against the same-run copy ceiling.
 set -u
 cd "$(dirname "$0")/../.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Kernel versions side by side (docs/PERF.md method: one change per version,
+# Kernel versions side by side (docs/perf/README.md method: one change per version,
 # each against the copy ceiling measured in the same process, all in one
 # device session): for each epifuse binary given, bench the bias-GELU-
 # dropout-residual chain in bf16 at both acceptance shapes and in f32 at one.

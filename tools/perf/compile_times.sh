@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NVRTC cold compile times (docs/PERF.md, issue 3: <= 150 ms on a 2-core
+# NVRTC cold compile times (docs/perf/host.md, "NVRTC cold compile": <= 150 ms on a 2-core
 # build machine). Each run is a fresh `epifuse compile` process, so NVRTC is
 # loaded and its first compile is cold; the chains take turns, so a burst of
 # load on a shared machine lands on all of them alike.

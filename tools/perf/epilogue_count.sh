@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Count what the sm_90a GEMM epilogue executes (docs/PERF.md, METHOD: count first):
+# Count what the sm_90a GEMM epilogue executes (docs/perf/gemm.md; count first, docs/perf/README.md):
 # for the GEMM alone, bias+ReLU and bias+ReLU+dropout at one tile, Nsight Compute's
 # executed SASS instructions per opcode (SourceCounters), summed over the kernel and
 # divided by the outputs, then each chain's opcodes minus the GEMM alone's: the

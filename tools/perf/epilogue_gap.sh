@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What the sm_90a GEMM epilogue's cost is made of (docs/PERF.md, next steps after
-# session 11), in one GPU call:
+# What the sm_90a GEMM epilogue's cost is made of (docs/perf/gemm.md,
+# "Open"), in one GPU call:
 #  1. SM clock and board power under a steady loop of each kernel: the GEMM alone,
 #     bias+ReLU, bias+ReLU+dropout (epifuse bench with only the fused row, many
 #     repeats) and cuBLAS (torch.matmul), sampled by nvidia-smi every 20 ms; the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GEMM epilogue versions side by side (docs/PERF.md: one change per version,
+# GEMM epilogue versions side by side (docs/perf/README.md: one change per version,
 # each against cuBLAS measured in the same process). Three modes:
 #
 #   tools/perf/gemm_ab.sh BIN_A BIN_B ...

@@ -1,7 +1,7 @@
 // The mma.sync ceiling of this GPU: m16n8k16 f16 (and bf16) -> f32 from
 // registers only, no memory traffic, for several warps per SM and independent
 // accumulators per warp. It says what an mma.sync GEMM mainloop can reach at
-// best (docs/PERF.md, "GEMM"). Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a
+// best (docs/perf/gemm.md, "mma.sync and FFMA"). Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a
 // (or sm_80) -o mma_ceiling tools/perf/mma_ceiling.cu; run: ./mma_ceiling
 #include <cstdio>
 #include <cuda_runtime.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Where the fused dual GEMM loses per clock against cuBLAS's two GEMMs (docs/PERF.md,
-# session 13: 83-86% of the tensor peak at the held clock against cuBLAS's 89-90%).
+# Where the fused dual GEMM loses per clock against cuBLAS's two GEMMs (docs/perf/dual-gemm.md,
+# "What bounds it": 83-86% of the tensor peak at the held clock against cuBLAS's 89-90%).
 # Nsight Compute at its default locked clock on both, one launch each, with the
 # sections that split the time: speed of light (tensor pipe, shared memory, L2),
 # compute and memory workload tables, warp states.

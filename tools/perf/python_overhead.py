@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Host cost of one epifuse call from Python against the C++ launch (issue 16).
+"""Host cost of one epifuse call from Python against the C++ launch (docs/perf/host.md,
+"Python call overhead").
 
     python3 tools/perf/python_overhead.py build/epifuse
 

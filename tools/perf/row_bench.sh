@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Row family against the same-run copy ceiling (issue 13's acceptance shapes):
+# Row family against the same-run copy ceiling (the shapes of docs/perf/rows.md):
 # M·N = 2^27 elements, N in {1024, 4096, 16384, 65536, 262144}, for softmax (bf16, f32),
 # the attention pattern dropout(softmax(x*scale + mask)), add+RMSNorm (two outputs) and
 # LayerNorm (bf16). Each line is one `epifuse bench --json` run (tuned tile, persistent

@@ -1,5 +1,5 @@
 # Sourced by row_bench.sh, row_tune.sh and row_ab.sh: the row family's benchmark chains
-# (issue 13's acceptance), written into "$tmp" as <name>.json, and the default names.
+# (the shapes of docs/perf/rows.md), written into "$tmp" as <name>.json, and the default names.
 row_chain_names=(softmax_bf16 softmax_f32 attention_bf16 add_rmsnorm_bf16 layernorm_bf16)
 write_row_chains() {  # directory
   local ex=examples/chains

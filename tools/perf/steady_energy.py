@@ -3,10 +3,11 @@ chain on named tiles (the Python module) against cuBLAS (torch.matmul), in one p
 
 At the 700 W limit of an H100 a kernel's time follows its energy per call, so short
 bursts (the bench, the tuner) and sustained runs can rank kernels differently
-(docs/PERF.md, sessions 12-14). Each row runs back to back for --seconds, the rows
-taking turns over --rounds; the median round is reported with the energy per call
-(NVML's energy counter), the mean power and the mean SM clock (NVML, sampled at the
-start and end of each loop and in between by a thread).
+(docs/perf/gemm.md and docs/perf/dual-gemm.md, steady state at the power limit). Each
+row runs back to back for --seconds, the rows taking turns over --rounds; the median
+round is reported with the energy per call (NVML's energy counter), the mean power and
+the mean SM clock (NVML, sampled at the start and end of each loop and in between by a
+thread).
 
     python3 tools/perf/steady_energy.py CHAIN --shape M,N,K [--dtype f16] \
         [--tile T ...] [--seconds 2] [--rounds 3]

@@ -5,10 +5,10 @@ kernel with its epilogue taken apart, to find what the epilogue costs and why.
     python3 tools/perf/variant_probe.py k.cu noepi sumonly      # writes k_noepi.cu, k_sumonly.cu
     build/epifuse bench CHAIN --shape M,N,K --tile T --variant k_noepi.cu --variant k_sumonly.cu
 
-Probes (docs/PERF.md, sessions 14 and 15):
+Probes (docs/perf/gemm.md):
   noepi    no epilogue at all: the accumulators are dead after the mainloop. Read its
            TFLOP/s first: ptxas may then drop HGMMAs whose results nothing reads
-           (session 15, H200: 1250 TFLOP/s at 4096^3, above the tensor peak); sumonly
+           (H200: 1250 TFLOP/s at 4096^3, above the tensor peak); sumonly
            keeps them live
   sumonly  the accumulators summed and compared with a constant, nothing staged or
            stored: the mainloop with live accumulators and no epilogue work
@@ -17,7 +17,7 @@ Probes (docs/PERF.md, sessions 14 and 15):
   draws8   the staged quads' dropout draws from one Philox call per EIGHT elements: quads
            i = 0, 2 of a lane make the call and keep its words' high halves, quads
            1, 3 take the low halves of the same call (16-bit draws, as a contract of
-           one call per eight elements would; the mask is not DESIGN §4's)
+           one call per eight elements would; the mask is not docs/design.md §4's)
   nodraws  the staged quads' draws from one multiply-hash of the position instead of
            Philox (the keep test, select and scale stay): what dropout costs besides
            Philox

@@ -1,7 +1,7 @@
 // Elementwise pass 1: elements per thread. Default: 16 bytes of the narrowest
 // full tensor (4 for f32, 8 for 16-bit), so every full tensor moves in 16-byte
 // (or wider) accesses. Philox serves four consecutive elements per call
-// (DESIGN §4), so with dropout draws the width is at least 4. The pass also
+// (docs/design.md §4), so with dropout draws the width is at least 4. The pass also
 // decides whether the kernel can leave out its scalar path (KernelPath,
 // docs/decisions.md).
 #include <algorithm>

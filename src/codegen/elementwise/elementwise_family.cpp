@@ -45,7 +45,7 @@ class ElementwiseFamily final : public KernelFamily {
   std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape&, std::string_view,
                                           const DeviceInfo&) const override {
     const int natural = natural_vector_width(spec);
-    // Grid policies seen to matter on Hopper (../shared/PEERS.md): covering
+    // Grid policies seen to matter on Hopper (docs/perf/peers.md): covering
     // grids, and grid-stride grids of 4 to 16 blocks per SM; vec 0 is 16 bytes,
     // and twice that gives each thread two independent 16-byte accesses.
     std::vector<TileConfig> out;

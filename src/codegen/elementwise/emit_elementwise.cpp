@@ -26,7 +26,7 @@ std::string emit_coordinates(const ElementwisePlan& plan) {
   if (!plan.needs_row_index && !plan.needs_col_index) return "    // no broadcast operand: no coordinates";
   // e0 / n by the rounded fp64 reciprocal and one correction step: exact for
   // e0 < 2^52 (M*N <= 2^48 by verify_shape), and far cheaper than a 64-bit
-  // integer division per vector (docs/PERF.md, v2).
+  // integer division per vector (docs/perf/elementwise.md).
   const char* t = plan.index32 ? "int" : "long long";
   return fmt::format(
       "    const {0} n = ({0})p.n;\n"

@@ -91,14 +91,14 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
     // A quotient by a per-row value (softmax's sum) multiplies by its
     // reciprocal, which the compiler computes once a row: an IEEE division an
     // element cost ~10 instructions, and the attention pattern is bound by
-    // issue (docs/PERF.md, row family). Within a rounding of the quotient. A
+    // issue (docs/perf/rows.md). Within a rounding of the quotient. A
     // divisor below FLT_MIN (its reciprocal overflows) is scaled by 2^24 first
     // and the quotient back (exact powers of two). Where the stage draws
     // dropout (bound by issue) the choice is made once a row: emit_stage
     // runs a kTiny copy of the loop, and the common copy multiplies once. A
     // stage without draws is bound by memory: the loop-invariant choice is
     // hoisted and costs one more multiply an element, where the copy's
-    // branch cost the g32 softmax tile 3% (docs/PERF.md, session 8). A
+    // branch cost the g32 softmax tile 3% (docs/perf/rows.md). A
     // choice an element (a branch an element, an IEEE division two
     // registers) cost most.
     if (n.op == OpKind::div && g.node(n.args[1]).kind == NodeKind::op && is_row_reduction(g.node(n.args[1]).op)) {

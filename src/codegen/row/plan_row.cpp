@@ -117,7 +117,7 @@ RowStage plan_stage(const KernelPlan& plan, const StageCut& cut, bool last) {
 
 // Note [Kept values in the ring]: a ring tile keeps a stage's values in the
 // ring's own bytes when they fit, instead of registers (which cost a ring tile
-// its occupancy: 0.82-0.94x, docs/PERF.md session 7). A thread owns the bytes
+// its occupancy: 0.82-0.94x, docs/perf/rows.md). A thread owns the bytes
 // of its vectors of every full input; once no later stage reads the inputs,
 // those bytes hold fp32 values, as many a vector as the inputs' bytes allow
 // (x and mask in bf16: one; the attention pattern keeps x*scale + mask there,
