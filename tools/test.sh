@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up and builds (tools/setup.sh), then runs the doctest suite, the CLI tests,
-# the installed package's checks (tools/test_install.sh: install to a temporary
+# Sets up and builds (tools/setup.sh), then checks that every reference points inside
+# the repository and that no words of work history remain (tools/check_repo_docs.sh),
+# and runs the doctest suite, the CLI tests, the installed package's checks (tools/test_install.sh: install to a temporary
 # prefix, build and run tests/consumer against it) and the fuzzer (tools/fuzz.sh:
 # its own clang build in build-fuzz/, then FUZZ_SECONDS of fuzzing, default 60).
 # Exits non-zero when anything failed. Without a GPU (or NVRTC, or hipRTC) the
@@ -15,6 +16,9 @@ cd "$ROOT"
 tools/setup.sh || { echo "test: setup or build failed" >&2; exit 1; }
 
 failed=()
+echo
+echo "== the repository's references and wording (tools/check_repo_docs.sh)"
+tools/check_repo_docs.sh || failed+=("repository references and wording")
 echo
 echo "== doctest suite ($BUILD_DIR/epifuse_tests)"
 "$BUILD_DIR/epifuse_tests" || failed+=("doctest suite")

@@ -102,7 +102,7 @@ for _name, (_args, _res) in _SIGNATURES.items():
 def check(status):
     """Raises the error kind a status names, with the library's message."""
     if status != OK:
-        raise _KINDS.get(status, DeviceError)(lib.ef_last_error().decode())
+        raise _KINDS.get(status, DeviceError)(lib.ef_last_error().decode(errors="backslashreplace"))
 
 
 def take_string(fn, *args):

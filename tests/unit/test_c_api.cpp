@@ -176,6 +176,11 @@ TEST_CASE("C ABI: a chain name with a control character is refused, as the JSON 
   CHECK(s == nullptr);
   CHECK(std::string(ef_last_error()).find("control characters") != std::string::npos);
   CHECK(std::string(ef_last_error()).find("\\x1b") != std::string::npos);  // shown escaped, never raw
-  REQUIRE(ef_spec_new("plain name", nullptr, &s) == EF_OK);
+  CHECK(ef_spec_new("caf\xe9 \xab", nullptr, &s) == EF_USER_ERROR);  // Latin-1 bytes: not UTF-8, never writable as JSON
+  CHECK(std::string(ef_last_error()).find("UTF-8") != std::string::npos);
+  REQUIRE(ef_spec_new("plain name, caf\xc3\xa9", nullptr, &s) == EF_OK);
+  char* json = nullptr;
+  REQUIRE(ef_spec_to_json(s, &json) == EF_OK);
+  ef_string_free(json);
   ef_spec_free(s);
 }

@@ -114,7 +114,7 @@ bool shared_draws(const GemmPlan& g, const Node& n) { return n.rng == RngMode::p
 bool staged_epilogue(const GemmPlan& g) { return !g.simt && (g.wgmma || g.wave || gemm_staged_epilogue(g.tile)); }
 
 // d<k>[4]: the draws of four consecutive columns col0..col0+3 of `row` (col0 a
-// multiple of 4, N % 4 == 0): exactly one Philox call (DESIGN §4).
+// multiple of 4, N % 4 == 0): exactly one Philox call (docs/design.md §4).
 std::string row_quad_draws(std::size_t k, std::uint32_t stream, const std::string& pad) {
   return fmt::format(
       "{0}unsigned d{1}[4];  // dropout stream {2}: one Philox call per four elements\n"
@@ -146,7 +146,7 @@ namespace {
 // so where a thread's shared draws fit in 32 registers (small warp tiles, the
 // launch-bound shapes) they are computed right after the first tiles' loads
 // are issued, under the load latency, instead of after the mainloop where
-// they were the epilogue's critical path (+1.5 us at 64x128x256, docs/PERF.md).
+// they were the epilogue's critical path (+1.5 us at 64x128x256, docs/perf/gemm.md).
 // Split-K kernels skip it: only their last split runs the epilogue.
 bool early_draws(const GemmPlan& g) {
   if (g.simt || g.wgmma || g.tile.split_k > 1 || staged_epilogue(g)) return false;
@@ -290,7 +290,7 @@ std::string early_value(const TensorPlan& t) {
 // The element's inputs, loaded before its bounds check at a clamped (always
 // valid) position: unconditional read-only loads let the compiler issue every
 // fragment's loads at once instead of one fragment's latency after another's
-// (measured: +1.5 us at 128x256x256 for one bias load per element, docs/PERF.md).
+// (measured: +1.5 us at 128x256x256 for one bias load per element, docs/perf/gemm.md).
 }  // namespace
 
 std::string emit_element_loads(const GemmPlan& g, const std::string& pad, bool staged) {
@@ -368,7 +368,7 @@ bool vector_stores(const GemmPlan& g) { return staged_epilogue(g) && g.n4 && g.v
 // staged accumulators and clamped inputs and has no side effect but the store,
 // so an element past the edge is computed and never stored. A branch an
 // element (a 64-bit compare, BSSY/BRA/BSYNC in the SASS) cost ~5 of the ~12
-// instructions of a bias+ReLU element (docs/PERF.md, w9).
+// instructions of a bias+ReLU element (docs/perf/gemm.md, unguarded quads).
 std::string emit_staged_quads(const GemmPlan& g) {
   if (!vector_stores(g)) return "    constexpr bool guard_elements = true;  // element stores: each checks its bounds";
   std::string s = "    constexpr bool guard_elements = false;  // the quad's store checks them (Note [Unguarded quads])\n";

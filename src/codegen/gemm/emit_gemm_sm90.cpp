@@ -64,9 +64,10 @@ std::string wgmma_function(const GemmPlan& g) {
 // columns a lane, the fragment layout), and only its outputs go through
 // shared memory, packed in pairs: half the bytes, and 16-byte stores of 64
 // columns a warp chunk. At the power limit the fp32 round trip, not the stores,
-// cost 9% of a 4096^3 GEMM; against the staged kernel in one process (docs/PERF.md,
-// session 14, w24): GEMM alone 1.05 -> 1.03x cuBLAS at 4096^3, bias+GELU 1.13 -> 1.10x.
-// Dropout chains keep the staged quads (w25: pairs sharing Philox calls here were slower).
+// cost 9% of a 4096^3 GEMM; against the staged kernel in one process on an H100
+// (docs/perf/gemm.md): GEMM alone 1.05 -> 1.03x cuBLAS at 4096^3, bias+GELU 1.13 -> 1.10x.
+// Dropout chains keep the staged quads (lane pairs sharing Philox calls here were slower,
+// 1.15 -> 1.17x at 4096^3: docs/perf/gemm.md, tried and rejected).
 bool fragment_epilogue(const GemmPlan& g) {
   const KernelPlan& plan = *g.plan;
   return g.wgmma && !g.dual && vector_stores(g) && plan.dropouts.empty() && plan.outputs.size() == 1 &&
