@@ -42,7 +42,9 @@ using Json = nlohmann::json;
 bool ok(int status, const char* call) {
   const std::string message = ef_last_error();
   if (status != EF_OK && status != EF_USER_ERROR) fail(std::string(call) + " returned " + std::to_string(status) + ": " + message);
-  if (message.find("bug in epifuse") != std::string::npos) fail(std::string(call) + ": " + message);
+  // Internal errors open with these words; a user error may quote them from the input.
+  if (message.starts_with("internal error (a bug") || message.starts_with("unexpected error (a bug"))
+    fail(std::string(call) + ": " + message);
   return status == EF_OK;
 }
 
