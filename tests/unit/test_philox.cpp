@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "common/philox.cuh"
@@ -239,4 +240,29 @@ TEST_CASE("dropout statistics, p = 0, p = 1 and exact kept values") {
       signed_zeros = signed_zeros && none.get(i) == 0.0f && std::signbit(none.get(i)) == std::signbit(x.get(i));
     CHECK(signed_zeros);
   }
+}
+
+// Dropout is x * mask * scale, as PyTorch computes it: a dropped finite value is
+// a zero of x's sign, and a dropped NaN or inf is NaN; p = 1 drops every value
+// that way.
+TEST_CASE("dropout multiplies by its mask: dropped NaN and inf give NaN, as in PyTorch") {
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, -2.5f};
+  const std::int64_t n = 64;
+  HostTensor x = HostTensor::zeros(DType::f32, {1, n});
+  for (std::int64_t i = 0; i < n; ++i) x.set(i, specials[i % 4]);
+  for (const RngMode rng : {RngMode::philox4, RngMode::triton})
+    for (const double p : {0.5, 1.0}) {
+      const HostTensor y = evaluate(dropout_spec(p, rng), {1, n, 0}, {{"x", x}}, {7, 9}).at("y");
+      const float scale = dropout_scale(p);
+      int dropped = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const bool keep = dropout_keep(rng, p, 7, 9, 0, static_cast<std::uint64_t>(i));
+        const float want = x.get(i) * (keep ? scale : 0.0f);
+        dropped += !keep;
+        INFO("p " << p << " x " << x.get(i) << " keep " << keep << " y " << y.get(i));
+        CHECK((std::isnan(want) ? std::isnan(y.get(i)) : f32_bits(y.get(i)) == f32_bits(want)));
+        if (!keep) CHECK((std::isnan(y.get(i)) || std::signbit(y.get(i))));  // never a +0 for these x
+      }
+      CHECK(dropped > (p == 1.0 ? n - 1 : n / 4));  // the drops under test happened
+    }
 }

@@ -14,8 +14,6 @@
 #include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/reference.hpp"
-#include "ir/dropout.hpp"
-#include "reference/philox.hpp"
 
 using namespace epifuse;
 
@@ -158,27 +156,6 @@ TEST_CASE("exp, log, rsqrt and div: values and IEEE special cases") {
   CHECK(inv[0] == inf);
   CHECK(inv[1] == -inf);
   CHECK(inv[2] == 1.0f / 3.0f);
-}
-
-// Dropout is x * mask * scale, as PyTorch computes it: a dropped finite value is
-// a zero of x's sign, and a dropped NaN or inf is NaN; p = 1 drops every value
-// that way. Seed 0, offset 0, stream 0 (apply's launch arguments).
-TEST_CASE("dropout multiplies by its mask: dropped NaN and inf give NaN, as in PyTorch") {
-  std::vector<float> xs;
-  for (int i = 0; i < 64; ++i) xs.push_back(i % 4 == 0 ? nan_ : i % 4 == 1 ? inf : i % 4 == 2 ? -inf : -2.5f);
-  for (const double p : {0.5, 1.0}) {
-    const auto ys = (apply)([&](Graph& g, Value x) { return g.dropout(x, p); }, xs);  // no ADL: std::apply
-    const float scale = dropout_scale(p);
-    int dropped = 0;
-    for (std::size_t i = 0; i < xs.size(); ++i) {
-      const bool keep = dropout_keep(RngMode::philox4, p, 0, 0, 0, i);
-      dropped += !keep;
-      INFO("p " << p << " x " << xs[i] << " keep " << keep << " y " << ys[i]);
-      CHECK(same(ys[i], xs[i] * (keep ? scale : 0.0f)));
-      if (!keep) CHECK((std::isnan(ys[i]) || std::signbit(ys[i])));  // never a +0 for these x
-    }
-    CHECK(dropped > (p == 1.0 ? 63 : 16));  // the drops under test happened
-  }
 }
 
 // y = op(x) over rows of x (M rows of N), f32.
