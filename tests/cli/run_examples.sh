@@ -297,7 +297,7 @@ fi
 # --- limits (docs/limits.md): refused at once, with a message naming the limit --------
 # Each chain is valid but for one size, so that before the limits it ran (or hung,
 # or crashed); now it exits 2 in well under a second. The first three are the
-# reproducers of the issue that brought the limits; the rest are 10x a limit.
+# reproducers that brought the limits; the rest are 10x a limit.
 L=$TMP/limits
 mkdir -p "$L"
 "$PYTHON" - "$L" <<'PY'

@@ -1,7 +1,7 @@
 // GPU tier for the row family (docs/row-reductions.md): softmax, the
 // attention pattern with dropout, RMSNorm after a residual add and LayerNorm
 // against the reference evaluator on random non-zero data, every dtype and
-// the N (1 to 262144: rows in registers and streamed), every tile
+// N from 1 to 262144 (rows in registers and streamed), every tile
 // candidate, the persistent grid against one block per row (identical bits;
 // the sweep is two cases, rows up to 20000 and longer, so that racecheck can
 // take the first), misaligned pointers (the general path), and rows of extreme values.
