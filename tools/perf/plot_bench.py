@@ -11,7 +11,12 @@ named under their captions.
 """
 import argparse
 import json
+import os
 import sys
+
+
+def chain_name(doc):
+    return os.path.splitext(os.path.basename(doc["chain"]))[0]
 
 
 def gemm_bars(results):
@@ -21,7 +26,7 @@ def gemm_bars(results):
         g = r["gemm"]
         m, n, k = g["shape"]
         rows = {row["label"]: row["of_cublas"] for row in g["rows"].values() if "of_cublas" in row}
-        out.append((f"{doc['chain']}\n{m}x{n}x{k}", rows))
+        out.append((f"{chain_name(doc)}\n{m}x{n}x{k}", rows))
     return out
 
 
@@ -30,7 +35,7 @@ def copy_bars(results):
     out = []
     for doc, r in results:
         m, n = r["shape"]
-        out.append((f"{doc['chain']}\n{m}x{n}", 100.0 * r["fused"]["of_copy"]))
+        out.append((f"{chain_name(doc)}\n{m}x{n}", 100.0 * r["fused"]["of_copy"]))
     return out
 
 
@@ -57,7 +62,7 @@ def main():
     import matplotlib.pyplot as plt
 
     panels = [p for p in (("gemm", gemm), ("copy", rows)) if p[1]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5.2), squeeze=False)
     for ax, (kind, results) in zip(axes[0], panels):
         if kind == "gemm":
             bars = gemm_bars(results)
@@ -67,16 +72,19 @@ def main():
                 xs = [i + (j - (len(labels) - 1) / 2) * width for i in range(len(bars))]
                 ax.bar(xs, [rows_.get(label, 0) for _, rows_ in bars], width, label=label)
             ax.axhline(1.0, color="black", linewidth=0.8)
+            top = max(v for _, rows_ in bars for v in rows_.values())
+            ax.set_ylim(0.8, max(1.25, top + 0.05))
             ax.set_ylabel("time over cuBLAS's GEMM alone (lower is better)")
-            ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
-            ax.legend(fontsize=7)
+            ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=7, rotation=30, ha="right")
+            ax.legend(fontsize=7, ncol=2)
             ax.set_title("GEMM chains")
         else:
             bars = copy_bars(results)
             ax.bar(range(len(bars)), [b[1] for b in bars], 0.6)
             ax.axhline(100.0, color="black", linewidth=0.8)
             ax.set_ylabel("% of the copy ceiling (higher is better)")
-            ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
+            ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=7, rotation=30, ha="right")
+            ax.set_ylim(0, 110)
             ax.set_title("memory-bound chains")
             for i, (_, v) in enumerate(bars):
                 ax.text(i, v + 1, f"{v:.0f}%", ha="center", fontsize=8)
