@@ -28,6 +28,7 @@ struct GoldenCase {
   Shape shape;
   std::optional<TileConfig> tile;
   KernelPath path = KernelPath::fastest;
+  std::string target;  // empty: no architecture-specific tile
 };
 
 std::vector<GoldenCase> golden_cases() {
@@ -47,6 +48,23 @@ std::vector<GoldenCase> golden_cases() {
   c.push_back({"bias_gelu_dropout_add_f16_triton_general.cu",
                test_specs::bias_gelu_dropout_add(DType::f16, 0.25, RngMode::triton), {4, 66, 0}, ElementwiseTile{256, 8, 4},
                KernelPath::general});
+  // One per mainloop and dialect beside the elementwise ones.
+  const KernelSpec dropout_gemm = load_spec(kExamples / "gemm_bias_relu_dropout.json");
+  c.push_back({"row_scaled_masked_softmax_dropout_sm90a.cu", load_spec(kExamples / "scaled_masked_softmax_dropout.json"),
+               {64, 4096, 0}, std::nullopt, KernelPath::fastest, "sm_90a"});
+  c.push_back({"gemm_simt_f32_exact.cu", load_spec(std::filesystem::path(EPIFUSE_SOURCE_DIR) /
+                                                   "tests/fuzz/seeds/gemm_f32_exact_outputs.json"),
+               {128, 128, 64}, std::nullopt, KernelPath::fastest, "sm_80"});
+  c.push_back({"gemm_mma_bias_relu_dropout_sm80.cu", dropout_gemm, {256, 256, 256}, std::nullopt,
+               KernelPath::fastest, "sm_80"});
+  c.push_back({"gemm_wgmma_bias_relu_dropout_sm90a.cu", dropout_gemm, {4096, 4096, 4096}, std::nullopt,
+               KernelPath::fastest, "sm_90a"});
+  c.push_back({"dual_wgmma_gating_sm90a.cu", load_spec(kExamples / "gating.json"), {4096, 4096, 4096}, std::nullopt,
+               KernelPath::fastest, "sm_90a"});
+  c.push_back({"gemm_mfma_bias_relu_gfx90a.hip", load_spec(kExamples / "gemm_bias_relu.json"), {256, 256, 256},
+               std::nullopt, KernelPath::fastest, "gfx90a"});
+  c.push_back({"gemm_wmma_bias_relu_gfx1100.hip", load_spec(kExamples / "gemm_bias_relu.json"), {256, 256, 256},
+               std::nullopt, KernelPath::fastest, "gfx1100"});
   return c;
 }
 
@@ -62,7 +80,7 @@ std::string read_file(const std::filesystem::path& p) {
 TEST_CASE("generated source of representative chains equals the golden text in tests/golden") {
   const bool update = std::getenv("EPIFUSE_UPDATE_GOLDEN") != nullptr;
   for (const GoldenCase& g : golden_cases()) {
-    const std::string text = emit_kernel(g.spec, g.shape, g.tile, g.path).text;
+    const std::string text = emit_kernel(g.spec, g.shape, g.tile, g.path, g.target).text;
     const auto path = kGoldenDir / g.file;
     if (update) {
       std::ofstream(path, std::ios::binary) << text;
