@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "epifuse/json.hpp"
+#include "epifuse/tile_format.hpp"
 #include "io/text_file.hpp"
 
 namespace epifuse::cli {
@@ -213,8 +214,8 @@ void add_bench(CLI::App& app) {
       ->check(CLI::Range(3, 10000));
   sub->add_flag("--no-tune", opt->no_tune, "Use the default tile instead of autotuning");
   sub->add_option("--tile", opt->tile,
-                  "The fused kernel's tile instead of autotuning (as `epifuse tune --tile`: GEMM "
-                  "BMxBNxBKwWMxWNsSTAGESgGROUP[kSPLIT], wgmma hBMxBNx64sSgG[c2][p], ...); emit a --variant for the same tile")
+                  fmt::format("The fused kernel's tile instead of autotuning ({}); emit a --variant for the same tile",
+                              tile_forms()))
       ->type_name("TILE");
   sub->add_flag("--no-unfused", opt->no_unfused, "Skip the one-kernel-per-op baseline");
   sub->add_flag("--no-sweep", opt->no_sweep, "Skip the block-size sweep");
