@@ -197,15 +197,8 @@ int ef_spec_new(const char* name, const char* mainloop_json, ef_spec** out) {
     require(out, "out");
     auto s = std::make_unique<ef_spec>();
     if (name) {
-      // The JSON reader's rule: a name is printed, logged and passed on as a C string.
-      EPIFUSE_CHECK(!names::has_control(name), "the chain name must not contain control characters, got \"{}\"",
-                    names::excerpt(name));
-      // JSON text is UTF-8: a name that is not could never be written (ef_spec_to_json).
-      try {
-        (void)Json(std::string(name)).dump();
-      } catch (const Json::type_error&) {
-        throw UserError("the chain name is not valid UTF-8");  // not echoed: the message must be UTF-8 too
-      }
+      // The JSON reader's rule (names::chain_name_problem).
+      if (const std::optional<std::string> problem = names::chain_name_problem(name)) throw UserError(*problem);
       s->spec.name = name;
     }
     if (mainloop_json && *mainloop_json) {

@@ -1,5 +1,7 @@
 #include "ir/names.hpp"
 
+#include <optional>
+
 namespace epifuse::names {
 
 namespace {
@@ -27,6 +29,34 @@ std::size_t control_at(std::string_view s, std::size_t i) {
   return 0;
 }
 }  // namespace
+
+namespace {
+// Whether `s` is well-formed UTF-8: no stray continuation byte, no overlong
+// form, no surrogate, nothing past U+10FFFF (what a JSON writer accepts).
+bool is_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (std::size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    if (n >= 3) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 >= 0xA0) || (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 >= 0x90))
+        return false;
+    }
+    i += n;
+  }
+  return true;
+}
+}  // namespace
+
+std::optional<std::string> chain_name_problem(std::string_view s) {
+  if (!is_utf8(s)) return "the chain name is not valid UTF-8";  // not echoed: a message is UTF-8 too
+  if (has_control(s))
+    return "the chain name must not contain control characters, got \"" + excerpt(s) + "\"";
+  return std::nullopt;
+}
 
 bool has_control(std::string_view s) {
   for (std::size_t i = 0; i < s.size(); ++i)

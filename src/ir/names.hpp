@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,12 @@ bool has_control(std::string_view s);
 /// cursor, recolour it or hide the rest of a line, and a NUL cannot cut a
 /// message short (what() is a C string). Everything else is kept as it is.
 std::string printable(std::string_view s);
+
+/// What is wrong with a chain name, or nothing: a name is free text, but it is
+/// printed, logged, passed on as a C string and written as JSON, so it holds no
+/// control character (has_control) and is valid UTF-8. The message shows the
+/// name (as excerpt does) only when it is UTF-8.
+std::optional<std::string> chain_name_problem(std::string_view s);
 
 /// Characters of a user's string shown in a message before it is cut.
 inline constexpr std::size_t k_excerpt_length = 80;

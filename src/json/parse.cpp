@@ -76,8 +76,7 @@ Shape read_shape(const KernelSpec& spec, const Json& v, const JsonPath& at) {
 // as a C string.
 std::string read_chain_name(const Json& v, const JsonPath& at) {
   std::string name = schema::read_string(v, at);
-  if (names::has_control(name))
-    fail(at, "the chain name must not contain control characters, got \"{}\"", names::excerpt(name));
+  if (const std::optional<std::string> problem = names::chain_name_problem(name)) fail(at, "{}", *problem);
   return name;
 }
 
