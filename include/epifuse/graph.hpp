@@ -10,6 +10,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -30,6 +32,11 @@ enum class OpKind : std::uint8_t {
   exp, log, rsqrt,            // unary
   row_max, row_sum, row_mean, // reductions over a full value's row (N): one value per row (`col`)
   add_scalar,                 // a + c, c a constant attribute (in Node::alpha)
+  col_sum,                    // reduction over a full value's M rows: one value per column (`row`)
+  step,                       // 1 if a > 0, 0.5 if a == 0, 0 if a < 0: max/min's derivative
+  // Derivatives of the activations (docs/autodiff.md), fused where the chain
+  // rule through the primitive ops would take several:
+  relu_deriv, gelu_tanh_deriv, gelu_erf_deriv, sigmoid_deriv, silu_deriv, tanh_deriv,
 };
 
 /// Dropout RNG mode (docs/design.md §4).
@@ -57,6 +64,9 @@ struct Node {
   RngMode rng = RngMode::philox4; ///< dropout
   int stream = 0;                 ///< dropout: index among the graph's dropout nodes
   std::string name;               ///< binding name (inputs) or value name (ops); not code
+  /// Inputs: false for one grad() must not differentiate (an additive mask);
+  /// not part of the signature (the forward kernel is the same).
+  bool differentiable = true;
 };
 
 struct Output {
@@ -75,6 +85,9 @@ class Graph {
   /// Tensor input bound by name at launch. Names are unique identifiers of at
   /// most 64 characters, not an accumulator's (`acc`, `acc0`, `acc1`).
   Value input(std::string name, DType dtype, Broadcast broadcast = Broadcast::full);
+  /// Marks an input as one grad() never differentiates (JSON `"grad": false`):
+  /// asking for its gradient is a UserError (docs/autodiff.md).
+  void set_differentiable(Value input, bool differentiable);
 
   Value add(Value a, Value b) { return binary(OpKind::add, a, b); }
   Value sub(Value a, Value b) { return binary(OpKind::sub, a, b); }
@@ -96,6 +109,9 @@ class Graph {
   Value row_max(Value a) { return unary(OpKind::row_max, a); }
   Value row_sum(Value a) { return unary(OpKind::row_sum, a); }
   Value row_mean(Value a) { return unary(OpKind::row_mean, a); }
+  /// The reduction over rows: the operand must be full; the result is one
+  /// value per column ([N], `row` broadcast), e.g. a bias's gradient.
+  Value col_sum(Value a) { return unary(OpKind::col_sum, a); }
   /// Composites, desugared here into the ops above (the graph keeps no
   /// composite node): exp(x - row_max(x)) / row_sum(exp(x - row_max(x))), and
   /// (x - m) - log(row_sum(exp(x - m))) with m = row_max(x).
@@ -114,10 +130,17 @@ class Graph {
   /// `a + c`; c is a constant of the generated code (a float literal, so it
   /// is in the signature), and must be finite when rounded to float.
   Value add_scalar(Value a, double c);
-  /// Dropout with probability p in [0,1]; its stream is the number of dropout
-  /// nodes made before it. The result is always full ([M,N]).
-  Value dropout(Value a, double p, RngMode rng = RngMode::philox4);
+  /// Dropout with probability p in [0,1]. Its stream (docs/design.md §4) is
+  /// `stream` when given, in [0, 256); else one more than the largest stream
+  /// made so far (0 for the first), so dropouts made in order number 0, 1, 2.
+  /// Two dropouts of one stream (and p and rng) draw the same mask: a
+  /// backward spec regenerates its forward's masks that way. The result is
+  /// always full ([M,N]).
+  Value dropout(Value a, double p, RngMode rng = RngMode::philox4, std::optional<int> stream = std::nullopt);
   Value cast(Value a, DType to);
+  /// A new op like `like` (same op and attributes, dropout stream included)
+  /// on `args`: how a pass copies a graph's ops into another graph.
+  Value copy_op(const Node& like, std::span<const Value> args);
 
   Value binary(OpKind op, Value a, Value b);
   Value unary(OpKind op, Value a);
@@ -126,13 +149,17 @@ class Graph {
   /// that report an attribute at its own location (the JSON layer).
   static void check_alpha(double alpha);
   static void check_probability(double p);
+  /// A dropout stream given explicitly: in [0, 256).
+  static void check_stream(std::int64_t stream);
   /// add_scalar's c: finite in float32.
   static void check_constant(double c);
   /// A norm's eps (`op` names the norm in the message): positive and finite
   /// in float32, and still positive when rounded to float.
   static void check_eps(std::string_view op, double eps);
 
-  /// Marks a value as an output stored in `dtype`. Outputs must be full [M,N].
+  /// Marks a value as an output stored in `dtype`: a full value is an [M,N]
+  /// output, a `row` value (a col_sum) an [N] one, a `col` value (a row
+  /// reduction) an [M] one; scalars are refused.
   void output(std::string name, Value v, DType dtype);
 
   /// Gives an op node a display name (JSON value name); not part of the
@@ -145,6 +172,8 @@ class Graph {
   /// Input nodes in declaration order (their binding order).
   const std::vector<Value>& inputs() const { return inputs_; }
   int dropout_count() const { return dropout_count_; }
+  /// The stream a dropout made without an explicit one would get.
+  int next_dropout_stream() const { return next_stream_; }
   /// Looks up an input or named value; returns an invalid Value when absent.
   Value find(std::string_view name) const;
 
@@ -166,6 +195,7 @@ class Graph {
   std::unordered_map<std::string, std::uint32_t, NameHash, std::equal_to<>> names_;  // name -> node
   std::size_t op_count_ = 0, scale_count_ = 0;
   int dropout_count_ = 0;
+  int next_stream_ = 0;
 };
 
 /// Checks a whole graph: at least one output, every output full, no unused

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "epifuse/launch.hpp"
 #include "epifuse/spec.hpp"
@@ -53,6 +54,17 @@ double accumulation_bound(const KernelSpec& spec, const Shape& shape, const Tens
 /// dtype and shape (UserError naming it otherwise); returns the outputs by name.
 TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& inputs,
                    const LaunchArgs& args, const EvalOptions& options = {});
+
+/// Values in double by binding name, each a row-major array of its logical shape.
+using DoubleTensors = std::map<std::string, std::vector<double>>;
+
+/// The spec in double precision with no rounding point at all (a cast is the
+/// identity, outputs keep every bit): the smooth function a gradient check
+/// differentiates (docs/autodiff.md). Dropout keeps exactly the elements
+/// evaluate() keeps; GEMM accumulators are exact-product sums in double.
+/// Takes the inputs evaluate() takes (GEMM operands included), as doubles.
+DoubleTensors evaluate_double(const KernelSpec& spec, const Shape& shape, const DoubleTensors& inputs,
+                              const LaunchArgs& args);
 
 /// Draws missing inputs from `data_seed` (random_tensor, one sub-seed per name).
 TensorMap make_inputs(const KernelSpec& spec, const Shape& shape, std::uint64_t data_seed,

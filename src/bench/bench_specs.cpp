@@ -16,8 +16,7 @@ namespace epifuse {
 
 namespace {
 
-// Rebuilds `from` into `to` node by node, with dropout streams numbered as
-// before (dropouts are made in the same order). `accumulator` gives the value
+// Rebuilds `from` into `to` node by node, dropout streams kept. `accumulator` gives the value
 // that replaces an accumulator leaf; `drop_dropout` makes each dropout its
 // operand. Returns the new value of every old node; outputs are not copied.
 std::vector<Value> copy_nodes(const Graph& from, Graph& to,
@@ -36,14 +35,7 @@ std::vector<Value> copy_nodes(const Graph& from, Graph& to,
       map[i] = args[0];
       continue;
     }
-    switch (n.op) {
-      case OpKind::scale: map[i] = to.scale(args[0], n.alpha); break;
-      case OpKind::add_scalar: map[i] = to.add_scalar(args[0], n.alpha); break;
-      case OpKind::dropout: map[i] = to.dropout(args[0], n.p, n.rng); break;
-      case OpKind::cast: map[i] = to.cast(args[0], n.dtype); break;
-      default:
-        map[i] = op_info(n.op).arity == 2 ? to.binary(n.op, args[0], args[1]) : to.unary(n.op, args[0]);
-    }
+    map[i] = to.copy_op(n, args);
     if (!n.name.empty()) to.set_name(map[i], n.name);
   }
   return map;

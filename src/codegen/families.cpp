@@ -37,7 +37,39 @@ const Node* row_reduction_of(const KernelSpec& spec) {
   return nullptr;
 }
 
+// Column sums and [N] or [M] outputs: the reference evaluator runs them
+// anywhere; of the GPU families only the elementwise and row families may
+// (each checks what it generates), never a GEMM's epilogue yet.
+static void check_family_shapes(const KernelSpec& spec) {
+  if (spec.mainloop.kind == MainloopKind::elementwise) return;
+  for (const Node& n : spec.graph.nodes())
+    EPIFUSE_CHECK(n.kind != NodeKind::op || !is_col_reduction(n.op),
+                  "col_sum{}: a {} epilogue does not sum columns yet; the CPU reference does (epifuse run --device cpu)",
+                  n.name.empty() ? "" : fmt::format(" '{}'", n.name), to_string(spec.mainloop.kind));
+  for (const Output& o : spec.graph.outputs()) {
+    const Broadcast b = spec.graph.node(o.value).broadcast;
+    EPIFUSE_CHECK(b == Broadcast::full, "output '{}' is a {} value ({}): a {} epilogue writes [M,N] outputs only; the "
+                  "CPU reference writes those (epifuse run --device cpu)", o.name, to_string(b),
+                  b == Broadcast::row ? "[N]" : "[M]", to_string(spec.mainloop.kind));
+  }
+}
+
+// Until the elementwise and row families generate them (docs/autodiff.md).
+void check_no_column_sums(const KernelSpec& spec, std::string_view family) {
+  for (const Node& n : spec.graph.nodes())
+    EPIFUSE_CHECK(n.kind != NodeKind::op || !is_col_reduction(n.op),
+                  "col_sum{}: the {} family does not sum columns yet; the CPU reference does (epifuse run --device cpu)",
+                  n.name.empty() ? "" : fmt::format(" '{}'", n.name), family);
+  for (const Output& o : spec.graph.outputs()) {
+    const Broadcast b = spec.graph.node(o.value).broadcast;
+    EPIFUSE_CHECK(b == Broadcast::full, "output '{}' is a {} value ({}): the {} family writes [M,N] outputs only; the "
+                  "CPU reference writes those (epifuse run --device cpu)", o.name, to_string(b),
+                  b == Broadcast::row ? "[N]" : "[M]", family);
+  }
+}
+
 const KernelFamily& family_for(const KernelSpec& spec) {
+  check_family_shapes(spec);
   if (const Node* n = row_reduction_of(spec))
     EPIFUSE_CHECK(spec.mainloop.kind == MainloopKind::elementwise,
                   "a {} mainloop cannot reduce rows ({}{}): a row reduction needs whole rows of the output in one "

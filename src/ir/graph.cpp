@@ -1,6 +1,7 @@
 #include "epifuse/graph.hpp"
 
 #include <cfloat>
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -110,6 +111,11 @@ Value Graph::unary(OpKind op, Value a) {
     EPIFUSE_CHECK(n.broadcast == Broadcast::full, "{} reduces a full [M,N] value along its rows; its operand is {}",
                   info.name, to_string(n.broadcast));
     n.broadcast = Broadcast::col;
+  }
+  if (op == OpKind::col_sum) {
+    EPIFUSE_CHECK(n.broadcast == Broadcast::full, "col_sum reduces a full [M,N] value over its rows; its operand is {}",
+                  to_string(n.broadcast));
+    n.broadcast = Broadcast::row;
   }
   return push_op(std::move(n));
 }
@@ -248,21 +254,45 @@ Value Graph::add_scalar(Value a, double c) {
   return push_op(std::move(n));
 }
 
-Value Graph::dropout(Value a, double p, RngMode rng) {
+void Graph::check_stream(std::int64_t stream) {
+  EPIFUSE_CHECK(stream >= 0 && static_cast<std::uint64_t>(stream) < limits::k_max_dropouts,
+                "dropout: stream must be in [0, {}), got {}", limits::k_max_dropouts, stream);
+}
+
+Value Graph::dropout(Value a, double p, RngMode rng, std::optional<int> stream) {
   check_operand(a, "dropout");
   check_probability(p);
+  if (stream) check_stream(*stream);
   EPIFUSE_CHECK(static_cast<std::size_t>(dropout_count_) < limits::k_max_dropouts,
                 "dropout: more than the limit of {} dropout ops in one graph", limits::k_max_dropouts);
+  const int s = stream.value_or(next_stream_);
+  EPIFUSE_CHECK(static_cast<std::size_t>(s) < limits::k_max_dropouts,
+                "dropout: its stream would be {}, past the last one, {}: give the stream", s,
+                limits::k_max_dropouts - 1);
   Node n;
   n.op = OpKind::dropout;
   n.args = {a};
   n.p = p;
   n.rng = rng;
-  n.stream = dropout_count_;
+  n.stream = s;
   n.broadcast = Broadcast::full;  // the mask is per output element
   const Value v = push_op(std::move(n));
   ++dropout_count_;
+  next_stream_ = std::max(next_stream_, s + 1);
   return v;
+}
+
+Value Graph::copy_op(const Node& like, std::span<const Value> args) {
+  EPIFUSE_CHECK(like.kind == NodeKind::op, "copy_op copies ops, not leaves");
+  EPIFUSE_CHECK(args.size() == static_cast<std::size_t>(op_info(like.op).arity), "{} takes {} operands, got {}",
+                op_info(like.op).name, op_info(like.op).arity, args.size());
+  switch (like.op) {
+    case OpKind::scale: return scale(args[0], like.alpha);
+    case OpKind::add_scalar: return add_scalar(args[0], like.alpha);
+    case OpKind::dropout: return dropout(args[0], like.p, like.rng, like.stream);
+    case OpKind::cast: return cast(args[0], like.dtype);
+    default: return op_info(like.op).arity == 2 ? binary(like.op, args[0], args[1]) : unary(like.op, args[0]);
+  }
 }
 
 Value Graph::cast(Value a, DType to) {
@@ -286,11 +316,17 @@ void Graph::output(std::string name, Value v, DType dtype) {
   EPIFUSE_CHECK(outputs_.size() < limits::k_max_outputs,
                 "output '{}': more than the limit of {} outputs in one graph", name,
                 limits::k_max_outputs);
-  EPIFUSE_CHECK(nodes_[v.id].broadcast == Broadcast::full,
-                "output '{}' is a {} value; outputs must be full [M,N] "
-                "(combine it with the accumulator or a full input first)",
-                name, to_string(nodes_[v.id].broadcast));
+  EPIFUSE_CHECK(nodes_[v.id].broadcast != Broadcast::scalar,
+                "output '{}' is a scalar value; outputs are full [M,N], row [N] (a col_sum) or col [M] (a row "
+                "reduction): combine it with the accumulator or a full input first",
+                name);
   outputs_.push_back({std::move(name), v, dtype});
+}
+
+void Graph::set_differentiable(Value v, bool differentiable) {
+  check_operand(v, "set_differentiable");
+  EPIFUSE_CHECK(nodes_[v.id].kind == NodeKind::input, "only inputs can be marked (not) differentiable");
+  nodes_[v.id].differentiable = differentiable;
 }
 
 void Graph::set_name(Value v, std::string name) {

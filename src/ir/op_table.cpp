@@ -8,7 +8,7 @@ namespace epifuse {
 
 namespace {
 // Order follows OpKind so that op_info() is an index.
-constexpr std::array<OpInfo, 22> k_ops = {{
+constexpr std::array<OpInfo, 30> k_ops = {{
     {OpKind::add, "add", 2, "a + b", Spelling::infix, "+", FastFor::none},
     {OpKind::sub, "sub", 2, "a - b", Spelling::infix, "-", FastFor::none},
     {OpKind::mul, "mul", 2, "a * b", Spelling::infix, "*", FastFor::none},
@@ -38,6 +38,24 @@ constexpr std::array<OpInfo, 22> k_ops = {{
     {OpKind::row_mean, "row_mean", 1, "row_sum(a) / N; one value per row", Spelling::special, "", FastFor::none},
     {OpKind::add_scalar, "add_scalar", 1, "a + c, c a constant of the code (a norm's eps)", Spelling::special, "",
      FastFor::none},
+    {OpKind::col_sum, "col_sum", 1,
+     "sum of a's column over the M rows (fp32, in a fixed order: the same bits every run); one value per column",
+     Spelling::special, "", FastFor::none},
+    {OpKind::step, "step", 1, "1 if a > 0, 0.5 if a == 0, 0 if a < 0, NaN propagates (max and min's derivative)",
+     Spelling::call, "ef_step", FastFor::none},
+    {OpKind::relu_deriv, "relu_deriv", 1, "0 if a <= 0 else 1 (NaN gives 1, as PyTorch passes a NaN's gradient)",
+     Spelling::call, "ef_relu_deriv", FastFor::none},
+    {OpKind::gelu_tanh_deriv, "gelu_tanh_deriv", 1,
+     "d/da gelu_tanh(a) = s + a*s*(1-s)*2u', s = sigmoid(2u), u = 0.7978845608028654*(a+0.044715*a^3)",
+     Spelling::call, "ef_gelu_tanh_deriv", FastFor::none},
+    {OpKind::gelu_erf_deriv, "gelu_erf_deriv", 1, "d/da gelu_erf(a) = Phi(a) + a*phi(a)", Spelling::call,
+     "ef_gelu_erf_deriv", FastFor::none},
+    {OpKind::sigmoid_deriv, "sigmoid_deriv", 1, "d/da sigmoid(a) = sigmoid(a)*sigmoid(-a)", Spelling::call,
+     "ef_sigmoid_deriv", FastFor::none},
+    {OpKind::silu_deriv, "silu_deriv", 1, "d/da silu(a) = sigmoid(a) + a*sigmoid(a)*sigmoid(-a)", Spelling::call,
+     "ef_silu_deriv", FastFor::none},
+    {OpKind::tanh_deriv, "tanh_deriv", 1, "d/da tanh(a) = 1 - tanh(a)^2 = 4*sigmoid(2a)*sigmoid(-2a)",
+     Spelling::call, "ef_tanh_deriv", FastFor::none},
 }};
 }  // namespace
 

@@ -41,6 +41,8 @@ std::span<const OpInfo> op_table();
 constexpr bool is_row_reduction(OpKind op) {
   return op == OpKind::row_max || op == OpKind::row_sum || op == OpKind::row_mean;
 }
+/// col_sum: the result has one value per column, summed over every row.
+constexpr bool is_col_reduction(OpKind op) { return op == OpKind::col_sum; }
 const OpInfo& op_info(OpKind op);
 /// Looks an op up by its JSON spelling; nullptr when unknown.
 const OpInfo* find_op(std::string_view name);

@@ -111,7 +111,8 @@ std::string render(const KernelSpec& spec, bool canonical) {
     if (nodes[i].kind != NodeKind::input) continue;
     put("input ");
     ref(i);
-    put(": {} {}\n", to_string(nodes[i].dtype), to_string(nodes[i].broadcast));
+    put(": {} {}{}\n", to_string(nodes[i].dtype), to_string(nodes[i].broadcast),
+        !canonical && !nodes[i].differentiable ? " no_grad" : "");
   }
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];

@@ -1,6 +1,7 @@
 #include "json/op_attributes.hpp"
 
 #include "epifuse/errors.hpp"
+#include "ir/limits.hpp"
 #include "ir/names.hpp"
 #include "ir/op_table.hpp"
 
@@ -25,7 +26,7 @@ std::vector<std::string_view> attribute_keys(const JsonOp& op) {
   if (op.composite) return op.composite->default_eps ? std::vector<std::string_view>{"eps"}
                                                      : std::vector<std::string_view>{};
   switch (op.primitive->kind) {
-    case OpKind::dropout: return {"p", "rng"};
+    case OpKind::dropout: return {"p", "rng", "stream"};
     case OpKind::scale: return {"alpha"};
     case OpKind::cast: return {"to"};
     case OpKind::add_scalar: return {"c"};
@@ -48,6 +49,12 @@ void OpAttributes::read(const JsonOp& op, std::string_view key, const Json& valu
     p_at_ = at;
   } else if (key == "rng") {
     rng_ = read_rng(value, at);
+  } else if (key == "stream") {
+    // An integer written as one, as shape dimensions are (4.0 is refused).
+    if (!value.is_number_integer())
+      fail(at, "a dropout stream is an integer in [0, {}), got {}", limits::k_max_dropouts, describe(value));
+    stream_ = value.is_number_unsigned() && value.get<std::uint64_t>() > INT64_MAX ? INT64_MAX : value.get<std::int64_t>();
+    stream_at_ = at;
   } else if (key == "alpha") {
     alpha_ = read_number(value, at);
     alpha_at_ = at;
@@ -90,7 +97,11 @@ Value OpAttributes::apply_primitive(Graph& g, OpKind op, std::span<const Value> 
     case OpKind::dropout:
       if (!p_) fail(where, "dropout needs the probability 'p' (a number in [0, 1])");
       at_path(p_at_, [&] { Graph::check_probability(*p_); });
-      return at_path(where, [&] { return g.dropout(args[0], *p_, rng_.value_or(RngMode::philox4)); });
+      if (stream_) at_path(stream_at_, [&] { Graph::check_stream(*stream_); });
+      return at_path(where, [&] {
+        return g.dropout(args[0], *p_, rng_.value_or(RngMode::philox4),
+                         stream_ ? std::optional<int>(static_cast<int>(*stream_)) : std::nullopt);
+      });
     case OpKind::scale:
       if (!alpha_) fail(where, "scale needs the factor 'alpha' (a finite number)");
       at_path(alpha_at_, [&] { Graph::check_alpha(*alpha_); });

@@ -54,8 +54,9 @@ class OpAttributes {
 
   std::optional<double> p_, alpha_, c_, eps_;
   std::optional<RngMode> rng_;
+  std::optional<std::int64_t> stream_;
   std::optional<DType> to_;
-  JsonPath p_at_, alpha_at_, c_at_, eps_at_;
+  JsonPath p_at_, alpha_at_, c_at_, eps_at_, stream_at_;
 };
 
 }  // namespace epifuse::schema

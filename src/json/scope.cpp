@@ -17,7 +17,7 @@ void Scope::declare_inputs(const Json& inputs, const JsonPath& at) {
   for (const auto& [name, decl] : inputs.items()) {
     const JsonPath here = at.key(name);
     expect_object(decl, here);
-    check_keys(decl, here, {"dtype", "broadcast"}, "an input");
+    check_keys(decl, here, {"dtype", "broadcast", "grad"}, "an input");
     const DType dtype = read_dtype(require(decl, here, "dtype"), here.key("dtype"));
     Broadcast broadcast = Broadcast::full;
     if (const Json* b = find(decl, "broadcast")) broadcast = read_broadcast(*b, here.key("broadcast"));
@@ -28,6 +28,11 @@ void Scope::declare_inputs(const Json& inputs, const JsonPath& at) {
     // The builder checks the name (identifier, not an accumulator, not taken).
     // `&name = name`: clang before 16 cannot capture a structured binding.
     Value v = at_path(here, [&, &name = name] { return graph().input(name, dtype, broadcast); });
+    if (const Json* g = find(decl, "grad")) {
+      // false: grad() never differentiates it (an additive mask; docs/autodiff.md).
+      if (!g->is_boolean()) fail(here.key("grad"), "'grad' is true or false, got {}", describe(*g));
+      graph().set_differentiable(v, g->get<bool>());
+    }
     values_.emplace(name, v);
     definer_.emplace(name, "an input");
   }

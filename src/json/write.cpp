@@ -1,5 +1,6 @@
 // spec_to_json: the full form of schema version 1, written so that reading it
 // back gives the same signature() (leaves first, ops in node order).
+#include <algorithm>
 #include <set>
 
 #include "epifuse/json.hpp"
@@ -60,7 +61,9 @@ Json mainloop_json(const Mainloop& m) {
   return j;
 }
 
-Json op_json(const Node& n, const std::string& name, const std::vector<std::string>& names) {
+// `stream`: the stream the reader would give this dropout (one more than the
+// largest before it); written only when the node's differs.
+Json op_json(const Node& n, const std::string& name, const std::vector<std::string>& names, int stream) {
   Json j = Json::object();
   j["name"] = name;
   j["op"] = op_info(n.op).name;
@@ -73,6 +76,7 @@ Json op_json(const Node& n, const std::string& name, const std::vector<std::stri
     case OpKind::dropout:
       j["p"] = n.p;
       if (n.rng != RngMode::philox4) j["rng"] = to_string(n.rng);
+      if (n.stream != stream) j["stream"] = n.stream;
       break;
     case OpKind::cast: j["to"] = to_string(n.dtype); break;
     default: break;
@@ -92,15 +96,18 @@ Json spec_to_json(const KernelSpec& spec) {
 
   Json inputs = Json::object();
   Json ops = Json::array();
+  int next_stream = 0;
   for (std::size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     if (n.kind == NodeKind::input) {
       Json decl = Json::object();
       decl["dtype"] = to_string(n.dtype);
       if (n.broadcast != Broadcast::full) decl["broadcast"] = to_string(n.broadcast);
+      if (!n.differentiable) decl["grad"] = false;
       inputs[n.name] = std::move(decl);
     } else if (n.kind == NodeKind::op) {
-      ops.push_back(op_json(n, names[i], names));
+      ops.push_back(op_json(n, names[i], names, next_stream));
+      if (n.op == OpKind::dropout) next_stream = std::max(next_stream, n.stream + 1);
     }
   }
   doc["inputs"] = std::move(inputs);

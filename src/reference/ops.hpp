@@ -37,6 +37,13 @@ inline double sigmoid_d(double t) {
 }
 inline float sigmoid(float x) { return static_cast<float>(sigmoid_d(x)); }
 
+// sigmoid(t)*sigmoid(-t) = e/(1+e)^2 with e = exp(-|t|): sigmoid's derivative,
+// with no cancellation in either tail.
+inline double sigmoid_deriv_d(double t) {
+  const double e = std::exp(-std::fabs(t));
+  return e / ((1.0 + e) * (1.0 + e));
+}
+
 // gelu_tanh(x) = 0.5*x*(1+tanh(u)), u = 0.7978845608028654*(x+0.044715*x^3),
 // computed as x*sigmoid(2u) (the same function: 0.5*(1+tanh(u)) = sigmoid(2u))
 // so that 1+tanh(u) does not cancel for negative x. x^3 cannot overflow in
@@ -62,6 +69,54 @@ inline float silu(float x) {
 }
 
 inline float tanh(float x) { return static_cast<float>(std::tanh(static_cast<double>(x))); }
+
+// The activations in double, for the double-precision evaluation gradient
+// checks use (evaluate_double): the same definitions and limits.
+inline double gelu_tanh_d(double x) {
+  if (std::isinf(x)) return x > 0 ? x : 0.0;
+  return x * sigmoid_d(2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x));
+}
+inline double gelu_erf_d(double x) {
+  if (std::isinf(x)) return x > 0 ? x : 0.0;
+  return 0.5 * x * std::erfc(-x * 0.70710678118654752440);
+}
+inline double silu_d(double x) {
+  if (std::isinf(x)) return x > 0 ? x : 0.0;
+  return x * sigmoid_d(x);
+}
+
+// The derivatives (docs/autodiff.md). Each is its limit at +-inf (1 or 0)
+// where the formula would give inf * 0; NaN propagates except through
+// relu_deriv, which passes a NaN's gradient as PyTorch's threshold_backward does.
+inline double step_d(double x) {
+  if (std::isnan(x)) return x;
+  return x > 0 ? 1.0 : (x < 0 ? 0.0 : 0.5);
+}
+inline double relu_deriv_d(double x) { return x <= 0 ? 0.0 : 1.0; }
+inline double gelu_tanh_deriv_d(double x) {
+  if (std::isinf(x)) return x > 0 ? 1.0 : 0.0;
+  constexpr double k = 0.7978845608028654, c = 0.044715;
+  const double two_u = 2.0 * k * (x + c * x * x * x);
+  const double du = k * (1.0 + 3.0 * c * x * x);
+  return sigmoid_d(two_u) + x * sigmoid_deriv_d(two_u) * 2.0 * du;
+}
+inline double gelu_erf_deriv_d(double x) {
+  if (std::isinf(x)) return x > 0 ? 1.0 : 0.0;
+  return 0.5 * std::erfc(-x * 0.70710678118654752440) + x * 0.39894228040143267794 * std::exp(-0.5 * x * x);
+}
+inline double silu_deriv_d(double x) {
+  if (std::isinf(x)) return x > 0 ? 1.0 : 0.0;
+  return sigmoid_d(x) + x * sigmoid_deriv_d(x);
+}
+inline double tanh_deriv_d(double x) { return 4.0 * sigmoid_deriv_d(2.0 * x); }
+
+inline float step(float x) { return static_cast<float>(step_d(x)); }
+inline float relu_deriv(float x) { return static_cast<float>(relu_deriv_d(x)); }
+inline float gelu_tanh_deriv(float x) { return static_cast<float>(gelu_tanh_deriv_d(x)); }
+inline float gelu_erf_deriv(float x) { return static_cast<float>(gelu_erf_deriv_d(x)); }
+inline float sigmoid_deriv(float x) { return static_cast<float>(sigmoid_deriv_d(x)); }
+inline float silu_deriv(float x) { return static_cast<float>(silu_deriv_d(x)); }
+inline float tanh_deriv(float x) { return static_cast<float>(tanh_deriv_d(x)); }
 
 // a + b, a - b, a * b in double, rounded once: equal to the IEEE fp32 result
 // (double has more than 2*24+2 bits, so the double rounding is innocuous).

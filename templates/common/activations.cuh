@@ -144,3 +144,38 @@ __device__ __forceinline__ float ef_log(float x) { return logf(x); }
 __device__ __forceinline__ float ef_log_fast(float x) { return __logf(x); }
 __device__ __forceinline__ float ef_rsqrt(float x) { return 1.0f / sqrtf(x); }
 __device__ __forceinline__ float ef_rsqrt_fast(float x) { return rsqrtf(x); }
+
+// The derivatives a backward spec uses (docs/autodiff.md), with the
+// reference's limits (src/reference/ops.hpp): 1 or 0 at +-inf, where the
+// formulas would give inf * 0, and NaN propagating except through relu_deriv.
+// sigmoid(x)*sigmoid(-x) = t/(1+t)^2, t = exp(-|x|): no cancellation in either tail.
+__device__ __forceinline__ float ef_sigmoid_deriv(float x) {
+  const float t = expf(-fabsf(x)), r = ef_rcp_1_2(1.0f + t);
+  return t * r * r;
+}
+__device__ __forceinline__ float ef_step(float x) {
+  return x > 0.0f ? 1.0f : (x < 0.0f ? 0.0f : (x == 0.0f ? 0.5f : x));
+}
+// 0 where x <= 0, else 1: a NaN passes its gradient, as PyTorch's threshold_backward.
+__device__ __forceinline__ float ef_relu_deriv(float x) { return x <= 0.0f ? 0.0f : 1.0f; }
+__device__ __forceinline__ float ef_tanh_deriv(float x) { return 4.0f * ef_sigmoid_deriv(2.0f * x); }
+// sigmoid(x) + x sigmoid'(x); the infinities give their limits, 1 and 0.
+__device__ __forceinline__ float ef_silu_deriv(float x) {
+  const float y = ef_sigmoid(x) + x * ef_sigmoid_deriv(x);
+  return fabsf(x) == __int_as_float(0x7f800000) ? (x > 0.0f ? 1.0f : 0.0f) : y;
+}
+// s + x s'(2u) 2u', s = sigmoid(2u). x is clamped to +-1e4 first (NaN stays
+// NaN): beyond it s is exactly 0 or 1 and s' exactly 0 in fp32, and x^3 or
+// u' would overflow to inf * 0.
+__device__ __forceinline__ float ef_gelu_tanh_deriv(float x) {
+  const float xc = ef_min_nan(ef_max_nan(x, -1.0e4f), 1.0e4f);
+  constexpr float k = 0.7978845608028654f, c = 0.044715f;
+  const float two_u = 2.0f * k * (xc + c * xc * xc * xc);
+  const float du = k * (1.0f + 3.0f * c * xc * xc);
+  return ef_sigmoid(two_u) + xc * ef_sigmoid_deriv(two_u) * 2.0f * du;
+}
+// Phi(x) + x phi(x).
+__device__ __forceinline__ float ef_gelu_erf_deriv(float x) {
+  const float xc = ef_min_nan(ef_max_nan(x, -1.0e4f), 1.0e4f);
+  return 0.5f * erfcf(-xc * 0.7071067811865476f) + xc * 0.3989422804014327f * expf(-0.5f * xc * xc);
+}

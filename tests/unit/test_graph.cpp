@@ -49,8 +49,33 @@ TEST_CASE("builder validates operands where they are made") {
   CHECK(g.node(g.add(x, b)).broadcast == Broadcast::full);
   Value c = g.input("c", DType::f32, Broadcast::col);
   CHECK(g.node(g.mul(b, c)).broadcast == Broadcast::full);
-  CHECK_THROWS_WITH_AS(g.output("y", g.relu(b), DType::f32),
-                       doctest::Contains("outputs must be full"), UserError);
+  Value s = g.input("s", DType::f32, Broadcast::scalar);
+  CHECK_THROWS_WITH_AS(g.output("y", g.relu(s), DType::f32),
+                       doctest::Contains("is a scalar value; outputs are full [M,N], row [N]"), UserError);
+  // [N] and [M] outputs: a column sum and a row reduction.
+  g.output("db", g.col_sum(x), DType::f32);
+  g.output("m", g.row_max(x), DType::f32);
+  CHECK(g.node(g.outputs()[0].value).broadcast == Broadcast::row);
+  CHECK(g.node(g.outputs()[1].value).broadcast == Broadcast::col);
+  CHECK_THROWS_WITH_AS(g.col_sum(b), doctest::Contains("col_sum reduces a full [M,N] value"), UserError);
+}
+
+TEST_CASE("explicit dropout streams: kept, checked, and the next default follows the largest") {
+  Graph g;
+  Value x = g.input("x", DType::f32);
+  CHECK(g.node(g.dropout(x, 0.1, RngMode::philox4, 5)).stream == 5);
+  CHECK(g.node(g.dropout(x, 0.1)).stream == 6);
+  CHECK(g.node(g.dropout(x, 0.1, RngMode::philox4, 2)).stream == 2);
+  CHECK(g.node(g.dropout(x, 0.1)).stream == 7);
+  CHECK_THROWS_WITH_AS(g.dropout(x, 0.1, RngMode::philox4, 256), doctest::Contains("stream must be in [0, 256)"),
+                       UserError);
+  CHECK_THROWS_WITH_AS(g.dropout(x, 0.1, RngMode::philox4, -1), doctest::Contains("stream must be in [0, 256)"),
+                       UserError);
+  // copy_op keeps the stream.
+  Graph h;
+  Value y = h.input("x", DType::f32);
+  const Value args[] = {y};
+  CHECK(h.node(h.copy_op(g.node(Value{1}), args)).stream == 5);
 }
 
 TEST_CASE("dropout streams count dropout nodes in build order") {

@@ -521,7 +521,7 @@ TEST_CASE("composite and add_scalar errors name their JSON path") {
   CHECK(error_of(ops(R"({"name": "y", "op": "rms_norm", "args": ["x", "w"]})"))
             .find("ops[0].op: unknown op 'rms_norm' (known ops: add, ") == 0);
   CHECK(error_of(ops(R"({"name": "y", "op": "rms_norm", "args": ["x", "w"]})"))
-            .find("add_scalar, softmax, log_softmax, rmsnorm, layernorm)") != std::string::npos);
+            .find("tanh_deriv, softmax, log_softmax, rmsnorm, layernorm)") != std::string::npos);
 
   // The chain shorthand.
   const auto chain = [](std::string_view steps) { return with_norm_inputs(fmt::format(R"("chain": [{}])", steps)); };
@@ -568,4 +568,27 @@ TEST_CASE("control characters in names: refused, and quoted escaped and whole") 
   CHECK_THROWS_WITH_AS(spec_from_json(j),
                        R"(inputs["b\u007f\u009b\u0000z"]: input name 'b\x7f\xc2\x9b\x00z' must be an identifier ([A-Za-z_][A-Za-z0-9_]*))",
                        UserError);
+}
+
+TEST_CASE("an explicit dropout stream is read, checked and written only where it differs from the default") {
+  const std::string doc = R"({"epifuse": 1, "mainloop": "elementwise", "inputs": {"x": {"dtype": "f32"}},
+    "ops": [{"name": "a", "op": "dropout", "args": ["x"], "p": 0.1, "stream": 3},
+            {"name": "b", "op": "dropout", "args": ["a"], "p": 0.1},
+            {"name": "c", "op": "dropout", "args": ["b"], "p": 0.1, "stream": 0}],
+    "outputs": {"c": {"dtype": "f32"}}})";
+  const KernelSpec spec = spec_from_json_text(doc);
+  CHECK(spec.graph.node(spec.graph.find("a")).stream == 3);
+  CHECK(spec.graph.node(spec.graph.find("b")).stream == 4);
+  CHECK(spec.graph.node(spec.graph.find("c")).stream == 0);
+  const auto j = spec_to_json(spec);
+  CHECK(signature(spec_from_json(j)) == signature(spec));
+  CHECK(j["ops"][0]["stream"] == 3);
+  CHECK_FALSE(j["ops"][1].contains("stream"));
+  CHECK(j["ops"][2]["stream"] == 0);
+  std::string bad = doc;
+  bad.replace(bad.find("\"stream\": 3"), 11, "\"stream\": 2.0");
+  CHECK(error_of(bad).find("ops[0].stream: a dropout stream is an integer in [0, 256)") == 0);
+  bad = doc;
+  bad.replace(bad.find("\"stream\": 3"), 11, "\"stream\": 300");
+  CHECK(error_of(bad).find("ops[0].stream: dropout: stream must be in [0, 256)") == 0);
 }

@@ -8,6 +8,8 @@
 
 namespace epifuse {
 
+void check_no_column_sums(const KernelSpec& spec, std::string_view family);  // families.cpp
+
 namespace {
 
 class ElementwiseFamily final : public KernelFamily {
@@ -56,6 +58,7 @@ class ElementwiseFamily final : public KernelFamily {
   }
 
   KernelSource emit(KernelPlan& plan) const override {
+    check_no_column_sums(*plan.spec, "elementwise");
     plan.shape_class = shape_class(*plan.spec, plan.tile, plan.shape);
     plan.path = std::max(plan.path, path_for(*plan.spec, plan.tile, plan.shape));  // general wins
     const ElementwisePlan e = choose_vector_width(plan);

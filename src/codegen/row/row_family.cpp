@@ -13,6 +13,8 @@
 
 namespace epifuse {
 
+void check_no_column_sums(const KernelSpec& spec, std::string_view family);  // families.cpp
+
 namespace {
 
 // Floats of full inputs a thread may hold for the row-in-registers kernel:
@@ -189,6 +191,7 @@ class RowFamily final : public KernelFamily {
   }
 
   KernelSource emit(KernelPlan& plan) const override {
+    check_no_column_sums(*plan.spec, "row");
     plan.shape_class = shape_class(*plan.spec, plan.tile, plan.shape);
     const RowPlan r = plan_row(plan);
     plan.kernel_name = kernel_name(plan);
