@@ -37,6 +37,8 @@ enum class OpKind : std::uint8_t {
   // Derivatives of the activations (docs/autodiff.md), fused where the chain
   // rule through the primitive ops would take several:
   relu_deriv, gelu_tanh_deriv, gelu_erf_deriv, sigmoid_deriv, silu_deriv, tanh_deriv,
+  expand,                     // a as a full [M,N] value (a row, col or scalar value broadcast)
+  div_n,                      // a / N, N the row length: row_mean's derivative
 };
 
 /// Dropout RNG mode (docs/design.md §4).
@@ -101,6 +103,9 @@ class Graph {
   Value silu(Value a) { return unary(OpKind::silu, a); }
   Value tanh(Value a) { return unary(OpKind::tanh, a); }
   Value div(Value a, Value b) { return binary(OpKind::div, a, b); }
+  Value step(Value a) { return unary(OpKind::step, a); }
+  Value relu_deriv(Value a) { return unary(OpKind::relu_deriv, a); }
+  Value sigmoid_deriv(Value a) { return unary(OpKind::sigmoid_deriv, a); }
   Value exp(Value a) { return unary(OpKind::exp, a); }
   Value log(Value a) { return unary(OpKind::log, a); }
   Value rsqrt(Value a) { return unary(OpKind::rsqrt, a); }
@@ -112,6 +117,10 @@ class Graph {
   /// The reduction over rows: the operand must be full; the result is one
   /// value per column ([N], `row` broadcast), e.g. a bias's gradient.
   Value col_sum(Value a) { return unary(OpKind::col_sum, a); }
+  /// `a` broadcast to a full [M,N] value (an [M,N] gradient of a vector).
+  Value expand(Value a) { return unary(OpKind::expand, a); }
+  /// a / N with N the row length of the problem (a kernel parameter).
+  Value div_n(Value a) { return unary(OpKind::div_n, a); }
   /// Composites, desugared here into the ops above (the graph keeps no
   /// composite node): exp(x - row_max(x)) / row_sum(exp(x - row_max(x))), and
   /// (x - m) - log(row_sum(exp(x - m))) with m = row_max(x).

@@ -112,6 +112,7 @@ Value Graph::unary(OpKind op, Value a) {
                   info.name, to_string(n.broadcast));
     n.broadcast = Broadcast::col;
   }
+  if (op == OpKind::expand) n.broadcast = Broadcast::full;
   if (op == OpKind::col_sum) {
     EPIFUSE_CHECK(n.broadcast == Broadcast::full, "col_sum reduces a full [M,N] value over its rows; its operand is {}",
                   to_string(n.broadcast));

@@ -8,7 +8,7 @@ namespace epifuse {
 
 namespace {
 // Order follows OpKind so that op_info() is an index.
-constexpr std::array<OpInfo, 30> k_ops = {{
+constexpr std::array<OpInfo, 32> k_ops = {{
     {OpKind::add, "add", 2, "a + b", Spelling::infix, "+", FastFor::none},
     {OpKind::sub, "sub", 2, "a - b", Spelling::infix, "-", FastFor::none},
     {OpKind::mul, "mul", 2, "a * b", Spelling::infix, "*", FastFor::none},
@@ -56,6 +56,9 @@ constexpr std::array<OpInfo, 30> k_ops = {{
      "ef_silu_deriv", FastFor::none},
     {OpKind::tanh_deriv, "tanh_deriv", 1, "d/da tanh(a) = 1 - tanh(a)^2 = 4*sigmoid(2a)*sigmoid(-2a)",
      Spelling::call, "ef_tanh_deriv", FastFor::none},
+    {OpKind::expand, "expand", 1, "a, broadcast to a full [M,N] value", Spelling::call, "ef_expand", FastFor::none},
+    {OpKind::div_n, "div_n", 1, "a / N, N the row length (row_mean's derivative)", Spelling::special, "",
+     FastFor::none},
 }};
 }  // namespace
 

@@ -171,6 +171,7 @@ struct Instr {
   std::uint32_t thr = 0;            // dropout, philox4
   float p = 0.0f;                   // dropout, triton
   float scale = 1.0f;               // dropout
+  std::int64_t n = 1;               // div_n: the row length
   int level = 0;                    // col_sums on its path from the leaves (Note [Passes over the rows])
 };
 
@@ -204,6 +205,8 @@ float run_op(const Instr<float>& in, float x, float y, std::uint64_t i, const La
     case OpKind::sigmoid_deriv: return ref_ops::sigmoid_deriv(x);
     case OpKind::silu_deriv: return ref_ops::silu_deriv(x);
     case OpKind::tanh_deriv: return ref_ops::tanh_deriv(x);
+    case OpKind::expand: return x;
+    case OpKind::div_n: return static_cast<float>(double{x} / static_cast<double>(in.n));
     case OpKind::row_max:
     case OpKind::row_sum:
     case OpKind::row_mean:
@@ -248,6 +251,8 @@ double run_op(const Instr<double>& in, double x, double y, std::uint64_t i, cons
     case OpKind::sigmoid_deriv: return ref_ops::sigmoid_deriv_d(x);
     case OpKind::silu_deriv: return ref_ops::silu_deriv_d(x);
     case OpKind::tanh_deriv: return ref_ops::tanh_deriv_d(x);
+    case OpKind::expand: return x;
+    case OpKind::div_n: return x / static_cast<double>(in.n);
     case OpKind::row_max:
     case OpKind::row_sum:
     case OpKind::row_mean:
@@ -407,7 +412,7 @@ std::vector<std::vector<T>> run_program(const Graph& g, Program<T>& prog, const 
 
 // Resolves the graph into a program over leaves already converted to T.
 template <class T>
-Program<T> resolve(const KernelSpec& spec, const std::vector<T> (&acc)[2],
+Program<T> resolve(const KernelSpec& spec, const Shape& shape, const std::vector<T> (&acc)[2],
                    const std::map<std::string, std::vector<T>>& leaves) {
   const Graph& g = spec.graph;
   Program<T> prog;
@@ -434,6 +439,7 @@ Program<T> resolve(const KernelSpec& spec, const std::vector<T> (&acc)[2],
         in.alpha = static_cast<float>(n.alpha);
         in.rng = n.rng;
         in.stream = static_cast<std::uint32_t>(n.stream);
+        in.n = shape.n;
         if (n.op == OpKind::dropout) {
           in.thr = dropout_threshold(n.p);
           in.p = triton_probability(n.p);
@@ -492,7 +498,7 @@ TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& 
     const Node& n = spec.graph.node(v);
     leaves.emplace(n.name, to_floats(inputs.at(n.name)));
   }
-  Program<float> prog = resolve<float>(spec, acc, leaves);
+  Program<float> prog = resolve<float>(spec, shape, acc, leaves);
   const auto values = run_program(spec.graph, prog, shape, args, options);
   TensorMap outputs;
   const auto& outs = spec.graph.outputs();
@@ -537,7 +543,7 @@ DoubleTensors evaluate_double(const KernelSpec& spec, const Shape& shape, const 
     acc[0] = gemm_d(inputs.at("a"), inputs.at("b0"));
     acc[1] = gemm_d(inputs.at("a"), inputs.at("b1"));
   }
-  Program<double> prog = resolve<double>(spec, acc, inputs);
+  Program<double> prog = resolve<double>(spec, shape, acc, inputs);
   auto values = run_program(spec.graph, prog, shape, args, EvalOptions{});
   DoubleTensors outputs;
   const auto& outs = spec.graph.outputs();

@@ -179,3 +179,5 @@ __device__ __forceinline__ float ef_gelu_erf_deriv(float x) {
   const float xc = ef_min_nan(ef_max_nan(x, -1.0e4f), 1.0e4f);
   return 0.5f * erfcf(-xc * 0.7071067811865476f) + xc * 0.3989422804014327f * expf(-0.5f * xc * xc);
 }
+// expand: a vector's value at this element (the broadcast is the load's).
+__device__ __forceinline__ float ef_expand(float x) { return x; }

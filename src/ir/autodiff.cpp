@@ -1,0 +1,482 @@
+// grad(spec): reverse-mode differentiation over the IR (docs/autodiff.md).
+//
+// The backward graph is built through the builder, so every check of a
+// hand-written graph holds for it. Three maps tie it to the forward graph:
+//   - `active`: the forward nodes a differentiated input reaches and that
+//     reach an output; only they carry an adjoint (an output no such node
+//     feeds gets no `d<y>` input, so the backward has no unused input);
+//   - `adjoint`: per forward node, the sum of its users' contributions, kept
+//     unreduced (a [N] value's adjoint may be a sum of [M,N] terms) and reduced
+//     once to the node's shape class: one col_sum per bias, not one per use;
+//   - `value`: per forward node, the value the derivative rules read, made
+//     in the backward graph on first use (Note [What the backward reads]).
+#include "epifuse/autodiff.hpp"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "epifuse/errors.hpp"
+#include "ir/limits.hpp"
+#include "ir/names.hpp"
+#include "ir/op_table.hpp"
+
+namespace epifuse {
+
+namespace {
+
+// Note [What the backward reads]
+// A derivative rule reads forward values (gelu_tanh's reads its operand). The
+// backward graph gets each one the cheapest way the contract allows (§9):
+//   - a forward input: the same input, read again;
+//   - a value computed from inputs alone by elementwise ops (dropout too: it
+//     is regenerated from the same stream, never saved): recomputed, which
+//     reads the same bytes a saved copy would and keeps fp32 accuracy;
+//   - a value that needs a GEMM accumulator (the accumulators are not kept):
+//     saved by the forward as an extra [M,N] output in the dtype of its first
+//     output (the pre-activation aux of cuBLASLt's epilogues);
+//   - a row reduction (softmax's max and sum, a norm's mean and variance):
+//     saved as an [M] f32 output, a per-row statistic.
+// Recomputing rather than saving is what lets a chain's forward write only
+// its own outputs. A 1-bit ReLU mask would need a packed dtype the IR does not
+// have; a ReLU on an accumulator saves its pre-activation instead.
+
+// The softmax and log_softmax composites subtract the row max only to keep
+// exp from overflowing: their value does not depend on it, so its gradient is
+// exactly 0 and no rule is needed (the generic one would be a row reduction
+// of terms that cancel). Found by the composites' exact shape
+// (Graph::softmax, Graph::log_softmax) with no other user of their parts.
+std::vector<bool> stabilizing_maxima(const Graph& g, const std::vector<int>& users,
+                                     const std::vector<std::vector<std::uint32_t>>& user_list) {
+  const auto& nodes = g.nodes();
+  std::vector<bool> out(nodes.size(), false);
+  auto is = [&](std::uint32_t i, OpKind op) { return nodes[i].kind == NodeKind::op && nodes[i].op == op; };
+  auto only_user = [&](std::uint32_t i) -> std::optional<std::uint32_t> {
+    if (users[i] != 1 || user_list[i].size() != 1) return std::nullopt;
+    return user_list[i][0];
+  };
+  for (std::uint32_t m = 0; m < nodes.size(); ++m) {
+    if (!is(m, OpKind::row_max)) continue;
+    const std::uint32_t x = nodes[m].args[0].id;
+    auto s = only_user(m);
+    if (!s || !is(*s, OpKind::sub) || nodes[*s].args[0].id != x || nodes[*s].args[1].id != m) continue;
+    // softmax: e = exp(s), S = row_sum(e), y = e / S.
+    if (auto e = only_user(*s); e && is(*e, OpKind::exp) && users[*e] == 2 && user_list[*e].size() == 2) {
+      const auto& eu = user_list[*e];
+      const std::uint32_t S = is(eu[0], OpKind::row_sum) ? eu[0] : eu[1];
+      const std::uint32_t y = S == eu[0] ? eu[1] : eu[0];
+      auto sy = only_user(S);
+      if (is(S, OpKind::row_sum) && is(y, OpKind::div) && nodes[y].args[0].id == *e && nodes[y].args[1].id == S &&
+          sy && *sy == y)
+        out[m] = true;
+      continue;
+    }
+    // log_softmax: e = exp(s), S = row_sum(e), l = log(S), y = s - l.
+    if (users[*s] != 2 || user_list[*s].size() != 2) continue;
+    const auto& su = user_list[*s];
+    const std::uint32_t e = is(su[0], OpKind::exp) ? su[0] : su[1];
+    const std::uint32_t y = e == su[0] ? su[1] : su[0];
+    if (!is(e, OpKind::exp) || !is(y, OpKind::sub) || nodes[y].args[0].id != *s) continue;
+    auto S = only_user(e);
+    if (!S || !is(*S, OpKind::row_sum)) continue;
+    auto l = only_user(*S);
+    if (!l || !is(*l, OpKind::log) || nodes[y].args[1].id != *l) continue;
+    auto ly = only_user(*l);
+    if (ly && *ly == y) out[m] = true;
+  }
+  return out;
+}
+
+class Differentiator {
+ public:
+  Differentiator(const KernelSpec& spec, const GradOptions& options) : spec_(spec), g_(spec.graph) {
+    const auto& nodes = g_.nodes();
+    users_.assign(nodes.size(), 0);
+    user_list_.resize(nodes.size());
+    for (std::uint32_t i = 0; i < nodes.size(); ++i)
+      for (Value a : nodes[i].args) {
+        ++users_[a.id];
+        if (std::find(user_list_[a.id].begin(), user_list_[a.id].end(), i) == user_list_[a.id].end())
+          user_list_[a.id].push_back(i);
+      }
+    for (const Output& o : g_.outputs()) ++users_[o.value.id];
+    stabilizing_ = stabilizing_maxima(g_, users_, user_list_);
+    choose_wrt(options);
+    mark_active();
+  }
+
+  GradResult run() {
+    GradResult r;
+    r.forward = spec_;
+    out_.name = spec_.name.empty() ? "backward" : fmt::format("{}_backward", spec_.name);
+    if (out_.name.size() > 200) out_.name = "backward";
+    out_.mainloop = Mainloop{};
+    out_.precision = spec_.precision;
+    if (spec_.default_shape) out_.default_shape = Shape{spec_.default_shape->m, spec_.default_shape->n, 0};
+    value_.assign(g_.nodes().size(), Value{});
+    adjoint_.assign(g_.nodes().size(), {});
+    saved_dtype_ = g_.outputs().front().dtype;
+
+    // Upstream gradients: one input per output an active node feeds.
+    for (const Output& o : g_.outputs()) {
+      if (!active_[o.value.id]) continue;
+      const std::string name = gradient_name(o.name);
+      check_free(name, fmt::format("the gradient of output '{}'", o.name));
+      const Value d = b().input(name, o.dtype, g_.node(o.value).broadcast);
+      contribute(o.value.id, d);
+    }
+    // Reverse order of the forward's nodes is a reverse topological order.
+    for (std::uint32_t i = static_cast<std::uint32_t>(g_.nodes().size()); i-- > 0;) {
+      const Node& n = g_.nodes()[i];
+      if (n.kind != NodeKind::op) continue;
+      if (const Value d = reduce(i, n.broadcast); d.valid()) propagate(i, d);
+    }
+    for (std::uint32_t w : wrt_) {
+      const Node& n = g_.nodes()[w];
+      const std::string shown = leaf_name(w);
+      Value d = reduce(w, n.broadcast);
+      EPIFUSE_ASSERT(d.valid(), "active input '{}' has no adjoint", shown);
+      if (n.broadcast == Broadcast::full && b().node(d).broadcast != Broadcast::full) d = b().expand(d);
+      const std::string name = gradient_name(shown);
+      check_free(name, fmt::format("the gradient of '{}'", shown));
+      const DType dt = n.kind == NodeKind::input ? n.dtype : saved_dtype_;
+      b().output(name, d, dt);
+      r.wrt.push_back(shown);
+    }
+    for (const auto& s : saved_) {
+      r.forward.graph.output(s.name, s.forward_value, s.dtype);
+      r.saved.push_back({s.name, s.kind, s.of});
+    }
+    verify(out_);
+    verify(r.forward);
+    r.backward = std::move(out_);
+    return r;
+  }
+
+ private:
+  struct Saved {
+    std::string name, kind, of;
+    Value forward_value;
+    DType dtype;
+  };
+
+  Graph& b() { return out_.graph; }
+
+  std::string leaf_name(std::uint32_t i) const {
+    const Node& n = g_.nodes()[i];
+    if (n.kind == NodeKind::accumulator) return std::string(names::accumulator_name(spec_.mainloop.kind, n.accumulator));
+    return n.name;
+  }
+
+  static std::string gradient_name(std::string_view of) { return fmt::format("d{}", of); }
+
+  // A name the backward graph introduces must not be a forward input's (which
+  // the backward may read under its own name) nor already taken there.
+  void check_free(const std::string& name, const std::string& what) {
+    EPIFUSE_CHECK(name.size() <= limits::k_max_name_length,
+                  "{} would be named '{}', longer than the limit of {} characters: shorten the name",
+                  what, names::excerpt(name), limits::k_max_name_length);
+    const Value f = g_.find(name);
+    EPIFUSE_CHECK(!(f.valid() && g_.node(f).kind == NodeKind::input) && !b().find(name).valid(),
+                  "{} would be named '{}', which the chain already uses: rename that input", what, name);
+  }
+
+  void choose_wrt(const GradOptions& options) {
+    const auto& nodes = g_.nodes();
+    std::vector<std::string> known;
+    for (std::uint32_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i].kind != NodeKind::op) known.push_back(leaf_name(i));
+    auto find_leaf = [&](std::string_view name) -> std::optional<std::uint32_t> {
+      for (std::uint32_t i = 0; i < nodes.size(); ++i)
+        if (nodes[i].kind != NodeKind::op && leaf_name(i) == name) return i;
+      return std::nullopt;
+    };
+    if (options.wrt.empty()) {
+      for (std::uint32_t i = 0; i < nodes.size(); ++i)
+        if (nodes[i].kind == NodeKind::accumulator || (nodes[i].kind == NodeKind::input && nodes[i].differentiable &&
+                                                        nodes[i].broadcast != Broadcast::scalar))
+          wrt_.push_back(i);
+      EPIFUSE_CHECK(!wrt_.empty(), "grad: the chain has no differentiable input (every input is marked \"grad\": false)");
+      return;
+    }
+    std::set<std::uint32_t> seen;
+    for (const std::string& name : options.wrt) {
+      EPIFUSE_CHECK(name != "seed" && name != "offset",
+                    "grad: '{}' is the dropout RNG's {}, not an input: a mask is not differentiable", name, name);
+      if (names::is_gemm_operand_name(name) && spec_.mainloop.kind != MainloopKind::elementwise)
+        throw UserError(fmt::format(
+            "grad: '{}' is a GEMM operand: differentiate with respect to the accumulator ('{}') and run the dgrad "
+            "and wgrad GEMMs on its gradient",
+            name, names::accumulator_name(spec_.mainloop.kind, 0)));
+      const auto i = find_leaf(name);
+      EPIFUSE_CHECK(i.has_value(), "grad: '{}' is not an input of the chain (inputs: {})", names::excerpt(name),
+                    fmt::join(known, ", "));
+      const Node& n = nodes[*i];
+      EPIFUSE_CHECK(n.kind != NodeKind::input || n.differentiable,
+                    "grad: input '{}' is marked not differentiable (\"grad\": false)", name);
+      EPIFUSE_CHECK(n.kind != NodeKind::input || n.broadcast != Broadcast::scalar,
+                    "grad: input '{}' is a scalar; the gradient of a scalar input is not supported (make it a row "
+                    "or col vector)", name);
+      EPIFUSE_CHECK(seen.insert(*i).second, "grad: '{}' is named twice", name);
+      wrt_.push_back(*i);
+    }
+  }
+
+  // Ops whose derivative is zero wherever it exists: nothing flows through them.
+  static bool blocks_gradient(OpKind op) { return op == OpKind::step || op == OpKind::relu_deriv; }
+
+  void mark_active() {
+    const auto& nodes = g_.nodes();
+    std::vector<bool> from_wrt(nodes.size(), false), to_output(nodes.size(), false);
+    for (std::uint32_t w : wrt_) from_wrt[w] = true;
+    for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+      const Node& n = nodes[i];
+      if (n.kind != NodeKind::op || blocks_gradient(n.op)) continue;
+      for (std::size_t a = 0; a < n.args.size(); ++a) {
+        const std::uint32_t arg = n.args[a].id;
+        if (n.op == OpKind::sub && a == 1 && stabilizing_[arg]) continue;  // softmax's max: no gradient
+        from_wrt[i] = from_wrt[i] || from_wrt[arg];
+      }
+    }
+    // reaches[i]: some output reads node i at all; to_output[i]: through ops with a derivative.
+    std::vector<bool> reaches(nodes.size(), false);
+    for (const Output& o : g_.outputs()) to_output[o.value.id] = reaches[o.value.id] = true;
+    for (std::uint32_t i = static_cast<std::uint32_t>(nodes.size()); i-- > 0;) {
+      if (nodes[i].kind != NodeKind::op) continue;
+      for (Value a : nodes[i].args) {
+        reaches[a.id] = reaches[a.id] || reaches[i];
+        to_output[a.id] = to_output[a.id] || (to_output[i] && !blocks_gradient(nodes[i].op));
+      }
+    }
+    active_.assign(nodes.size(), false);
+    for (std::uint32_t i = 0; i < nodes.size(); ++i) active_[i] = from_wrt[i] && to_output[i];
+    for (std::uint32_t w : wrt_)
+      EPIFUSE_CHECK(active_[w], "grad: the gradient of '{}' is zero everywhere: {}", leaf_name(w),
+                    reaches[w] ? "it reaches the outputs only through step or relu_deriv, whose derivative is 0"
+                                 : "it reaches no output");
+  }
+
+  // Adds `d` to node i's adjoint, kept as one sum per shape class: terms of
+  // different classes must not meet before the reduction (a [N] term added to
+  // an [M,N] one and then summed over the rows would count M times).
+  void contribute(std::uint32_t i, Value d) {
+    if (!active_[i]) return;
+    Value& part = adjoint_[i][static_cast<std::size_t>(b().node(d).broadcast)];
+    part = part.valid() ? b().add(part, d) : d;
+  }
+
+  // The adjoint summed over what node i's shape class broadcasts: a bias's
+  // [N] gradient is the column sum of its [M,N] terms; an [M] value's the row
+  // sum. Invalid when nothing contributed.
+  Value reduce(std::uint32_t i, Broadcast cls) {
+    Value total;
+    auto plus = [&](Value v) { total = total.valid() ? b().add(total, v) : v; };
+    for (std::size_t k = 0; k < 4; ++k) {
+      const Value part = adjoint_[i][k];
+      if (!part.valid()) continue;
+      const auto have = static_cast<Broadcast>(k);
+      if (cls == have || cls == Broadcast::full) {
+        plus(part);
+        continue;
+      }
+      const Value full = have == Broadcast::full ? part : b().expand(part);
+      switch (cls) {
+        case Broadcast::row: plus(b().col_sum(full)); break;
+        case Broadcast::col: plus(b().row_sum(full)); break;
+        default: throw UserError("grad: the gradient of a scalar value is not supported (make it a row or col vector)");
+      }
+    }
+    return total;
+  }
+
+  bool depends_on_accumulator(std::uint32_t i) {
+    if (!acc_dep_) {
+      acc_dep_.emplace(g_.nodes().size(), false);
+      for (std::uint32_t k = 0; k < g_.nodes().size(); ++k) {
+        const Node& n = g_.nodes()[k];
+        (*acc_dep_)[k] = n.kind == NodeKind::accumulator;
+        for (Value a : n.args) (*acc_dep_)[k] = (*acc_dep_)[k] || (*acc_dep_)[a.id];
+      }
+    }
+    return (*acc_dep_)[i];
+  }
+
+  std::string value_label(std::uint32_t i) const {
+    const Node& n = g_.nodes()[i];
+    if (n.kind != NodeKind::op) return leaf_name(i);
+    return n.name.empty() ? fmt::format("{}#{}", op_info(n.op).name, i) : n.name;
+  }
+
+  // Saves forward node i as an extra output of the forward; the backward reads it as an input.
+  Value save(std::uint32_t i, std::string_view kind, DType dtype) {
+    const Node& n = g_.nodes()[i];
+    // Named after the value, or its op (saved_row_max, saved_row_sum_1, ...).
+    std::string base = n.kind != NodeKind::op ? leaf_name(i) : n.name.empty() ? std::string(op_info(n.op).name) : n.name;
+    auto taken = [&](const std::string& x) {
+      return g_.find(x).valid() || b().find(x).valid() ||
+             std::any_of(g_.outputs().begin(), g_.outputs().end(), [&](const Output& o) { return o.name == x; });
+    };
+    std::string name = fmt::format("saved_{}", base);
+    for (int k = 1; taken(name); ++k) name = fmt::format("saved_{}_{}", base, k);
+    EPIFUSE_CHECK(name.size() <= limits::k_max_name_length,
+                  "grad: the saved copy of '{}' would be named '{}', longer than the limit of {} characters",
+                  names::excerpt(base), names::excerpt(name), limits::k_max_name_length);
+    EPIFUSE_CHECK(g_.outputs().size() + saved_.size() < limits::k_max_outputs,
+                  "grad: saving '{}' would give the forward more than the limit of {} outputs", value_label(i),
+                  limits::k_max_outputs);
+    saved_.push_back({name, std::string(kind), value_label(i), Value{i}, dtype});
+    return b().input(name, dtype, n.broadcast);
+  }
+
+  // The forward value of node i in the backward graph (Note [What the backward reads]).
+  Value fwd(std::uint32_t i) {
+    if (value_[i].valid()) return value_[i];
+    const Node& n = g_.nodes()[i];
+    Value v;
+    if (n.kind == NodeKind::input) {
+      v = b().find(n.name);
+      if (!v.valid()) v = b().input(n.name, n.dtype, n.broadcast);
+    } else if (n.kind == NodeKind::accumulator || (depends_on_accumulator(i) && !is_row_reduction(n.op))) {
+      v = save(i, "pre-activation", saved_dtype_);
+    } else if (is_row_reduction(n.op)) {
+      v = save(i, "row statistic", DType::f32);
+    } else {
+      std::vector<Value> args;
+      for (Value a : n.args) args.push_back(fwd(a.id));
+      v = b().copy_op(n, args);
+    }
+    value_[i] = v;
+    return v;
+  }
+
+  Value mul(Value a, Value c) { return b().mul(a, c); }
+
+  // The chain rule at node i: `d` is its adjoint, reduced to its shape class.
+  void propagate(std::uint32_t i, Value d) {
+    const Node& n = g_.nodes()[i];
+    const std::uint32_t a = n.args[0].id;
+    const std::uint32_t c = n.args.size() > 1 ? n.args[1].id : a;
+    Graph& B = b();
+    switch (n.op) {
+      case OpKind::add: contribute(a, d); contribute(c, d); return;
+      case OpKind::sub:
+        contribute(a, d);
+        if (active_[c] && !stabilizing_[c]) contribute(c, B.scale(d, -1.0));
+        return;
+      case OpKind::mul:
+        if (active_[a]) contribute(a, mul(d, fwd(c)));
+        if (active_[c]) contribute(c, mul(d, fwd(a)));
+        return;
+      case OpKind::div:
+        if (active_[a]) contribute(a, B.div(d, fwd(c)));
+        if (active_[c]) contribute(c, B.scale(B.div(mul(d, fwd(i)), fwd(c)), -1.0));
+        return;
+      case OpKind::max:
+      case OpKind::min: {
+        // Ties split the gradient evenly, as torch.maximum's backward does.
+        if (active_[a]) contribute(a, mul(d, B.step(n.op == OpKind::max ? B.sub(fwd(a), fwd(c)) : B.sub(fwd(c), fwd(a)))));
+        if (active_[c]) contribute(c, mul(d, B.step(n.op == OpKind::max ? B.sub(fwd(c), fwd(a)) : B.sub(fwd(a), fwd(c)))));
+        return;
+      }
+      case OpKind::scale: contribute(a, B.scale(d, n.alpha)); return;
+      case OpKind::add_scalar:
+      case OpKind::cast:  // straight through, as a dtype conversion's gradient in PyTorch
+      case OpKind::expand:
+        contribute(a, d);
+        return;
+      case OpKind::relu: contribute(a, mul(d, B.relu_deriv(fwd(a)))); return;
+      case OpKind::gelu_tanh: contribute(a, mul(d, B.unary(OpKind::gelu_tanh_deriv, fwd(a)))); return;
+      case OpKind::gelu_erf: contribute(a, mul(d, B.unary(OpKind::gelu_erf_deriv, fwd(a)))); return;
+      case OpKind::sigmoid: contribute(a, mul(d, B.unary(OpKind::sigmoid_deriv, fwd(a)))); return;
+      case OpKind::silu: contribute(a, mul(d, B.unary(OpKind::silu_deriv, fwd(a)))); return;
+      case OpKind::tanh: contribute(a, mul(d, B.unary(OpKind::tanh_deriv, fwd(a)))); return;
+      case OpKind::exp: contribute(a, mul(d, fwd(i))); return;
+      case OpKind::log: contribute(a, B.div(d, fwd(a))); return;
+      case OpKind::rsqrt: {  // -0.5 a^-3/2 = -0.5 r^3
+        const Value r = fwd(i);
+        contribute(a, B.scale(mul(d, mul(r, mul(r, r))), -0.5));
+        return;
+      }
+      case OpKind::dropout: {  // the same mask, regenerated: the forward's stream (§4)
+        const Value args[] = {d};
+        contribute(a, B.copy_op(n, args));
+        return;
+      }
+      case OpKind::row_sum: contribute(a, d); return;
+      case OpKind::row_mean: contribute(a, B.div_n(d)); return;
+      case OpKind::row_max: {
+        // To the row's maxima, split evenly among ties (torch.amax's rule):
+        // step(x - max) is 1/2 at a maximum and 0 below it.
+        const Value at_max = B.step(B.sub(fwd(a), fwd(i)));
+        contribute(a, B.div(mul(d, at_max), B.row_sum(at_max)));
+        return;
+      }
+      case OpKind::col_sum: contribute(a, d); return;
+      case OpKind::div_n: contribute(a, B.div_n(d)); return;
+      case OpKind::step:
+      case OpKind::relu_deriv: return;  // zero wherever defined (mark_active stops here)
+      case OpKind::sigmoid_deriv: {  // s'(a) (1 - 2 s(a))
+        const Value x = fwd(a);
+        contribute(a, mul(d, mul(fwd(i), B.add_scalar(B.scale(B.sigmoid(x), -2.0), 1.0))));
+        return;
+      }
+      case OpKind::tanh_deriv: {  // -2 tanh(a) tanh'(a)
+        contribute(a, mul(d, B.scale(mul(B.tanh(fwd(a)), fwd(i)), -2.0)));
+        return;
+      }
+      case OpKind::silu_deriv: {  // s'(a) (2 + a (1 - 2 s(a)))
+        const Value x = fwd(a);
+        const Value t = B.add_scalar(mul(x, B.add_scalar(B.scale(B.sigmoid(x), -2.0), 1.0)), 2.0);
+        contribute(a, mul(d, mul(B.sigmoid_deriv(x), t)));
+        return;
+      }
+      case OpKind::gelu_erf_deriv: {  // phi(a) (2 - a^2)
+        const Value x = fwd(a);
+        const Value x2 = mul(x, x);
+        const Value phi = B.scale(B.exp(B.scale(x2, -0.5)), 0.3989422804014327);
+        contribute(a, mul(d, mul(phi, B.add_scalar(B.scale(x2, -1.0), 2.0))));
+        return;
+      }
+      case OpKind::gelu_tanh_deriv: {
+        // g = x s(w), w = 2k(x + c x^3): g'' = s'(w) (2w' + x w'' + x w'^2 (1 - 2 s(w))),
+        // w' = 2k(1 + 3c x^2), w'' = 12kc x.
+        constexpr double k = 0.7978845608028654, cc = 0.044715;
+        const Value x = fwd(a);
+        const Value x2 = mul(x, x);
+        const Value w = B.scale(B.add(x, B.scale(mul(x2, x), cc)), 2.0 * k);
+        const Value w1 = B.scale(B.add_scalar(B.scale(x2, 3.0 * cc), 1.0), 2.0 * k);
+        const Value w2 = B.scale(x, 12.0 * k * cc);
+        const Value one_minus_2s = B.add_scalar(B.scale(B.sigmoid(w), -2.0), 1.0);
+        const Value inner = B.add(B.add(B.scale(w1, 2.0), mul(x, w2)), mul(mul(x, mul(w1, w1)), one_minus_2s));
+        contribute(a, mul(d, mul(B.sigmoid_deriv(w), inner)));
+        return;
+      }
+    }
+    EPIFUSE_ASSERT(false, "no derivative rule for {}", op_info(n.op).name);
+  }
+
+  const KernelSpec& spec_;
+  const Graph& g_;
+  KernelSpec out_;
+  std::vector<int> users_;
+  std::vector<std::vector<std::uint32_t>> user_list_;
+  std::vector<bool> stabilizing_, active_;
+  std::optional<std::vector<bool>> acc_dep_;
+  std::vector<std::uint32_t> wrt_;
+  std::vector<Value> value_;
+  std::vector<std::array<Value, 4>> adjoint_;  // by Broadcast
+  std::vector<Saved> saved_;
+  DType saved_dtype_ = DType::f32;
+};
+
+}  // namespace
+
+GradResult grad(const KernelSpec& spec, const GradOptions& options) {
+  verify(spec);
+  return Differentiator(spec, options).run();
+}
+
+}  // namespace epifuse
