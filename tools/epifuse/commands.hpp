@@ -22,6 +22,7 @@ void add_bench(CLI::App& app);
 void add_tune(CLI::App& app);
 void add_cache(CLI::App& app);
 void add_info(CLI::App& app);
+void add_grad(CLI::App& app);
 
 using AddCommand = void (*)(CLI::App&);
 inline constexpr AddCommand k_commands[] = {
@@ -29,6 +30,7 @@ inline constexpr AddCommand k_commands[] = {
     add_emit,
     add_compile,
     add_run,
+    add_grad,
     add_bench,
     add_tune,
     add_cache,
