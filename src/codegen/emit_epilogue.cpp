@@ -70,6 +70,9 @@ std::string spell(const KernelPlan& plan, std::size_t id, const Node& n, const s
     case OpKind::scale: return fmt::format("p.alpha{} * {}", position(plan.scales, id), a);
     case OpKind::add_scalar: return fmt::format("({} + {})", a, float_literal(static_cast<float>(n.alpha)));
     case OpKind::dropout: return spell_dropout(plan, id, n, a);
+    // The row family's 1/N parameter, as row_mean divides (family_for keeps
+    // div_n to chains that reduce rows).
+    case OpKind::div_n: return fmt::format("(float)((double)({}) * p.n_inv)", a);
     default: break;
   }
   EPIFUSE_ASSERT(false, "no spelling for op {}", info.name);

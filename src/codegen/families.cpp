@@ -70,6 +70,12 @@ void check_no_column_sums(const KernelSpec& spec, std::string_view family) {
 
 const KernelFamily& family_for(const KernelSpec& spec) {
   check_family_shapes(spec);
+  // div_n reads the row family's 1/N; a chain without a row reduction has none.
+  if (!row_reduction_of(spec))
+    for (const Node& n : spec.graph.nodes())
+      EPIFUSE_CHECK(n.kind != NodeKind::op || n.op != OpKind::div_n,
+                    "div_n{}: only a chain that reduces rows (the row family) divides by N on the GPU; the CPU "
+                    "reference runs it anywhere", n.name.empty() ? "" : fmt::format(" '{}'", n.name));
   if (const Node* n = row_reduction_of(spec))
     EPIFUSE_CHECK(spec.mainloop.kind == MainloopKind::elementwise,
                   "a {} mainloop cannot reduce rows ({}{}): a row reduction needs whole rows of the output in one "

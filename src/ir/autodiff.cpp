@@ -367,6 +367,10 @@ class Differentiator {
         if (active_[c] && !stabilizing_[c]) contribute(c, B.scale(d, -1.0));
         return;
       case OpKind::mul:
+        if (a == c) {  // x*x: 2 x d, one product
+          contribute(a, B.scale(mul(d, fwd(a)), 2.0));
+          return;
+        }
         if (active_[a]) contribute(a, mul(d, fwd(c)));
         if (active_[c]) contribute(c, mul(d, fwd(a)));
         return;
