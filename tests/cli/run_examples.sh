@@ -124,10 +124,22 @@ for chain in "$CHAINS"/*.json; do
   else
     fail "numpy reads the outputs of $name"
   fi
+  expect 0 "grad --check $name" -- "$EPIFUSE" grad "$chain" --check --backward "$TMP/$name.bwd.json" --forward "$TMP/$name.fwd.json"
+  expect 0 "validate the backward of $name" -- "$EPIFUSE" validate "$TMP/$name.bwd.json"
+  expect 0 "validate the forward with saved tensors of $name" -- "$EPIFUSE" validate "$TMP/$name.fwd.json"
   expect 0 "run $name --json --verify" -- "$EPIFUSE" run "$chain" --device cpu --json --verify --seed 0x2a --offset 7
   if "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); assert d["device"]=="cpu" and d["seed"]==42 and d["offset"]==7 and d["outputs"]' \
        <"$TMP/out" 2>"$TMP/err"; then pass "run --json $name is JSON"; else fail "run --json $name is JSON"; fi
 done
+
+# --- grad: what cannot be differentiated is an error (exit 2) --------------------------
+SMD="$CHAINS/scaled_masked_softmax_dropout.json"
+expect_stderr 2 "grad --wrt an input marked \"grad\": false" "marked not differentiable" -- "$EPIFUSE" grad "$SMD" --wrt mask
+expect_stderr 2 "grad --wrt seed" "not an input: a mask is not differentiable" -- "$EPIFUSE" grad "$SMD" --wrt seed
+expect_stderr 2 "grad --wrt a GEMM operand" "differentiate with respect to the accumulator" -- "$EPIFUSE" grad "$CHAINS/gemm_bias_relu.json" --wrt b
+expect 0 "grad --json" -- "$EPIFUSE" grad "$SMD" --json --check
+if "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); assert d["wrt"]==["x"] and all(c["ok"] for c in d["check"]) and d["backward"]["outputs"]' \
+     <"$TMP/out" 2>"$TMP/err"; then pass "grad --json is JSON"; else fail "grad --json is JSON"; fi
 
 # --- numpy -> epifuse -> numpy: exact values -----------------------------------------
 "$PYTHON" - "$TMP" <<'EOF'
