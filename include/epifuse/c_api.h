@@ -87,9 +87,16 @@ int ef_spec_set_precision(ef_spec* spec, const char* precision);
 int ef_spec_verify(const ef_spec* spec);
 /* JSON v1 text of the spec (ef_string_free it). */
 int ef_spec_to_json(const ef_spec* spec, char** out);
+/* grad(spec) (docs/autodiff.md): `wrt_json` a JSON array of input names, or
+ * NULL or "" for every differentiable input. On success *forward (the spec
+ * with its saved tensors as extra outputs) and *backward are new specs
+ * (ef_spec_free them) and *info is {"wrt": [...], "saved": [{"name", "kind",
+ * "of"}...]} (ef_string_free it); on failure none is set. */
+int ef_spec_grad(const ef_spec* spec, const char* wrt_json, ef_spec** forward, ef_spec** backward, char** info);
 /* What a run of `spec` at (m, n, k) binds, as JSON: {"inputs": [{"name",
  * "dtype", "shape"}...], "outputs": [...]}, logical row-major shapes, GEMM
- * operands first. k is ignored for elementwise specs. */
+ * operands first; an output also has "broadcast": "full" [M,N], "row" [N] (a
+ * column sum) or "col" [M] (a per-row statistic). k is ignored for elementwise specs. */
 int ef_spec_bindings(const ef_spec* spec, int64_t m, int64_t n, int64_t k, char** out);
 
 /* ---- the CPU reference (--device cpu) */

@@ -14,7 +14,8 @@ from . import _lib
 from ._lib import lib, check, text
 
 _UNARY = ("relu", "gelu_tanh", "gelu_erf", "sigmoid", "silu", "tanh", "exp", "log", "rsqrt",
-          "row_max", "row_sum", "row_mean", "softmax", "log_softmax")
+          "row_max", "row_sum", "row_mean", "softmax", "log_softmax", "col_sum", "step", "relu_deriv",
+          "gelu_tanh_deriv", "gelu_erf_deriv", "sigmoid_deriv", "silu_deriv", "tanh_deriv", "expand", "div_n")
 _BINARY = ("add", "sub", "mul", "max", "min", "div")
 
 
@@ -27,6 +28,18 @@ class Value:
 
     def __repr__(self):
         return f"<epifuse.Value {self.id} of {self.chain.name!r}>"
+
+
+class Grad:
+    """What Chain.grad gives: the forward with its saved tensors, the backward, what
+    is saved ([{"name", "kind", "of"}]) and the inputs differentiated."""
+    __slots__ = ("forward", "backward", "saved", "wrt")
+
+    def __init__(self, forward, backward, saved, wrt):
+        self.forward, self.backward, self.saved, self.wrt = forward, backward, saved, wrt
+
+    def __iter__(self):
+        return iter((self.forward, self.backward))
 
 
 class Chain:
@@ -128,8 +141,10 @@ class Chain:
     def add_scalar(self, a, c):
         return self.op("add_scalar", a, c=c)
 
-    def dropout(self, a, p, rng="philox4"):
-        return self.op("dropout", a, p=p, rng=rng)
+    def dropout(self, a, p, rng="philox4", stream=None):
+        """stream: the Philox stream (default one more than the largest so far); a
+        dropout of the same stream, p and rng draws the same mask."""
+        return self.op("dropout", a, p=p, rng=rng, **({} if stream is None else {"stream": stream}))
 
     def cast(self, a, to):
         return self.op("cast", a, to=to)
@@ -174,6 +189,24 @@ class Chain:
     def bindings(self, m, n, k=0):
         """What a run at (M, N[, K]) binds: {"inputs": [{"name", "dtype", "shape"}], "outputs": [...]}."""
         return json.loads(_lib.take_string(lib.ef_spec_bindings, self._h, m, n, k))
+
+    def grad(self, wrt=None):
+        """The backward of the chain (docs/autodiff.md): a `Grad` with `forward` (this
+        chain with the tensors the backward needs appended to its outputs),
+        `backward` (inputs d<y> per output, the saved tensors and the inputs read
+        again; outputs d<x> per input differentiated), `saved` (dicts: name, kind,
+        of) and `wrt`. `wrt`: input names (acc for a GEMM's accumulator); default
+        every input not marked "grad": false."""
+        if isinstance(wrt, str):
+            wrt = [wrt]
+        wrt_json = None if wrt is None else json.dumps(list(wrt))
+        f, b, info = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        check(lib.ef_spec_grad(self._h, text(wrt_json, "wrt"), ctypes.byref(f), ctypes.byref(b), ctypes.byref(info)))
+        try:
+            meta = json.loads(ctypes.string_at(info.value).decode())
+        finally:
+            lib.ef_string_free(info)
+        return Grad(type(self)(_handle=f), type(self)(_handle=b), meta["saved"], meta["wrt"])
 
     def compile(self, target=None, tile=None):
         """A callable running the chain as it is now: on torch CUDA tensors with the

@@ -212,6 +212,7 @@ class Compiled:
         out_ptrs = (ctypes.c_void_p * len(outs))(*[o.ctypes.data for o in outs])
         check(lib.ef_evaluate(self.chain._h, mnk[0], mnk[1], mnk[2], in_names, in_ptrs, len(arrays), out_names,
                               out_ptrs, len(outs), seed, offset))
-        if lead is not None:
-            outs = [o.reshape(lead) for o in outs]
+        if lead is not None:  # leading dimensions folded into M come back; an [N] output has none
+            shapes = {"full": lead, "row": lead[-1:], "col": lead[:-1]}
+            outs = [o.reshape(shapes[d.get("broadcast", "full")]) for o, d in zip(outs, b["outputs"])]
         return outs[0] if len(outs) == 1 else tuple(outs)

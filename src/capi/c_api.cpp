@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "epifuse/autodiff.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/json.hpp"
@@ -312,6 +313,34 @@ int ef_spec_to_json(const ef_spec* spec, char** out) {
   });
 }
 
+int ef_spec_grad(const ef_spec* spec, const char* wrt_json, ef_spec** forward, ef_spec** backward, char** info) {
+  return guarded([&] {
+    require(spec, "spec");
+    require(forward, "forward");
+    require(backward, "backward");
+    require(info, "info");
+    GradOptions options;
+    if (wrt_json && *wrt_json) {
+      const Json v = parse_fragment(wrt_json, "wrt");
+      if (!v.is_array()) throw UserError(fmt::format("wrt: a JSON array of input names, got {}", schema::describe(v)));
+      for (const Json& name : v) {
+        if (!name.is_string()) throw UserError(fmt::format("wrt: names are strings, got {}", schema::describe(name)));
+        options.wrt.push_back(name.get<std::string>());
+      }
+    }
+    GradResult r = grad(snapshot(spec), options);
+    Json doc = {{"wrt", r.wrt}, {"saved", Json::array()}};
+    for (const SavedTensor& t : r.saved) doc["saved"].push_back({{"name", t.name}, {"kind", t.kind}, {"of", t.of}});
+    auto f = std::make_unique<ef_spec>();
+    f->spec = std::move(r.forward);
+    auto b = std::make_unique<ef_spec>();
+    b->spec = std::move(r.backward);
+    *info = c_string(doc.dump());
+    *forward = f.release();
+    *backward = b.release();
+  });
+}
+
 int ef_spec_bindings(const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k, char** out) {
   return guarded([&] {
     require(spec, "spec");
@@ -322,8 +351,12 @@ int ef_spec_bindings(const ef_spec* spec, std::int64_t m, std::int64_t n, std::i
     Json doc = {{"inputs", Json::array()}, {"outputs", Json::array()}};
     for (const OperandDesc& d : required_inputs(s, shape))
       doc["inputs"].push_back(tensor_json(d.name, d.dtype, d.shape));
-    for (const Output& o : s.graph.outputs())
-      doc["outputs"].push_back(tensor_json(o.name, o.dtype, {shape.m, shape.n}));
+    for (const Output& o : s.graph.outputs()) {
+      const Broadcast b = s.graph.node(o.value).broadcast;
+      Json t = tensor_json(o.name, o.dtype, operand_shape(b, shape));
+      t["broadcast"] = to_string(b);
+      doc["outputs"].push_back(std::move(t));
+    }
     *out = c_string(doc.dump());
   });
 }

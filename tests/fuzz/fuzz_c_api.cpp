@@ -71,7 +71,7 @@ std::uint16_t to_half_bits(float f, const std::string& dtype) {
 
 // The spec written back, read again, cloned, its bindings at a small shape, and
 // evaluated on the CPU reference with every input and output given.
-void exercise(ef_spec* spec, std::uint32_t salt) {
+void exercise(ef_spec* spec, std::uint32_t salt, bool differentiate = true) {
   char* text = nullptr;
   const std::optional<std::string> json = take(ef_spec_to_json(spec, &text), text, "ef_spec_to_json");
   // A chain in the making (no output yet, say) prints as JSON but is no chain
@@ -127,6 +127,19 @@ void exercise(ef_spec* spec, std::uint32_t salt) {
        "ef_evaluate");
   }
   ef_spec_free(copy);
+  // grad: a UserError, or a forward and a backward that verify and go through
+  // all of the above themselves (once: the backward is not differentiated again).
+  if (!differentiate) return;
+  ef_spec *forward = nullptr, *backward = nullptr;
+  char* info = nullptr;
+  if (!ok(ef_spec_grad(spec, nullptr, &forward, &backward, &info), "ef_spec_grad")) return;
+  ef_string_free(info);
+  if (!ok(ef_spec_verify(forward), "ef_spec_verify(forward)") || !ok(ef_spec_verify(backward), "ef_spec_verify(backward)"))
+    fail(std::string("grad gave a spec that does not verify: ") + ef_last_error());
+  exercise(forward, salt, false);
+  exercise(backward, salt, false);
+  ef_spec_free(forward);
+  ef_spec_free(backward);
 }
 
 std::vector<std::string_view> lines_of(std::string_view s) {

@@ -58,7 +58,7 @@ def test_gemm_and_dual_gemm_chains_name_their_accumulators():
     (lambda c, x: c.op("sqrt", x), "unknown op 'sqrt'"),
     (lambda c, x: c.op("add", x), "add takes 2 operand(s), got 1"),
     (lambda c, x: c.op("relu", x, p=0.5), "relu: unknown attribute 'p' (it takes none)"),
-    (lambda c, x: c.op("dropout", x, q=0.5), "dropout: unknown attribute 'q' (it takes p, rng)"),
+    (lambda c, x: c.op("dropout", x, q=0.5), "dropout: unknown attribute 'q' (it takes p, rng, stream)"),
     (lambda c, x: c.dropout(x, 0.1, rng="mt19937"), "rng"),
     (lambda c, x: c.input("x", "f32"), "'x'"),
     (lambda c, x: c.relu(epifuse.Chain("other").input("z", "f32")), "not a value of this chain"),

@@ -170,6 +170,28 @@ TEST_CASE("C ABI: a clone is independent of its original") {
   CHECK(ef_spec_clone(nullptr, &clone) == EF_USER_ERROR);
 }
 
+TEST_CASE("C ABI: grad gives a forward and a backward spec, or a UserError and nothing") {
+  Relu r;
+  ef_spec *forward = nullptr, *backward = nullptr;
+  char* info = nullptr;
+  REQUIRE(ef_spec_grad(r.spec, nullptr, &forward, &backward, &info) == EF_OK);
+  const std::string meta = info;
+  ef_string_free(info);
+  CHECK(meta.find("\"wrt\":[\"x\"]") != std::string::npos);
+  CHECK(ef_spec_verify(forward) == EF_OK);
+  CHECK(ef_spec_verify(backward) == EF_OK);
+  CHECK(to_json(backward).find("relu_deriv") != std::string::npos);
+  ef_spec_free(forward);
+  ef_spec_free(backward);
+  forward = backward = nullptr;
+  info = nullptr;
+  CHECK(ef_spec_grad(r.spec, "[\"seed\"]", &forward, &backward, &info) == EF_USER_ERROR);
+  CHECK(std::string(ef_last_error()).find("not an input") != std::string::npos);
+  CHECK(ef_spec_grad(r.spec, "{}", &forward, &backward, &info) == EF_USER_ERROR);
+  CHECK((forward == nullptr && backward == nullptr && info == nullptr));
+  CHECK(ef_spec_grad(r.spec, nullptr, nullptr, &backward, &info) == EF_USER_ERROR);
+}
+
 TEST_CASE("C ABI: a chain name with a control character is refused, as the JSON reader refuses it") {
   ef_spec* s = nullptr;
   CHECK(ef_spec_new("bad\x1b[31mname", nullptr, &s) == EF_USER_ERROR);
