@@ -31,15 +31,8 @@ def _library():
     return _lib
 
 
-def op(chain: Chain, target=None, tile=None):
-    """Registers `chain` once per process as a custom op; returns a callable taking the
-    chain's inputs (positional, in binding order) and `seed`, `offset` keywords."""
-    text = chain.to_json()
-    name = re.sub(r"[^0-9A-Za-z_]", "_", chain.name) + "_" + hashlib.sha1(text.encode()).hexdigest()[:12]
-    qualified = f"epifuse::{name}"
-    if qualified in _ops:
-        return _ops[qualified]
-    compiled = chain.compile(target, tile)
+def _register(name, compiled, out_classes):
+    """Defines `epifuse::<name>` running `compiled`; returns its OpOverload."""
     out_dtypes = [_DTYPES[d] for _, d in compiled._outputs]
     gemm = compiled._gemm
     full = compiled._full
@@ -49,25 +42,123 @@ def op(chain: Chain, target=None, tile=None):
         return list(out) if isinstance(out, tuple) else [out]
 
     def fake(inputs, seed, offset):
-        shape = (inputs[0].shape[0], inputs[1].shape[1]) if gemm else inputs[full].shape
-        return [inputs[0].new_empty(shape, dtype=dt) for dt in out_dtypes]
+        shape = (inputs[0].shape[0], inputs[1].shape[1]) if gemm else tuple(inputs[full].shape)
+        shapes = {"full": shape, "row": shape[-1:], "col": shape[:-1]}
+        return [inputs[0].new_empty(shapes[c], dtype=dt) for c, dt in zip(out_classes, out_dtypes)]
 
     # torch.library.Library rather than torch.library.custom_op: the same opaque op for
     # Dynamo, at a fraction of custom_op's per-call Python cost (docs/perf/host.md,
     # "Python call overhead").
     _library().define(f"{name}(Tensor[] inputs, int seed, int offset) -> Tensor[]")
     _library().impl(name, impl, "CUDA")
-    torch.library.register_fake(qualified)(fake)
-    custom = getattr(torch.ops.epifuse, name).default
+    torch.library.register_fake(f"epifuse::{name}")(fake)
+    return getattr(torch.ops.epifuse, name).default
+
+
+def _classes(chain):
+    return [o.get("broadcast", "full") for o in chain.bindings(1, 1, 1)["outputs"]]
+
+
+def op(chain: Chain, target=None, tile=None):
+    """Registers `chain` once per process as a custom op; returns a callable taking the
+    chain's inputs (positional, in binding order) and `seed`, `offset` keywords.
+
+    The op is differentiable (docs/autodiff.md): it runs the forward of Chain.grad,
+    which also writes what the backward needs, and its registered autograd formula
+    runs the backward spec with the same seed and offset (the same dropout masks).
+    A GEMM chain's operand gradients are dacc·Bᵀ and Aᵀ·dacc through torch.matmul.
+    An input marked "grad": false that requires grad raises in backward rather than
+    being cut from the graph."""
+    text = chain.to_json()
+    name = re.sub(r"[^0-9A-Za-z_]", "_", chain.name) + "_" + hashlib.sha1(text.encode()).hexdigest()[:12]
+    qualified = f"epifuse::{name}"
+    if qualified in _ops:
+        return _ops[qualified]
+    try:
+        g = chain.grad()
+    except UserError:
+        g = None  # nothing differentiable: backward raises if asked
+    fwd_chain = g.forward if g is not None else chain
+    compiled = fwd_chain.compile(target, tile)
+    n_out = len(chain.bindings(1, 1, 1)["outputs"])
+    custom = _register(name, compiled, _classes(fwd_chain))
+    if g is not None:
+        _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out)
 
     def call(*inputs, seed=0, offset=0):
-        outs = custom(list(inputs), seed, offset)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        outs = custom(list(inputs), seed, offset)[:n_out]
+        return outs[0] if n_out == 1 else tuple(outs)
 
     call.op = custom
     call.compiled = compiled
     _ops[qualified] = call
     return call
+
+
+def _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out):
+    fwd_names = compiled.input_names  # GEMM operands first, then the chain's inputs
+    back = g.backward.compile(target, tile)
+    back_op = _register(f"{name}_backward", back, _classes(g.backward))
+    back_names = back.input_names
+    saved_names = [s["name"] for s in g.saved]
+    out_names = [o["name"] for o in chain.bindings(1, 1, 1)["outputs"]]
+    out_index = {f"d{o}": j for j, o in enumerate(out_names)}
+    grads_out = [o["name"] for o in g.backward.bindings(1, 1, 1)["outputs"]]
+    ml = chain.doc.get("mainloop")
+    kind = ml.get("kind") if isinstance(ml, dict) else "elementwise"
+    # What backward reads: forward inputs by name, then the saved outputs.
+    keep_inputs = [n for n in fwd_names if n in back_names or (kind != "elementwise" and n in ("a", "b", "b0", "b1"))]
+
+    def setup_context(ctx, inputs, output):
+        tensors, seed, offset = inputs
+        by_name = dict(zip(fwd_names, tensors))
+        ctx.save_for_backward(*[by_name[n] for n in keep_inputs], *output[n_out:])
+        ctx.seed, ctx.offset = seed, offset
+        ctx.out_like = [(o.shape, o.dtype, o.device) for o in output[:n_out]]
+        ctx.needs = [t.requires_grad for t in tensors]
+
+    def backward(ctx, grads):
+        saved = ctx.saved_tensors
+        given = dict(zip(keep_inputs, saved[:len(keep_inputs)]))
+        given.update(zip(saved_names, saved[len(keep_inputs):]))
+        args = []
+        for n in back_names:
+            if n in out_index:
+                j = out_index[n]
+                gr = grads[j]
+                if gr is None:
+                    shape, dt, dev = ctx.out_like[j]
+                    gr = torch.zeros(shape, dtype=dt, device=dev)
+                args.append(gr.contiguous())
+            else:
+                args.append(given[n])
+        outs = dict(zip(grads_out, back_op(args, ctx.seed, ctx.offset)))
+        result = []
+        for n, need in zip(fwd_names, ctx.needs):
+            d = outs.get(f"d{n}")
+            if d is None and need and n not in ("a", "b", "b0", "b1"):
+                raise UserError(f"{chain.name}: input '{n}' requires grad but is marked not differentiable "
+                                "(\"grad\": false)")
+            result.append(d)
+        if kind != "elementwise":
+            a = given["a"]
+            accs = [outs.get("dacc")] if kind == "gemm" else [outs.get("dacc0"), outs.get("dacc1")]
+            bs = ["b"] if kind == "gemm" else ["b0", "b1"]
+            da = None
+            for acc, bn in zip(accs, bs):
+                if acc is None:
+                    continue
+                acc = acc.to(a.dtype)
+                i = fwd_names.index(bn)
+                if ctx.needs[i]:
+                    result[i] = (a.t() @ acc).to(given[bn].dtype)
+                part = acc @ given[bn].t()
+                da = part if da is None else da + part
+            if ctx.needs[0] and da is not None:
+                result[0] = da.to(a.dtype)
+        return [result, None, None]
+
+    torch.library.register_autograd(qualified, backward, setup_context=setup_context)
 
 
 def linear(chain: Chain, target=None, tile=None):

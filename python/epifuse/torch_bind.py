@@ -27,9 +27,13 @@ def _prepare(compiled, tensors):
     l = _Launch()
     l.kernel, l.mnk, l.lead = kernel, mnk, lead
     l.order = [names.index(n) for n in kb_inputs]
-    shapes = {o["name"]: o["shape"] for o in b["outputs"]}
+    # An output's shape: [M,N] (leading dimensions folded into M come back), [N] or [M].
+    shapes = {}
+    for o in b["outputs"]:
+        cls = o.get("broadcast", "full")
+        shapes[o["name"]] = tuple(o["shape"]) if lead is None else {"full": lead, "row": lead[-1:], "col": lead[:-1]}[cls]
     dtypes = dict(compiled._outputs)
-    l.outputs = [(lead if lead is not None else tuple(shapes[n]), _DTYPES[dtypes[n]]) for n in kb_outputs]
+    l.outputs = [(shapes[n], _DTYPES[dtypes[n]]) for n in kb_outputs]
     l.ins = (ctypes.c_uint64 * len(l.order))()
     l.outs = (ctypes.c_uint64 * len(l.outputs))()
     # What the fast path compares: each input's dtype and strides (contiguous, or
