@@ -199,6 +199,40 @@ __device__ __forceinline__ float ef_col_partial_load(const float* p) {
 #endif
 }
 
+// VEC floats of a partial row (16-byte pieces where VEC allows: a partial
+// row starts at a multiple of N floats, and VEC divides N).
+template <int VEC>
+__device__ __forceinline__ void ef_col_partial_load_vec(const float* p, float (&v)[VEC]) {
+#if !EF_HIP
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < VEC; j += 4) {
+      const float4 w = __ldcg(reinterpret_cast<const float4*>(p + j));
+      v[j] = w.x;
+      v[j + 1] = w.y;
+      v[j + 2] = w.z;
+      v[j + 3] = w.w;
+    }
+    return;
+  }
+#endif
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) v[j] = ef_col_partial_load(p + j);
+}
+
+template <int VEC>
+__device__ __forceinline__ void ef_col_partial_store_vec(float* p, const float (&v)[VEC]) {
+#if !EF_HIP
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < VEC; j += 4) __stcg(reinterpret_cast<float4*>(p + j), make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]));
+    return;
+  }
+#endif
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) ef_col_partial_store(p + j, v[j]);
+}
+
 template <int C, int ITEMS, int VEC, int THREADS, int GROUP, int F, class ColOf, class Store>
 __device__ __forceinline__ void ef_col_sums_finish(float (&cs)[C][ITEMS][VEC], float* buf, unsigned* flag,
                                                    unsigned* counters, float* partials, long long n, long long unit,
@@ -241,9 +275,7 @@ __device__ __forceinline__ void ef_col_sums_finish(float (&cs)[C][ITEMS][VEC], f
           const long long col = col_of(it);
           if (col < 0) continue;
 #pragma unroll
-          for (int k = 0; k < C; ++k)
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) ef_col_partial_store(partials + (k * units + idx * span) * n + col + j, cs[k][it][j]);
+          for (int k = 0; k < C; ++k) ef_col_partial_store_vec<VEC>(partials + (k * units + idx * span) * n + col, cs[k][it]);
         }
       }
       __threadfence();
@@ -258,23 +290,36 @@ __device__ __forceinline__ void ef_col_sums_finish(float (&cs)[C][ITEMS][VEC], f
       __syncthreads();
       if (*flag == 0) return;  // a sibling arrives later and carries the sum up
       if (owner) {
+        // Children in order; the loads of one child (C x ITEMS vectors) and of
+        // the next few are independent, so they are in flight together.
+        float t[C][ITEMS][VEC] = {};
+#pragma unroll 4
+        for (int ch = 0; ch < expect; ++ch) {
+          const long long child = q * F + ch;
 #pragma unroll
-        for (int it = 0; it < ITEMS; ++it) {
-          const long long col = col_of(it);
-          if (col < 0) continue;
+          for (int it = 0; it < ITEMS; ++it) {
+            const long long col = col_of(it);
+            if (col < 0) continue;
 #pragma unroll
-          for (int k = 0; k < C; ++k)
+            for (int k = 0; k < C; ++k) {
+              float v[VEC];
+              if (child == idx) {
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-              float t = 0.0f;
-              for (int ch = 0; ch < expect; ++ch) {
-                const long long child = q * F + ch;
-                const float v = child == idx ? cs[k][it][j] : ef_col_partial_load(partials + (k * units + child * span) * n + col + j);
-                t = ch == 0 ? v : t + v;
+                for (int j = 0; j < VEC; ++j) v[j] = cs[k][it][j];
+              } else {
+                ef_col_partial_load_vec<VEC>(partials + (k * units + child * span) * n + col, v);
               }
-              cs[k][it][j] = t;
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) t[k][it][j] = ch == 0 ? v[j] : t[k][it][j] + v[j];
             }
+          }
         }
+#pragma unroll
+        for (int k = 0; k < C; ++k)
+#pragma unroll
+          for (int it = 0; it < ITEMS; ++it)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) cs[k][it][j] = t[k][it][j];
       }
     }
     off += (count + F - 1) / F;

@@ -58,14 +58,14 @@ TEST_CASE("row backward: [M] outputs are stored once a row, [N] outputs through 
   CHECK_FALSE(has(bwd.text, "_row_outputs("));
   // The default tile: 256 threads a row, a persistent grid of at most 160 x 8 blocks.
   const WorkspaceNeeds w = family_for(ln).workspace(bwd, shape);
-  CHECK(w.zeroed == 21 * sizeof(unsigned));  // ceil(1280 / 64) + 1 tree nodes above the blocks
+  CHECK(w.zeroed == 86 * sizeof(unsigned));  // 80 + 5 + 1 tree nodes above the blocks (fan-in 16)
   CHECK(w.scratch == std::size_t{1280} * 4096 * 3 * sizeof(float));  // a row per block and output (3: the bound)
   CHECK(family_for(ln).geometry(bwd, shape, 132).persistent_work == 1280);
 
   // Cluster ranks have trees of their own.
   const KernelSource cl = emit_kernel(ln, Shape{64, 65536, 0}, RowTile{512, 0, -1, 1, 0, 8}, KernelPath::fastest, "sm_90a");
   CHECK(has(cl.text, "(int)ef_row_cluster_rank(), CLUSTER"));
-  CHECK(family_for(ln).workspace(cl, Shape{64, 65536, 0}).zeroed == 8 * sizeof(unsigned));
+  CHECK(family_for(ln).workspace(cl, Shape{64, 65536, 0}).zeroed == 5 * 8 * sizeof(unsigned));  // 4 + 1 nodes a rank
 }
 
 TEST_CASE("row backward: column sums the row family does not generate are user errors") {

@@ -79,7 +79,9 @@ std::int64_t ring_bytes(const KernelSpec& spec, const RowTile& resolved);
 /// The [N] outputs' column sums (Note [Column sums]): the arity of the tree
 /// over the grid's partial sums, and the grid's bound for a kernel that has
 /// them (its workspace holds a partial row of N per row unit).
-inline constexpr int k_col_sum_fan_in = 64;
+// 16: a node's last child reads 15 partial rows (its own columns of them);
+// three levels for up to 4,096 units.
+inline constexpr int k_col_sum_fan_in = 16;
 /// Whether the spec has [N] outputs (col_sums); UserError for column sums
 /// the family does not generate (a col_sum read by an op, an [N] output that
 /// is not a col_sum) and [M] outputs that are not per-row values.

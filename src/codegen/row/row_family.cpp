@@ -51,7 +51,7 @@ class RowFamily final : public KernelFamily {
   bool by_kind() const override { return false; }
 
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
-                          std::string_view target, const DeviceInfo&) const override {
+                          std::string_view target, const DeviceInfo& device) const override {
     RowTile tile;
     if (requested) {
       const auto* t = std::get_if<RowTile>(&*requested);
@@ -87,6 +87,14 @@ class RowFamily final : public KernelFamily {
     EPIFUSE_CHECK(tile.keep != 2 || tile.ring > 0, "row tile {}: kr keeps values in a ring's bytes; it needs a ring (s)",
                   tile.str());
     const RowTile resolved = resolve_row_tile(spec, shape, tile);
+    if (!requested && resolved.regs == 0 && row_col_sums(spec)) {
+      // The default streams this row, which cannot sum columns: the first
+      // candidate instead (all of them hold the row).
+      const std::vector<TileConfig> candidates = tile_candidates(spec, shape, target, device);
+      EPIFUSE_CHECK(!candidates.empty(), "no row tile holds rows of N = {} for column sums on {}; the CPU reference runs "
+                    "them (epifuse run --device cpu)", shape.n, target.empty() ? "this target" : target);
+      return resolve_tile(spec, shape, candidates.front(), target, device);
+    }
     EPIFUSE_CHECK(resolved.keep == 0 || resolved.regs > 0,
                   "row tile {}: keep (k) holds a stage's values in registers beside the row; a streaming tile (x0) "
                   "has no room for them",
