@@ -369,8 +369,8 @@ std::string row_output_function(const RowPlan& r) {
 // The call after the stages, and one store a row by the row's first thread.
 std::string emit_row_outputs(const RowPlan& r) {
   const KernelPlan& plan = *r.plan;
-  if (r.row_outputs.empty()) return "    // no [M] outputs";
-  std::string s = "    {  // [M] outputs (Note [Per-row outputs])\n";
+  if (r.row_outputs.empty()) return "";  // (the template's text for forward chains is unchanged)
+  std::string s = "\n    {  // [M] outputs (Note [Per-row outputs])\n";
   std::string call = fmt::format("{}_row_outputs(p", plan.kernel_name);
   for (const TensorPlan& t : plan.inputs)
     if (t.broadcast == Broadcast::col || t.broadcast == Broadcast::scalar) call += fmt::format(", {}_r", t.field);
@@ -393,9 +393,9 @@ std::string emit_row_outputs(const RowPlan& r) {
 // whose partial rows and counters are the family's workspace
 // (RowFamily::workspace): deterministic, no atomics on values.
 std::string emit_col_setup(const RowPlan& r) {
-  if (r.col_sums.empty()) return "  // no [N] outputs";
+  if (r.col_sums.empty()) return "";
   return fmt::format(
-      "  float cs[{}][ITEMS][VEC];  // this thread's columns summed over its rows (Note [Column sums])\n"
+      "\n  float cs[{}][ITEMS][VEC];  // this thread's columns summed over its rows (Note [Column sums])\n"
       "#pragma unroll\n  for (int k = 0; k < {}; ++k)\n#pragma unroll\n    for (int it = 0; it < ITEMS; ++it)\n"
       "#pragma unroll\n      for (int j = 0; j < VEC; ++j) cs[k][it][j] = 0.0f;",
       r.col_sums.size(), r.col_sums.size());
@@ -403,7 +403,7 @@ std::string emit_col_setup(const RowPlan& r) {
 
 std::string emit_col_finish(const RowPlan& r) {
   const KernelPlan& plan = *r.plan;
-  if (r.col_sums.empty()) return "  // no [N] outputs";
+  if (r.col_sums.empty()) return "";
   const std::size_t c = r.col_sums.size();
   std::string store;
   for (std::size_t i = 0; i < c; ++i) {
@@ -414,7 +414,7 @@ std::string emit_col_finish(const RowPlan& r) {
       r.ring > 0 ? "    const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n    return c < chunk ? (long long)(col0 + c) : -1ll;\n"
                  : "    const int c0 = (it * LANES + lane) * VEC;\n    return c0 < p.n ? (long long)c0 : -1ll;\n";
   return fmt::format(
-      "  // The [N] outputs: the block's column sums, then the grid's tree (Note [Column sums]).\n"
+      "\n  // The [N] outputs: the block's column sums, then the grid's tree (Note [Column sums]).\n"
       "  __shared__ float col_buf[ROWS > 1 ? {0} * ITEMS * GROUP * VEC : 1];\n"
       "  __shared__ unsigned col_flag;\n"
       "  auto col_of = [&](int it) -> long long {{\n{1}  }};\n"
