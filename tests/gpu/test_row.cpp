@@ -5,6 +5,9 @@
 // candidate, the persistent grid against one block per row (identical bits;
 // the sweep is two cases, rows up to 20000 and longer, so that racecheck can
 // take the first), misaligned pointers (the general path), and rows of extreme values.
+// The backward specs (row_backward_specs.hpp): [M] outputs (a forward's saved
+// statistics), [N] column sums (a norm's weight gradients), the dropout mask
+// a backward regenerates, and a second launch bit-identical to the first.
 // Without a GPU the suite prints one visible line and passes.
 #include <doctest/doctest.h>
 
