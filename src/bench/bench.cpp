@@ -28,8 +28,12 @@ double required_bytes(const KernelSpec& spec, const Shape& shape) {
     for (auto d : in.shape) n *= static_cast<double>(d);
     bytes += n * static_cast<double>(size_of(in.dtype));
   }
-  for (const Output& o : spec.graph.outputs())
-    bytes += static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(size_of(o.dtype));
+  for (const Output& o : spec.graph.outputs()) {  // [M,N], or an [N] column sum, or an [M] per-row value
+    const Broadcast b = spec.graph.node(o.value).broadcast;
+    const double rows = b == Broadcast::row ? 1.0 : static_cast<double>(shape.m);
+    const double cols = b == Broadcast::col ? 1.0 : static_cast<double>(shape.n);
+    bytes += rows * cols * static_cast<double>(size_of(o.dtype));
+  }
   return bytes;
 }
 

@@ -167,3 +167,173 @@ struct EfRowReducer {
   __device__ __forceinline__ float max(float v) { return reduce<EfMax>(v); }
   __device__ __forceinline__ float sum(float v) { return reduce<EfSum>(v); }
 };
+
+// Note [Column sums] (src/codegen/row/emit_row.cpp): an [N] output sums a
+// full value over all M rows (a norm's weight and bias gradients). Each
+// thread adds up its columns over the rows its block takes (`cs`, C sums of
+// ITEMS x VEC floats); the groups of a block combine through shared memory
+// (`buf`, C * ITEMS * GROUP * VEC floats), last group first; then the grid's
+// partial rows meet in a tree of fan-in F over the row units (blocks, or
+// clusters: each cluster rank has its own columns and its own tree). At each
+// node the children publish their sums in the workspace (`partials`, a row of
+// N floats per unit and sum) and count themselves in (`counters`, zeroed);
+// the last child to arrive resets the counter, adds the F children in child
+// order and goes on up, the others stop. The sums do not depend on which
+// block arrives last, so two launches on one GPU (one grid) give the same
+// bits; the adds are spread over the units of each level, and the last block
+// does at most log_F(units) nodes. Returns after storing through `store` at
+// the root (every column this block owns), or early.
+// The partial rows go through L2 (other multiprocessors read them).
+__device__ __forceinline__ void ef_col_partial_store(float* p, float v) {
+#if EF_HIP
+  *(volatile float*)p = v;
+#else
+  __stcg(p, v);
+#endif
+}
+__device__ __forceinline__ float ef_col_partial_load(const float* p) {
+#if EF_HIP
+  return *(const volatile float*)p;
+#else
+  return __ldcg(p);
+#endif
+}
+
+// VEC floats of a partial row (16-byte pieces where VEC allows: a partial
+// row starts at a multiple of N floats, and VEC divides N).
+template <int VEC>
+__device__ __forceinline__ void ef_col_partial_load_vec(const float* p, float (&v)[VEC]) {
+#if !EF_HIP
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < VEC; j += 4) {
+      const float4 w = __ldcg(reinterpret_cast<const float4*>(p + j));
+      v[j] = w.x;
+      v[j + 1] = w.y;
+      v[j + 2] = w.z;
+      v[j + 3] = w.w;
+    }
+    return;
+  }
+#endif
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) v[j] = ef_col_partial_load(p + j);
+}
+
+template <int VEC>
+__device__ __forceinline__ void ef_col_partial_store_vec(float* p, const float (&v)[VEC]) {
+#if !EF_HIP
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < VEC; j += 4) __stcg(reinterpret_cast<float4*>(p + j), make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]));
+    return;
+  }
+#endif
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) ef_col_partial_store(p + j, v[j]);
+}
+
+template <int C, int ITEMS, int VEC, int THREADS, int GROUP, int F, class ColOf, class Store>
+__device__ __forceinline__ void ef_col_sums_finish(float (&cs)[C][ITEMS][VEC], float* buf, unsigned* flag,
+                                                   unsigned* counters, float* partials, long long n, long long unit,
+                                                   long long units, int rank, int cluster, ColOf col_of, Store store) {
+  constexpr int ROWS = THREADS / GROUP;
+  const bool owner = ROWS == 1 || (int)threadIdx.x < GROUP;  // group 0 holds the block's sums
+  if constexpr (ROWS > 1) {
+    const int grp = (int)threadIdx.x / GROUP, lane = (int)threadIdx.x % GROUP;
+    for (int g = ROWS - 1; g > 0; --g) {
+      if (grp == g) {
+#pragma unroll
+        for (int k = 0; k < C; ++k)
+#pragma unroll
+          for (int it = 0; it < ITEMS; ++it)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+              float& b = buf[((k * ITEMS + it) * GROUP + lane) * VEC + j];
+              b = g == ROWS - 1 ? cs[k][it][j] : cs[k][it][j] + b;
+            }
+      }
+      __syncthreads();
+    }
+    if (grp == 0) {
+#pragma unroll
+      for (int k = 0; k < C; ++k)
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it)
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) cs[k][it][j] += buf[((k * ITEMS + it) * GROUP + lane) * VEC + j];
+    }
+  }
+  long long idx = unit, count = units, span = 1, off = 0;  // this block's node, the nodes of its level
+  while (count > 1) {
+    const long long q = idx / F;
+    const int expect = (int)(count - q * F < F ? count - q * F : F);
+    if (expect > 1) {
+      if (owner) {
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+          const long long col = col_of(it);
+          if (col < 0) continue;
+#pragma unroll
+          for (int k = 0; k < C; ++k) ef_col_partial_store_vec<VEC>(partials + (k * units + idx * span) * n + col, cs[k][it]);
+        }
+      }
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        unsigned* c = counters + (off + q) * cluster + rank;
+        const bool last = atomicAdd(c, 1u) == (unsigned)expect - 1;
+        if (last) atomicExch(c, 0u);  // left zero for the next launch
+        *flag = last ? 1u : 0u;
+        __threadfence();
+      }
+      __syncthreads();
+      if (*flag == 0) return;  // a sibling arrives later and carries the sum up
+      if (owner) {
+        // Children in order; the loads of one child (C x ITEMS vectors) and of
+        // the next few are independent, so they are in flight together.
+        float t[C][ITEMS][VEC] = {};
+#pragma unroll 4
+        for (int ch = 0; ch < expect; ++ch) {
+          const long long child = q * F + ch;
+#pragma unroll
+          for (int it = 0; it < ITEMS; ++it) {
+            const long long col = col_of(it);
+            if (col < 0) continue;
+#pragma unroll
+            for (int k = 0; k < C; ++k) {
+              float v[VEC];
+              if (child == idx) {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) v[j] = cs[k][it][j];
+              } else {
+                ef_col_partial_load_vec<VEC>(partials + (k * units + child * span) * n + col, v);
+              }
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) t[k][it][j] = ch == 0 ? v[j] : t[k][it][j] + v[j];
+            }
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < C; ++k)
+#pragma unroll
+          for (int it = 0; it < ITEMS; ++it)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) cs[k][it][j] = t[k][it][j];
+      }
+    }
+    off += (count + F - 1) / F;
+    idx = q;
+    span *= F;
+    count = (count + F - 1) / F;
+  }
+  if (owner) {
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) {
+      const long long col = col_of(it);
+      if (col < 0) continue;
+#pragma unroll
+      for (int k = 0; k < C; ++k) store(k, col, cs[k][it]);
+    }
+  }
+}

@@ -50,6 +50,10 @@ void layout_params(const RowPlan& r, ParamLayout& layout) {
   layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
   layout.add(ParamRole::inv_n, 0, "n_inv", "double n_inv", 8, 8);
   layout.add_rng_and_scalars(*r.plan);
+  if (!r.col_sums.empty()) {  // Note [Column sums]
+    layout.add(ParamRole::workspace, 0, "col_counters", "unsigned* col_counters", 8, 8);
+    layout.add(ParamRole::workspace, 1, "col_partials", "float* col_partials", 8, 8);
+  }
 }
 
 // The per-row divisors of a stage: the row reductions its quotients divide by
@@ -84,7 +88,9 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
   for (std::uint32_t id : st.reductions) sig += fmt::format(", float& a{}", id);
   for (std::uint32_t id : st.kept_out) sig += fmt::format(", float& k{}", id);
   if (st.outputs)
-    for (std::size_t k = 0; k < plan.outputs.size(); ++k) sig += fmt::format(", float& o{}", k);
+    for (std::size_t k = 0; k < plan.outputs.size(); ++k)
+      if (output_class(plan, plan.outputs[k]) == Broadcast::full) sig += fmt::format(", float& o{}", k);
+  for (std::size_t k : st.col_sums) sig += fmt::format(", float& c{}", k);
   std::string body;
   for (std::uint32_t id : st.nodes) {
     const Node& n = g.nodes()[id];
@@ -119,7 +125,8 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
   for (std::uint32_t id : st.kept_out) body += fmt::format("  k{0} = v{0};\n", id);
   if (st.outputs)
     for (std::size_t k = 0; k < plan.outputs.size(); ++k)
-      body += fmt::format("  o{} = v{};\n", k, plan.outputs[k].value.id);
+      if (output_class(plan, plan.outputs[k]) == Broadcast::full) body += fmt::format("  o{} = v{};\n", k, plan.outputs[k].value.id);
+  for (std::size_t k : st.col_sums) body += fmt::format("  c{} = v{};\n", k, g.node(plan.outputs[k].value).args[0].id);
   return fmt::format("{}__device__ __forceinline__ void {}_stage{}({}) {{\n{}}}", unswitch ? "template <bool kTiny>\n" : "",
                      plan.kernel_name, s, sig, body);
 }
@@ -293,20 +300,27 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
   for (std::uint32_t id : st.reductions) call += fmt::format(", a{}", id);
   for (std::uint32_t id : st.kept_out) call += kept(id);
   if (st.outputs) {
-    for (const TensorPlan& t : plan.outputs) out += fmt::format("      float {}_v[VEC];\n", t.field);
-    for (const TensorPlan& t : plan.outputs) call += fmt::format(", {}_v[j]", t.field);
+    for (const TensorPlan& t : plan.outputs)
+      if (output_class(plan, t) == Broadcast::full) out += fmt::format("      float {}_v[VEC];\n", t.field);
+    for (const TensorPlan& t : plan.outputs)
+      if (output_class(plan, t) == Broadcast::full) call += fmt::format(", {}_v[j]", t.field);
   }
+  for (std::size_t k : st.col_sums) call += fmt::format(", c{}", k);
   call += ")";
   out += "#pragma unroll\n      for (int j = 0; j < VEC; ++j) {\n";
   for (std::uint32_t id : st.reductions) out += fmt::format("        float a{};\n", id);
+  for (std::size_t k : st.col_sums) out += fmt::format("        float c{};\n", k);
   out += fmt::format("        {};\n", call);
+  for (std::size_t i = 0; i < st.col_sums.size(); ++i)
+    out += fmt::format("        cs[{}][it][j] += c{};  // Note [Column sums]\n", i, st.col_sums[i]);
   for (std::uint32_t id : st.reductions)
     out += g.nodes()[id].op == OpKind::row_max ? fmt::format("        acc{0} = ef_max_nan(acc{0}, a{0});\n", id)
                                                : fmt::format("        acc{0} += a{0};\n", id);
   out += "      }\n";
   if (st.outputs)
     for (const TensorPlan& t : plan.outputs)
-      out += fmt::format("      ef_store_vec<{0}, VEC>(p.{1} + base + c0, {1}_v);\n", storage_type_name(t.dtype), t.field);
+      if (output_class(plan, t) == Broadcast::full)
+        out += fmt::format("      ef_store_vec<{0}, VEC>(p.{1} + base + c0, {1}_v);\n", storage_type_name(t.dtype), t.field);
   for (std::uint32_t id : st.kept_out)
     if (ring_slot(r, id) >= 0) out += ring_slot_access(r, id, true);
   out += "    }\n";
@@ -336,8 +350,83 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
   return out;
 }
 
+// Note [Per-row outputs] (plan_row.cpp): the function that computes the [M]
+// outputs from the row's reductions and its [M] and scalar inputs.
+std::string row_output_function(const RowPlan& r) {
+  const KernelPlan& plan = *r.plan;
+  const Graph& g = plan.spec->graph;
+  std::string sig = fmt::format("const {}_params& p", plan.kernel_name), body;
+  for (const TensorPlan& t : plan.inputs)
+    if (t.broadcast == Broadcast::col || t.broadcast == Broadcast::scalar) sig += fmt::format(", float v{}", t.value.id);
+  for (std::uint32_t id : r.row_output_values) sig += fmt::format(", float v{}", id);
+  for (std::size_t k : r.row_outputs) sig += fmt::format(", float& m{}", k);
+  for (std::uint32_t id : r.row_output_nodes) body += fmt::format("  const float v{} = {};\n", id, spell_op(plan, id));
+  for (std::size_t k : r.row_outputs) body += fmt::format("  m{} = v{};\n", k, plan.outputs[k].value.id);
+  (void)g;
+  return fmt::format("__device__ __forceinline__ void {}_row_outputs({}) {{\n{}}}", plan.kernel_name, sig, body);
+}
+
+// The call after the stages, and one store a row by the row's first thread.
+std::string emit_row_outputs(const RowPlan& r) {
+  const KernelPlan& plan = *r.plan;
+  if (r.row_outputs.empty()) return "";  // (the template's text for forward chains is unchanged)
+  std::string s = "\n    {  // [M] outputs (Note [Per-row outputs])\n";
+  std::string call = fmt::format("{}_row_outputs(p", plan.kernel_name);
+  for (const TensorPlan& t : plan.inputs)
+    if (t.broadcast == Broadcast::col || t.broadcast == Broadcast::scalar) call += fmt::format(", {}_r", t.field);
+  for (std::uint32_t id : r.row_output_values) call += fmt::format(", v{}", id);
+  for (std::size_t k : r.row_outputs) {
+    s += fmt::format("      float m{}[1];\n", k);
+    call += fmt::format(", m{}[0]", k);
+  }
+  s += fmt::format("      {});\n      if (live && lane == 0) {{\n", call);
+  for (std::size_t k : r.row_outputs)
+    s += fmt::format("        ef_store_vec<{}, 1>(p.{} + row, m{});\n", storage_type_name(plan.outputs[k].dtype),
+                     plan.outputs[k].field, k);
+  s += "      }\n    }";
+  return s;
+}
+
+// Note [Column sums]: the [N] outputs. Each thread adds its columns' values
+// over its rows into cs[C][ITEMS][VEC] (the last stage); after the rows the
+// block's sums go into the tree of ef_col_sums_finish (common/row_reduce.cuh),
+// whose partial rows and counters are the family's workspace
+// (RowFamily::workspace): deterministic, no atomics on values.
+std::string emit_col_setup(const RowPlan& r) {
+  if (r.col_sums.empty()) return "";
+  return fmt::format(
+      "\n  float cs[{}][ITEMS][VEC];  // this thread's columns summed over its rows (Note [Column sums])\n"
+      "#pragma unroll\n  for (int k = 0; k < {}; ++k)\n#pragma unroll\n    for (int it = 0; it < ITEMS; ++it)\n"
+      "#pragma unroll\n      for (int j = 0; j < VEC; ++j) cs[k][it][j] = 0.0f;",
+      r.col_sums.size(), r.col_sums.size());
+}
+
+std::string emit_col_finish(const RowPlan& r) {
+  const KernelPlan& plan = *r.plan;
+  if (r.col_sums.empty()) return "";
+  const std::size_t c = r.col_sums.size();
+  std::string store;
+  for (std::size_t i = 0; i < c; ++i) {
+    const TensorPlan& t = plan.outputs[r.col_sums[i]];
+    store += fmt::format("    if (k == {}) ef_store_vec<{}, VEC>(p.{} + col, v);\n", i, storage_type_name(t.dtype), t.field);
+  }
+  const std::string col_of =
+      r.ring > 0 ? "    const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n    return c < chunk ? (long long)(col0 + c) : -1ll;\n"
+                 : "    const int c0 = (it * LANES + lane) * VEC;\n    return c0 < p.n ? (long long)c0 : -1ll;\n";
+  return fmt::format(
+      "\n  // The [N] outputs: the block's column sums, then the grid's tree (Note [Column sums]).\n"
+      "  __shared__ float col_buf[ROWS > 1 ? {0} * ITEMS * GROUP * VEC : 1];\n"
+      "  __shared__ unsigned col_flag;\n"
+      "  auto col_of = [&](int it) -> long long {{\n{1}  }};\n"
+      "  auto col_store = [&](int k, long long col, const float (&v)[VEC]) {{\n{2}  }};\n"
+      "  ef_col_sums_finish<{0}, ITEMS, VEC, THREADS, GROUP, {3}>(cs, col_buf, &col_flag, p.col_counters, p.col_partials, p.n,\n"
+      "      red.unit(), red.units(), {4}, CLUSTER, col_of, col_store);",
+      c, col_of, store, k_col_sum_fan_in, r.tile.cluster > 1 ? "(int)ef_row_cluster_rank()" : "0");
+}
+
 int alignment_needed(const RowPlan& r, const TensorPlan& t) {
-  if (r.vec == 1 || t.broadcast == Broadcast::col || t.broadcast == Broadcast::scalar) return 0;
+  const Broadcast b = output_class(*r.plan, t);  // an output's class is its value's
+  if (r.vec == 1 || b == Broadcast::col || b == Broadcast::scalar) return 0;
   return static_cast<int>(std::min<std::size_t>(16, r.vec * size_of(t.dtype)));
 }
 
@@ -357,6 +446,7 @@ KernelSource emit_row(const RowPlan& r) {
     stage_functions += stage_function(r, s) + "\n\n";
     stages += emit_stage(r, s) + "\n";
   }
+  if (!r.row_outputs.empty()) stage_functions += row_output_function(r) + "\n\n";
   stage_functions.resize(stage_functions.size() - 2);
   stages.pop_back();
   std::string ring_setup, ring_issue;
@@ -411,6 +501,9 @@ KernelSource emit_row(const RowPlan& r) {
       {"stage_count", std::to_string(r.stages.size())},
       {"row_start", emit_row_start(r)},
       {"stages", stages},
+      {"row_outputs", emit_row_outputs(r)},
+      {"col_setup", emit_col_setup(r)},
+      {"col_finish", emit_col_finish(r)},
   };
   layout.finish(ks);
   ks.text = render_template(embedded_template("row.cu.in"), vars, "row.cu.in");

@@ -3,6 +3,7 @@
 // `kr` tiles, where in the ring's bytes (Note [Kept values in the ring]).
 // emit_row.cpp turns the plan into source.
 #include <algorithm>
+#include <optional>
 
 #include "codegen/row/row.hpp"
 #include "epifuse/errors.hpp"
@@ -45,8 +46,17 @@ struct StageCut {
 
 std::vector<StageCut> cut_stages(const Graph& g, bool keep) {
   const std::vector<int> level = levels(g);
+  // The last stage computes the [M,N] outputs and the operands of the [N]
+  // ones (col_sums); [M] outputs are per-row values (Note [Per-row outputs]).
+  auto stage_target = [&](const Output& o) -> std::optional<Value> {
+    const Node& n = g.node(o.value);
+    if (n.broadcast == Broadcast::full) return o.value;
+    if (n.kind == NodeKind::op && n.op == OpKind::col_sum) return n.args[0];
+    return std::nullopt;
+  };
   int last = 0;
-  for (const Output& o : g.outputs()) last = std::max(last, level[o.value.id]);
+  for (const Output& o : g.outputs())
+    if (const auto t = stage_target(o)) last = std::max(last, level[t->id]);
   for (std::size_t i = 0; i < g.nodes().size(); ++i) last = std::max(last, level[i] - 1);
   std::vector<int> computed_in(g.nodes().size(), -1);
   std::vector<StageCut> cuts;
@@ -61,7 +71,8 @@ std::vector<StageCut> cut_stages(const Graph& g, bool keep) {
       }
     }
     if (s == last)
-      for (const Output& o : g.outputs()) targets.push_back(o.value);
+      for (const Output& o : g.outputs())
+        if (const auto t = stage_target(o)) targets.push_back(*t);
     // Everything the targets need, stopping at reductions (per-row scalars
     // here) and, with keep, at what an earlier stage computed.
     st.need.assign(g.nodes().size(), false);
@@ -112,6 +123,9 @@ RowStage plan_stage(const KernelPlan& plan, const StageCut& cut, bool last) {
   }
   for (std::size_t k = 0; k < plan.inputs.size(); ++k)
     if (cut.need[plan.inputs[k].value.id]) st.inputs.push_back(k);
+  if (last)
+    for (std::size_t k = 0; k < plan.outputs.size(); ++k)
+      if (output_class(plan, plan.outputs[k]) == Broadcast::row) st.col_sums.push_back(k);
   return st;
 }
 
@@ -168,7 +182,82 @@ std::vector<std::pair<std::uint32_t, int>> plan_ring_slots(const Graph& g, int v
   return slots;
 }
 
+// Note [Per-row outputs]: an [M] output (class `col`: a forward's saved row
+// max and sum, a norm's mean and rstd) is a row reduction or an op on per-row
+// values (reductions, [M] and scalar inputs). Every reduction is done before
+// the last stage, so after the stages one thread of the row computes the
+// output's ops from the reductions (a function of its own, emit_row.cpp) and
+// stores it: one store a row.
+void plan_row_outputs(const Graph& g, const KernelPlan& plan, RowPlan& r) {
+  std::vector<bool> need(g.nodes().size(), false);
+  std::vector<std::uint32_t> work;
+  for (std::size_t k : r.row_outputs) work.push_back(plan.outputs[k].value.id);
+  while (!work.empty()) {
+    const std::uint32_t id = work.back();
+    work.pop_back();
+    if (need[id]) continue;
+    need[id] = true;
+    const Node& n = g.nodes()[id];
+    if (n.kind != NodeKind::op || is_row_reduction(n.op)) continue;
+    for (Value a : n.args) work.push_back(a.id);
+  }
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (!need[i] || n.kind != NodeKind::op) continue;
+    (is_row_reduction(n.op) ? r.row_output_values : r.row_output_nodes).push_back(static_cast<std::uint32_t>(i));
+  }
+}
+
 }  // namespace
+
+bool row_col_sums(const KernelSpec& spec) {
+  const Graph& g = spec.graph;
+  std::vector<bool> read(g.nodes().size(), false);
+  for (const Node& n : g.nodes())
+    if (n.kind == NodeKind::op)
+      for (Value a : n.args) read[a.id] = true;
+  bool sums = false;
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.kind != NodeKind::op || !is_col_reduction(n.op)) continue;
+    EPIFUSE_CHECK(!read[i],
+                  "col_sum{}: the row family writes a column sum as an [N] output only, not as an operand of another op "
+                  "(it is complete only after every row); the CPU reference runs it (epifuse run --device cpu)",
+                  n.name.empty() ? "" : fmt::format(" '{}'", n.name));
+  }
+  for (const Output& o : g.outputs()) {
+    const Node& n = g.node(o.value);
+    if (n.broadcast == Broadcast::row) {
+      EPIFUSE_CHECK(n.kind == NodeKind::op && n.op == OpKind::col_sum,
+                    "output '{}' is an [N] value that is not a col_sum: the row family writes [N] outputs that sum a "
+                    "full value's columns only; the CPU reference writes it (epifuse run --device cpu)",
+                    o.name);
+      sums = true;
+    }
+    EPIFUSE_CHECK(n.broadcast != Broadcast::col || n.kind == NodeKind::op,
+                  "output '{}' is an [M] input passed through: the row family writes [M] outputs computed from row "
+                  "reductions; copy the input instead",
+                  o.name);
+  }
+  return sums;
+}
+
+std::int64_t col_sum_units(const RowTile& resolved, const Shape& shape) {
+  // The grid's bound (geometry caps the persistent grid with it): the blocks
+  // of 160 multiprocessors of 2048 threads, more than an H100 or H200 (132)
+  // holds at once. A larger GPU runs the same kernel on fewer blocks.
+  const std::int64_t rows_per_block = resolved.threads / resolved.group_threads();
+  const std::int64_t work = std::max<std::int64_t>(1, (shape.m + rows_per_block - 1) / rows_per_block);
+  const std::int64_t resident = std::int64_t{160} * std::max(1, 2048 / resolved.threads) / resolved.cluster;
+  return std::max<std::int64_t>(1, std::min(work, resident));
+}
+
+std::int64_t col_sum_counters(std::int64_t units) {
+  std::int64_t total = 0;
+  for (std::int64_t n = units; n > 1; n = (n + k_col_sum_fan_in - 1) / k_col_sum_fan_in)
+    total += (n + k_col_sum_fan_in - 1) / k_col_sum_fan_in;
+  return std::max<std::int64_t>(total, 1);
+}
 
 int ring_slot(const RowPlan& r, std::uint32_t id) {
   for (const auto& [node, slot] : r.ring_slots)
@@ -189,8 +278,15 @@ RowPlan plan_row(const KernelPlan& plan) {
   r.plan = &plan;
   r.tile = std::get<RowTile>(plan.tile);
   const Graph& g = plan.spec->graph;
-  for (const TensorPlan& t : plan.outputs)
-    EPIFUSE_ASSERT(t.broadcast == Broadcast::full, "output '{}' is not [M,N]: the builder refuses that", t.binding);
+  const bool sums = row_col_sums(*plan.spec);  // UserError for what the family does not generate
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
+    const Broadcast b = output_class(plan, plan.outputs[k]);
+    EPIFUSE_ASSERT(b != Broadcast::scalar, "output '{}' is a scalar: the builder refuses that", plan.outputs[k].binding);
+    if (b == Broadcast::col) r.row_outputs.push_back(k);
+    if (b == Broadcast::row) r.col_sums.push_back(k);
+  }
+  EPIFUSE_ASSERT(sums == !r.col_sums.empty(), "row_col_sums and the plan's [N] outputs disagree");
+  plan_row_outputs(g, plan, r);
   // The general path (a misaligned pointer) reads element by element.
   r.vec = plan.path == KernelPath::general ? 1 : r.tile.vec;
   r.vector_only = r.vec > 1;
@@ -198,6 +294,13 @@ RowPlan plan_row(const KernelPlan& plan) {
   // A ring tile's general path (vectors of one element) streams the row instead.
   r.ring = plan.path == KernelPath::general ? 0 : r.tile.ring;
   r.in_registers = r.tile.regs > 0 && r.tile.ring == 0;
+  // Column sums accumulate in ITEMS x VEC registers a thread: a ring tile's
+  // general path reads its row into registers instead of streaming it.
+  if (!r.col_sums.empty() && r.ring == 0 && r.tile.regs > 0) r.in_registers = true;
+  EPIFUSE_CHECK(r.col_sums.empty() || r.in_registers || r.ring > 0,
+                "row tile {}: a streaming tile (x0) cannot sum columns; the [N] outputs need a tile that holds the row "
+                "(registers, a ring or a cluster)",
+                r.tile.str());
   r.keep = r.tile.keep && (r.in_registers || r.ring > 0);
   const std::vector<StageCut> cuts = cut_stages(g, r.keep);
   for (std::size_t s = 0; s < cuts.size(); ++s) r.stages.push_back(plan_stage(plan, cuts[s], s + 1 == cuts.size()));

@@ -24,7 +24,8 @@ struct RowStage {
   std::vector<std::uint32_t> nodes;     // op nodes it computes, in graph order
   std::vector<std::uint32_t> kept_in;   // op nodes an earlier stage computed, read from their arrays (keep)
   std::vector<std::uint32_t> kept_out;  // op nodes it computes that a later stage reads (keep)
-  bool outputs = false;                 // the last stage: it writes the graph's outputs
+  bool outputs = false;                 // the last stage: it writes the graph's [M,N] outputs
+  std::vector<std::size_t> col_sums;    // plan.outputs indices of the [N] outputs whose operands it adds up
 };
 
 /// The family's own decisions, on top of the generic plan.
@@ -42,7 +43,21 @@ struct RowPlan {
   /// Kept values that live in the ring's own bytes instead of registers, as
   /// (node, slot) (Note [Kept values in the ring]); empty: kept in registers.
   std::vector<std::pair<std::uint32_t, int>> ring_slots;
+  /// [M] outputs (a row reduction or an op on per-row values: a forward's
+  /// saved statistics), stored once a row after the stages, and the op nodes
+  /// of class `col` that compute them, in graph order (Note [Per-row outputs]).
+  std::vector<std::size_t> row_outputs;
+  std::vector<std::uint32_t> row_output_nodes;
+  std::vector<std::uint32_t> row_output_values;  // the reductions they read
+  /// [N] outputs, each a col_sum of a full value (Note [Column sums]).
+  std::vector<std::size_t> col_sums;
 };
+
+/// An input's broadcast, or an output's class: its value's (the plan's
+/// output TensorPlans say full for every output).
+inline Broadcast output_class(const KernelPlan& plan, const TensorPlan& t) {
+  return plan.spec->graph.node(t.value).broadcast;
+}
 
 /// The row family's answer to family_for: whether a spec's graph has a row reduction.
 bool has_row_reduction(const KernelSpec& spec);
@@ -60,6 +75,21 @@ RowTile resolve_row_tile(const KernelSpec& spec, const Shape& shape, RowTile til
 std::string_view row_shape_class(const KernelSpec& spec, const RowTile& resolved, const Shape& shape);
 /// Dynamic shared memory of a resolved ring tile (0 without a ring).
 std::int64_t ring_bytes(const KernelSpec& spec, const RowTile& resolved);
+
+/// The [N] outputs' column sums (Note [Column sums]): the arity of the tree
+/// over the grid's partial sums, and the grid's bound for a kernel that has
+/// them (its workspace holds a partial row of N per row unit).
+// 16: a node's last child reads 15 partial rows (its own columns of them);
+// three levels for up to 4,096 units.
+inline constexpr int k_col_sum_fan_in = 16;
+/// Whether the spec has [N] outputs (col_sums); UserError for column sums
+/// the family does not generate (a col_sum read by an op, an [N] output that
+/// is not a col_sum) and [M] outputs that are not per-row values.
+bool row_col_sums(const KernelSpec& spec);
+/// Row units (blocks, or clusters) a column-sum kernel's grid may have at most.
+std::int64_t col_sum_units(const RowTile& resolved, const Shape& shape);
+/// Counters of the column-sum tree for `units` row units, per cluster rank.
+std::int64_t col_sum_counters(std::int64_t units);
 
 /// The ring slot of kept value `id` (RowPlan::ring_slots), or -1 (registers).
 int ring_slot(const RowPlan& r, std::uint32_t id);

@@ -13,8 +13,6 @@
 
 namespace epifuse {
 
-void check_no_column_sums(const KernelSpec& spec, std::string_view family);  // families.cpp
-
 namespace {
 
 // Floats of full inputs a thread may hold for the row-in-registers kernel:
@@ -53,7 +51,7 @@ class RowFamily final : public KernelFamily {
   bool by_kind() const override { return false; }
 
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
-                          std::string_view target, const DeviceInfo&) const override {
+                          std::string_view target, const DeviceInfo& device) const override {
     RowTile tile;
     if (requested) {
       const auto* t = std::get_if<RowTile>(&*requested);
@@ -89,6 +87,14 @@ class RowFamily final : public KernelFamily {
     EPIFUSE_CHECK(tile.keep != 2 || tile.ring > 0, "row tile {}: kr keeps values in a ring's bytes; it needs a ring (s)",
                   tile.str());
     const RowTile resolved = resolve_row_tile(spec, shape, tile);
+    if (!requested && resolved.regs == 0 && row_col_sums(spec)) {
+      // The default streams this row, which cannot sum columns: the first
+      // candidate instead (all of them hold the row).
+      const std::vector<TileConfig> candidates = tile_candidates(spec, shape, target, device);
+      EPIFUSE_CHECK(!candidates.empty(), "no row tile holds rows of N = {} for column sums on {}; the CPU reference runs "
+                    "them (epifuse run --device cpu)", shape.n, target.empty() ? "this target" : target);
+      return resolve_tile(spec, shape, candidates.front(), target, device);
+    }
     EPIFUSE_CHECK(resolved.keep == 0 || resolved.regs > 0,
                   "row tile {}: keep (k) holds a stage's values in registers beside the row; a streaming tile (x0) "
                   "has no room for them",
@@ -109,6 +115,10 @@ class RowFamily final : public KernelFamily {
                   resolved.str(), resolved.cluster, resolved.vec, shape.n);
     EPIFUSE_CHECK(resolved.ring == 0 || resolved.regs > 0,
                   "row tile {}: N = {} needs more than 32 vectors a thread in this ring; use more threads or a cluster",
+                  resolved.str(), shape.n);
+    EPIFUSE_CHECK(resolved.regs > 0 || !row_col_sums(spec),
+                  "row tile {}: N = {} streams on this tile (x0), which cannot sum columns; the [N] outputs need a tile "
+                  "that holds the row: more regs, a ring (s) or a cluster (c)",
                   resolved.str(), shape.n);
     EPIFUSE_CHECK(ring_vectors_fit(spec, resolved),
                   "row tile {}: a ring copies 16-byte pieces; N = {} needs a vector of 16 bytes of every [M,N] input",
@@ -149,6 +159,9 @@ class RowFamily final : public KernelFamily {
             rings.push_back(RowTile{t, 0, -1, stages > 1 ? 1 : 0, 0, c, stages});
     // Keep (k) variants where a later stage uses a value an earlier one computes.
     const bool keeps = row_keeps_values(spec.graph);
+    // Column sums need the row in registers or a ring, and a persistent grid
+    // (geometry: a partial row per unit, Note [Column sums]).
+    const bool sums = row_col_sums(spec);
     std::vector<TileConfig> out;
     std::vector<RowTile> seen;
     for (const RowTile& b : base) {
@@ -156,12 +169,14 @@ class RowFamily final : public KernelFamily {
       // Only the two streaming tiles stream: a register tile that resolved to
       // streaming (the row is too long for it) would repeat them.
       if (r.regs == 0 && b.regs != 0) continue;
+      if (r.regs == 0 && sums) continue;
       // A group or cluster that half the row would keep busy leaves threads
       // idle: the narrower one is also a candidate.
       if ((b.group > 0 || b.cluster > 1) && std::int64_t{b.row_threads()} * r.vec >= 2 * shape.n) continue;
       for (int keep : {0, 1}) {
         if (keep && (r.regs == 0 || !keeps)) continue;
         for (int persistent : {1, 0}) {
+          if (sums && persistent == 0) continue;
           RowTile t = r;
           t.persistent = persistent;
           t.keep = keep;
@@ -178,9 +193,13 @@ class RowFamily final : public KernelFamily {
       if (chunk < std::int64_t{b.threads} * r.vec || r.regs == 0) continue;  // idle threads, or over 32 vectors a thread
       if (ring_bytes(spec, r) > 200 * 1024) continue;
       if (b.cluster > 1 && ring_bytes(spec, r) * b.cluster / b.ring <= 64 * 1024) continue;  // one block holds it
-      out.push_back(r);
+      RowTile rp = r;
+      if (sums) rp.persistent = 1;
+      if (sums && std::find_if(out.begin(), out.end(), [&](const TileConfig& t) { return t == TileConfig{rp}; }) != out.end())
+        continue;
+      out.push_back(rp);
       if (keeps) {
-        RowTile k = r;
+        RowTile k = rp;
         k.keep = 1;
         out.push_back(k);
         k.keep = 2;
@@ -191,7 +210,6 @@ class RowFamily final : public KernelFamily {
   }
 
   KernelSource emit(KernelPlan& plan) const override {
-    check_no_column_sums(*plan.spec, "row");
     plan.shape_class = shape_class(*plan.spec, plan.tile, plan.shape);
     const RowPlan r = plan_row(plan);
     plan.kernel_name = kernel_name(plan);
@@ -206,11 +224,31 @@ class RowFamily final : public KernelFamily {
     g.shared_bytes = static_cast<unsigned>(source.shared_bytes);
     const std::int64_t rows_per_block = tile.threads / tile.group_threads();
     const std::int64_t blocks = (shape.m + rows_per_block - 1) / rows_per_block * tile.cluster;
-    if (tile.persistent)
+    if (has_col_sums(source))  // a persistent grid of at most the units the workspace holds (Note [Column sums])
+      g.persistent_work = std::min(blocks, col_sum_units(tile, shape) * tile.cluster);
+    else if (tile.persistent)
       g.persistent_work = blocks;
     else  // the kernel's loop takes the rows beyond the grid's limit
       g.grid[0] = static_cast<unsigned>(std::min<std::int64_t>(blocks, 0x7fffffff / tile.cluster * tile.cluster));
     return g;
+  }
+
+  // Note [Column sums]: the tree's counters (zeroed, left zero) and a partial
+  // row of N floats per row unit and [N] output.
+  WorkspaceNeeds workspace(const KernelSource& source, const Shape& shape) const override {
+    if (!has_col_sums(source)) return {};
+    const auto& tile = std::get<RowTile>(source.tile);
+    const std::int64_t units = col_sum_units(tile, shape);
+    WorkspaceNeeds w;
+    w.zeroed = static_cast<std::size_t>(col_sum_counters(units) * tile.cluster) * sizeof(unsigned);
+    w.scratch = static_cast<std::size_t>(units) * static_cast<std::size_t>(shape.n) * source.outputs.size() * sizeof(float);
+    return w;
+  }
+
+ private:
+  static bool has_col_sums(const KernelSource& source) {
+    return std::any_of(source.params.begin(), source.params.end(),
+                       [](const ParamField& f) { return f.role == ParamRole::workspace; });
   }
 };
 

@@ -1,0 +1,98 @@
+// The row family's [M] outputs and column sums without a GPU: the backward
+// examples (examples/backward) load, run on the reference and emit; the
+// emitted text has one per-row store and the column tree; the workspace holds
+// the tree's counters and partial rows; what the family does not generate is
+// a UserError.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "../gpu/row_backward_specs.hpp"
+#include "codegen/family.hpp"
+#include "epifuse/codegen.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/json.hpp"
+#include "epifuse/reference.hpp"
+
+using namespace epifuse;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool has(const std::string& text, std::string_view what) { return text.find(what) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("row backward: every example in examples/backward loads, runs on the reference and emits") {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(EPIFUSE_SOURCE_DIR) / "examples" / "backward")) {
+    if (entry.path().extension() != ".json") continue;
+    INFO(entry.path().filename().string());
+    const KernelSpec spec = load_spec(entry.path());
+    const Shape small{16, 256, 0};
+    const TensorMap out = evaluate(spec, small, make_inputs(spec, small, 11), {});
+    CHECK(out.size() == spec.graph.outputs().size());
+    const KernelSource ks = emit_kernel(spec, Shape{4096, 4096, 0}, std::nullopt, KernelPath::fastest, "sm_90a");
+    CHECK(has(ks.text, "extern \"C\" __global__"));
+    ++count;
+  }
+  CHECK(count == 7);
+}
+
+TEST_CASE("row backward: [M] outputs are stored once a row, [N] outputs through the column tree") {
+  using namespace epifuse::testing;
+  const Shape shape{4096, 4096, 0};
+  const KernelSource fwd = emit_kernel(layernorm_forward_stats_spec(DType::bf16, 1e-5), shape, std::nullopt,
+                                       KernelPath::fastest, "sm_90a");
+  CHECK(has(fwd.text, "_row_outputs("));
+  CHECK(has(fwd.text, "if (live && lane == 0)"));
+  CHECK_FALSE(has(fwd.text, "ef_col_sums_finish<"));
+  CHECK(family_for(layernorm_forward_stats_spec(DType::bf16, 1e-5)).workspace(fwd, shape).scratch == 0);
+
+  const KernelSpec ln = layernorm_backward_spec(DType::bf16);
+  const KernelSource bwd = emit_kernel(ln, shape, std::nullopt, KernelPath::fastest, "sm_90a");
+  CHECK(has(bwd.text, "ef_col_sums_finish<2,"));
+  CHECK(has(bwd.text, "cs[0][it][j] += c"));
+  CHECK(has(bwd.text, "cs[1][it][j] += c"));
+  CHECK(has(bwd.text, "unsigned* col_counters"));
+  CHECK_FALSE(has(bwd.text, "_row_outputs("));
+  // The default tile: 256 threads a row, a persistent grid of at most 160 x 8 blocks.
+  const WorkspaceNeeds w = family_for(ln).workspace(bwd, shape);
+  CHECK(w.zeroed == 86 * sizeof(unsigned));  // 80 + 5 + 1 tree nodes above the blocks (fan-in 16)
+  CHECK(w.scratch == std::size_t{1280} * 4096 * 3 * sizeof(float));  // a row per block and output (3: the bound)
+  CHECK(family_for(ln).geometry(bwd, shape, 132).persistent_work == 1280);
+
+  // Cluster ranks have trees of their own.
+  const KernelSource cl = emit_kernel(ln, Shape{64, 65536, 0}, RowTile{512, 0, -1, 1, 0, 8}, KernelPath::fastest, "sm_90a");
+  CHECK(has(cl.text, "(int)ef_row_cluster_rank(), CLUSTER"));
+  CHECK(family_for(ln).workspace(cl, Shape{64, 65536, 0}).zeroed == 5 * 8 * sizeof(unsigned));  // 4 + 1 nodes a rank
+}
+
+TEST_CASE("row backward: column sums the row family does not generate are user errors") {
+  using namespace epifuse::testing;
+  const Shape shape{64, 1024, 0};
+  {  // a col_sum read by another op
+    KernelSpec s;
+    Graph& g = s.graph;
+    const Value x = g.input("x", DType::f32);
+    const Value cs = g.col_sum(g.mul(x, x));
+    g.output("y", g.mul(g.div(x, g.row_sum(x)), cs), DType::f32);
+    CHECK_THROWS_WITH_AS(emit_kernel(s, shape), doctest::Contains("not as an operand of another op"), UserError);
+  }
+  {  // an [N] output that is not a col_sum
+    KernelSpec s;
+    Graph& g = s.graph;
+    const Value x = g.input("x", DType::f32), w = g.input("w", DType::f32, Broadcast::row);
+    g.output("y", g.div(x, g.row_sum(x)), DType::f32);
+    g.output("w2", g.mul(w, w), DType::f32);
+    CHECK_THROWS_WITH_AS(emit_kernel(s, shape), doctest::Contains("not a col_sum"), UserError);
+  }
+  // A streaming tile holds no column of the row.
+  CHECK_THROWS_WITH_AS(emit_kernel(layernorm_backward_spec(DType::f32), shape, RowTile{256, 0, 0, 1}),
+                       doctest::Contains("cannot sum columns"), UserError);
+  for (const TileConfig& t : tile_candidates(layernorm_backward_spec(DType::f32), Shape{8, 262144, 0}, "sm_90a")) {
+    const RowTile& r = std::get<RowTile>(t);
+    CHECK(r.regs > 0);
+    CHECK(r.persistent == 1);
+  }
+}
