@@ -3,6 +3,8 @@
 // and the reference (src/reference): it checks inputs and lays out operands as
 // the reference does, so that both reject bad inputs alike, and the runtime
 // itself stays free of the reference evaluator (docs/architecture.md).
+#include <algorithm>
+
 #include "backend/device_runtime.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
@@ -18,7 +20,8 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
   check_inputs(spec, shape, inputs);  // the reference evaluator's checks: both fail alike
   if (shape.m == 0 || shape.n == 0) {  // an empty result: no kernel, no device memory
     TensorMap empty;
-    for (const Output& o : spec.graph.outputs()) empty.emplace(o.name, HostTensor::zeros(o.dtype, {shape.m, shape.n}));
+    for (const Output& o : spec.graph.outputs())
+      empty.emplace(o.name, HostTensor::zeros(o.dtype, operand_shape(spec.graph.node(o.value).broadcast, shape)));
     return empty;
   }
   auto kernel = jit.compile(spec, shape, tile);
@@ -42,7 +45,10 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
   TensorMap outputs;
   const auto& outs = spec.graph.outputs();
   for (std::size_t k = 0; k < ks.outputs.size(); ++k) {
-    HostTensor t = HostTensor::zeros(outs[k].dtype, {shape.m, shape.n});
+    // By name: an [M,N], [N] (a column sum) or [M] (a per-row statistic) output.
+    const auto o = std::find_if(outs.begin(), outs.end(), [&](const Output& x) { return x.name == ks.outputs[k]; });
+    EPIFUSE_ASSERT(o != outs.end(), "kernel output '{}' is not an output of the spec", ks.outputs[k]);
+    HostTensor t = HostTensor::zeros(o->dtype, operand_shape(spec.graph.node(o->value).broadcast, shape));
     const std::uint64_t ptr = place(t.bytes.size(), size_of(t.dtype));
     drv.memset8(ptr, 0xFF, t.bytes.size());  // poison: every bit set is NaN in all dtypes
     bindings.outputs.push_back(ptr);

@@ -134,8 +134,7 @@ TensorMap magnitudes(const TensorMap& inputs) {
   return out;
 }
 
-// Against the reference. run_on_device returns every output as [M,N]
-// storage, of which an [M] or [N] output fills the first M or N values. An
+// Against the reference; run_on_device returns each output in its shape. An
 // [M,N] or [M] output within the dtype's tolerance plus, for the [M,N] ones
 // of a case with `magnitude`, 1e-6 of its terms' magnitude (a gradient
 // cancels: an FMA's rounding or expf's last bit is relative to its terms, and
@@ -156,6 +155,7 @@ TensorMap check_sums(Jit& jit, const RowCase& rc, const Shape& shape, std::uint6
     const Broadcast b = spec.graph.node(o.value).broadcast;
     const HostTensor& g = got.at(o.name);
     const HostTensor& w = want.at(o.name);
+    REQUIRE(g.shape == w.shape);
     const Tolerance tol = tolerance_for(o.dtype, spec.precision);
     std::int64_t bad = 0, checked = 0;
     for (std::int64_t i = 0; i < w.numel(); ++i) {
