@@ -19,13 +19,15 @@ struct GradOptions {
 /// One tensor the forward saves for the backward.
 struct SavedTensor {
   std::string name;         ///< output of `forward`, input of `backward`
-  std::string kind;         ///< "pre-activation" ([M,N], the outputs' dtype) or "row statistic" ([M], f32)
+  /// "pre-activation" ([M,N], the outputs' dtype), "row statistic" ([M], f32),
+  /// or "output": one of the forward's own outputs, read back (not an extra output)
+  std::string kind;
   std::string of;           ///< what it holds: the forward value's name or its op
 };
 
 struct GradResult {
-  /// The spec given, with the saved tensors appended to its outputs (its own
-  /// outputs first, unchanged).
+  /// The spec given, with the saved tensors (but not the "output" ones) appended
+  /// to its outputs (its own outputs first, unchanged).
   KernelSpec forward;
   /// An elementwise spec with the forward's shape [M,N]. Inputs: `d<y>` for
   /// each output y of the spec given (y's dtype, full), the saved tensors,

@@ -49,10 +49,18 @@ namespace {
 // exactly 0 and no rule is needed (the generic one would be a row reduction
 // of terms that cancel). Found by the composites' exact shape
 // (Graph::softmax, Graph::log_softmax) with no other user of their parts.
+// A softmax or log_softmax found: its result node and its operand.
+struct Composite {
+  enum Kind : std::uint8_t { none, softmax, log_softmax } kind = none;
+  std::uint32_t x = 0;
+};
+
 std::vector<bool> stabilizing_maxima(const Graph& g, const std::vector<int>& users,
-                                     const std::vector<std::vector<std::uint32_t>>& user_list) {
+                                     const std::vector<std::vector<std::uint32_t>>& user_list,
+                                     std::vector<Composite>& roots) {
   const auto& nodes = g.nodes();
   std::vector<bool> out(nodes.size(), false);
+  roots.assign(nodes.size(), Composite{});
   auto is = [&](std::uint32_t i, OpKind op) { return nodes[i].kind == NodeKind::op && nodes[i].op == op; };
   auto only_user = [&](std::uint32_t i) -> std::optional<std::uint32_t> {
     if (users[i] != 1 || user_list[i].size() != 1) return std::nullopt;
@@ -70,8 +78,10 @@ std::vector<bool> stabilizing_maxima(const Graph& g, const std::vector<int>& use
       const std::uint32_t y = S == eu[0] ? eu[1] : eu[0];
       auto sy = only_user(S);
       if (is(S, OpKind::row_sum) && is(y, OpKind::div) && nodes[y].args[0].id == *e && nodes[y].args[1].id == S &&
-          sy && *sy == y)
+          sy && *sy == y) {
         out[m] = true;
+        roots[y] = {Composite::softmax, x};
+      }
       continue;
     }
     // log_softmax: e = exp(s), S = row_sum(e), l = log(S), y = s - l.
@@ -85,7 +95,10 @@ std::vector<bool> stabilizing_maxima(const Graph& g, const std::vector<int>& use
     auto l = only_user(*S);
     if (!l || !is(*l, OpKind::log) || nodes[y].args[1].id != *l) continue;
     auto ly = only_user(*l);
-    if (ly && *ly == y) out[m] = true;
+    if (ly && *ly == y) {
+      out[m] = true;
+      roots[y] = {Composite::log_softmax, x};
+    }
   }
   return out;
 }
@@ -103,7 +116,7 @@ class Differentiator {
           user_list_[a.id].push_back(i);
       }
     for (const Output& o : g_.outputs()) ++users_[o.value.id];
-    stabilizing_ = stabilizing_maxima(g_, users_, user_list_);
+    stabilizing_ = stabilizing_maxima(g_, users_, user_list_, composites_);
     choose_wrt(options);
     mark_active();
   }
@@ -147,7 +160,7 @@ class Differentiator {
       r.wrt.push_back(shown);
     }
     for (const auto& s : saved_) {
-      r.forward.graph.output(s.name, s.forward_value, s.dtype);
+      if (s.kind != "output") r.forward.graph.output(s.name, s.forward_value, s.dtype);
       r.saved.push_back({s.name, s.kind, s.of});
     }
     verify(out_);
@@ -336,7 +349,12 @@ class Differentiator {
     if (value_[i].valid()) return value_[i];
     const Node& n = g_.nodes()[i];
     Value v;
-    if (n.kind == NodeKind::input) {
+    const Output* out = full_output_of(i);
+    if (out && n.kind == NodeKind::op && !is_row_reduction(n.op)) {
+      // The forward's own output (rounded to its dtype, as PyTorch's saved
+      // results are): read, not recomputed or saved again.
+      v = read_output(i, *out);
+    } else if (n.kind == NodeKind::input) {
       v = b().find(n.name);
       if (!v.valid()) v = b().input(n.name, n.dtype, n.broadcast);
     } else if (n.kind == NodeKind::accumulator || (depends_on_accumulator(i) && !is_row_reduction(n.op))) {
@@ -354,9 +372,42 @@ class Differentiator {
 
   Value mul(Value a, Value c) { return b().mul(a, c); }
 
+  // The first output storing node i as an [M,N] value, if any.
+  const Output* full_output_of(std::uint32_t i) const {
+    for (const Output& o : g_.outputs())
+      if (o.value.id == i && g_.node(o.value).broadcast == Broadcast::full) return &o;
+    return nullptr;
+  }
+
+  Value read_output(std::uint32_t i, const Output& o) {
+    std::string name = o.name;
+    auto taken = [&](const std::string& x) {
+      const Value f = g_.find(x);
+      return (f.valid() && g_.node(f).kind == NodeKind::input) || b().find(x).valid();
+    };
+    for (int k = 1; taken(name); ++k) name = fmt::format("{}_out{}", o.name, k == 1 ? "" : std::to_string(k));
+    EPIFUSE_CHECK(name.size() <= limits::k_max_name_length, "grad: output '{}' would be read as '{}', longer than {} characters",
+                  o.name, names::excerpt(name), limits::k_max_name_length);
+    saved_.push_back({name, "output", value_label(i), Value{}, o.dtype});
+    return b().input(name, o.dtype, Broadcast::full);
+  }
+
   // The chain rule at node i: `d` is its adjoint, reduced to its shape class.
   void propagate(std::uint32_t i, Value d) {
     const Node& n = g_.nodes()[i];
+    // Note [Softmax's closed form]: y (d - row_sum(d y)) and d - exp(y) row_sum(d),
+    // read from y, which is often an output the backward has anyway, instead of
+    // the chain rule through exp, row_sum and div (four more values and the
+    // forward's row sum and max to rebuild them).
+    if (const Composite& c = composites_[i]; c.kind != Composite::none) {
+      Graph& B = b();
+      const Value y = fwd(i);
+      if (c.kind == Composite::softmax)
+        contribute(c.x, mul(y, B.sub(d, B.row_sum(mul(d, y)))));
+      else
+        contribute(c.x, B.sub(d, mul(B.exp(y), B.row_sum(d))));
+      return;
+    }
     const std::uint32_t a = n.args[0].id;
     const std::uint32_t c = n.args.size() > 1 ? n.args[1].id : a;
     Graph& B = b();
@@ -468,6 +519,7 @@ class Differentiator {
   std::vector<int> users_;
   std::vector<std::vector<std::uint32_t>> user_list_;
   std::vector<bool> stabilizing_, active_;
+  std::vector<Composite> composites_;  // by result node
   std::optional<std::vector<bool>> acc_dep_;
   std::vector<std::uint32_t> wrt_;
   std::vector<Value> value_;

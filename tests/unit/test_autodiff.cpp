@@ -158,15 +158,22 @@ TEST_CASE("what the forward saves: GEMM pre-activations, per-row statistics, not
   CHECK(aux.name == gr.saved[0].name);
   CHECK(aux.dtype == gemm.graph.outputs().front().dtype);
   CHECK(gr.wrt.front() == "acc");
-  // Softmax: the row max and the row sum, [M] in f32.
-  const GradResult sm = grad(load_spec(dir / "softmax.json"));
-  REQUIRE(sm.saved.size() == 2);
-  for (const auto& s : sm.saved) {
+  // Softmax: its output, read back (y (dy - row_sum(dy y))): nothing extra is written.
+  const KernelSpec softmax = load_spec(dir / "softmax.json");
+  const GradResult sm = grad(softmax);
+  REQUIRE(sm.saved.size() == 1);
+  CHECK(sm.saved[0].kind == "output");
+  CHECK(sm.saved[0].name == softmax.graph.outputs().front().name);
+  CHECK(sm.forward.graph.outputs().size() == softmax.graph.outputs().size());
+  // A norm: its mean and variance, [M] in f32.
+  const GradResult ln = grad(load_spec(dir / "layernorm.json"));
+  REQUIRE(ln.saved.size() == 2);
+  for (const auto& s : ln.saved) {
     CHECK(s.kind == "row statistic");
-    const Output& o = *std::find_if(sm.forward.graph.outputs().begin(), sm.forward.graph.outputs().end(),
+    const Output& o = *std::find_if(ln.forward.graph.outputs().begin(), ln.forward.graph.outputs().end(),
                                     [&](const Output& x) { return x.name == s.name; });
     CHECK(o.dtype == DType::f32);
-    CHECK(sm.forward.graph.node(o.value).broadcast == Broadcast::col);
+    CHECK(ln.forward.graph.node(o.value).broadcast == Broadcast::col);
   }
   // The backward is an ordinary spec: it round-trips through JSON.
   CHECK(signature(spec_from_json(spec_to_json(gr.backward))) == signature(gr.backward));
