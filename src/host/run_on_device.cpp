@@ -18,7 +18,8 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
   check_inputs(spec, shape, inputs);  // the reference evaluator's checks: both fail alike
   if (shape.m == 0 || shape.n == 0) {  // an empty result: no kernel, no device memory
     TensorMap empty;
-    for (const Output& o : spec.graph.outputs()) empty.emplace(o.name, HostTensor::zeros(o.dtype, {shape.m, shape.n}));
+    for (const Output& o : spec.graph.outputs())
+      empty.emplace(o.name, HostTensor::zeros(o.dtype, operand_shape(spec.graph.node(o.value).broadcast, shape)));
     return empty;
   }
   auto kernel = jit.compile(spec, shape, tile);
@@ -42,7 +43,8 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
   TensorMap outputs;
   const auto& outs = spec.graph.outputs();
   for (std::size_t k = 0; k < ks.outputs.size(); ++k) {
-    HostTensor t = HostTensor::zeros(outs[k].dtype, {shape.m, shape.n});
+    // [M,N], or [N] for a col_sum and [M] for a row reduction, as the reference writes them.
+    HostTensor t = HostTensor::zeros(outs[k].dtype, operand_shape(spec.graph.node(outs[k].value).broadcast, shape));
     const std::uint64_t ptr = place(t.bytes.size(), size_of(t.dtype));
     drv.memset8(ptr, 0xFF, t.bytes.size());  // poison: every bit set is NaN in all dtypes
     bindings.outputs.push_back(ptr);
