@@ -66,19 +66,27 @@ TEST_SUITE("unit") {
     CHECK(column_sum_blocks_per_sm({1024, 4, 0}) == 1);
 
     ColumnGrid g = column_grid(t, {16384, 8192, 0}, 132);
-    CHECK(g.tile_columns == 128);
-    CHECK(g.column_tiles == 64);
-    CHECK(g.row_slices == 132 * 4 / 64);  // 8: 512 blocks of the 528 the GPU holds
-    // Few columns: slices up to the rows of one block step; never fewer than one.
+    CHECK(g.lanes == 256);  // the block across the row: 4 KB runs of f32
+    CHECK(g.rows_per_step == 1);
+    CHECK(g.tile_columns == 1024);
+    CHECK(g.column_tiles == 8);
+    CHECK(g.row_slices == 132 * 4 / 8);  // 528 blocks: what the GPU holds
+    // Narrow rows: a warp across (or the fewest lanes that cover N), the rest down.
     g = column_grid(t, {100, 1, 0}, 132);
+    CHECK(g.lanes == 32);
+    CHECK(g.rows_per_step == 8);
     CHECK(g.column_tiles == 1);
     CHECK(g.row_slices == 13);  // ceil(100 / 8)
+    g = column_grid(t, {100, 200, 0}, 132);  // 50 vectors: 64 lanes by 4 rows
+    CHECK(g.lanes == 64);
+    CHECK(g.rows_per_step == 4);
+    CHECK(g.row_slices == 25);
     g = column_grid(t, {1, 1, 0}, 132);
     CHECK(g.row_slices == 1);
     g = column_grid(t, {8, 1 << 20, 0}, 132);  // more column tiles than the GPU holds blocks
-    CHECK(g.column_tiles == 8192);
+    CHECK(g.column_tiles == 1024);
     CHECK(g.row_slices == 1);
-    g = column_grid(t, {1 << 24, 1, 0}, 100000);  // gridDim.y's limit, and the multiprocessors assumed at most
+    g = column_grid(t, {1 << 24, 1, 0}, 100000);  // the multiprocessors assumed at most
     CHECK(g.row_slices == k_column_sum_max_multiprocessors * 4);
     CHECK(column_grid(t, {1 << 30, 1, 0}, 1 << 20).row_slices <= 65535);
 
@@ -99,11 +107,12 @@ TEST_SUITE("unit") {
     const KernelSource ks = emit_kernel(spec, shape, ElementwiseTile{256, 8, 0});
     const KernelFamily& f = family_for(spec);
     const LaunchGeometry g = f.geometry(ks, shape, 132);
-    CHECK(g.grid[0] == 32);  // 8192 / 256 columns
-    CHECK(g.grid[1] == 132 * 4 / 32);
+    CHECK(g.grid[0] == 4);  // 8192 / 2048 columns
+    CHECK(g.grid[1] == 132 * 4 / 4);
     CHECK(g.block[0] == 256);
+    CHECK(g.block[1] == 1);
     const WorkspaceNeeds w = f.workspace(ks, shape);
-    CHECK(w.zeroed == 32 * 4);
+    CHECK(w.zeroed == 4 * 4);
     CHECK(w.scratch > 0);
     // A plain elementwise spec keeps its one-dimensional grid and no workspace.
     KernelSpec plain;

@@ -15,9 +15,6 @@ std::string node_label(const Node& n) { return n.name.empty() ? std::string() : 
 
 bool is_column_sum(const Node& n) { return n.kind == NodeKind::op && is_col_reduction(n.op); }
 
-// 32 lanes across a tile, VEC columns each.
-constexpr std::int64_t k_lanes = 32;
-
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
@@ -57,11 +54,18 @@ int column_sum_blocks_per_sm(const ElementwiseTile& resolved) {
 ColumnGrid column_grid(const ElementwiseTile& resolved, const Shape& shape, int multiprocessors) {
   EPIFUSE_ASSERT(resolved.vec > 0 && resolved.threads % 32 == 0, "column_grid needs a resolved tile");
   ColumnGrid g;
-  g.tile_columns = k_lanes * resolved.vec;
+  // The whole block across the row where N has the vectors for it: each
+  // row's tile is then one contiguous run of THREADS x VEC elements.
+  const std::int64_t vectors = ceil_div(std::max<std::int64_t>(shape.n, 1), resolved.vec);
+  g.lanes = 32;
+  while (g.lanes < resolved.threads && g.lanes < vectors) g.lanes *= 2;
+  g.lanes = std::min<std::int64_t>(g.lanes, resolved.threads);
+  g.rows_per_step = resolved.threads / g.lanes;
+  g.tile_columns = g.lanes * resolved.vec;
   g.column_tiles = ceil_div(shape.n, g.tile_columns);
   const int sms = std::clamp(multiprocessors, 1, k_column_sum_max_multiprocessors);
   const std::int64_t resident = std::int64_t{sms} * column_sum_blocks_per_sm(resolved);
-  const std::int64_t row_groups = ceil_div(shape.m, resolved.threads / k_lanes);
+  const std::int64_t row_groups = ceil_div(shape.m, g.rows_per_step);
   // gridDim.y is at most 65535.
   g.row_slices = std::clamp<std::int64_t>(resident / std::max<std::int64_t>(g.column_tiles, 1), 1,
                                           std::min<std::int64_t>(std::max<std::int64_t>(row_groups, 1), 65535));

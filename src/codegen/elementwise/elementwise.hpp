@@ -41,19 +41,20 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // Note [Column sums]
 // A spec whose outputs include col_sum values ([N]: a bias's gradient) runs a
 // second kernel shape of the family, templates/elementwise_col_sum.cu.in. A
-// block owns a tile of TN = 32 x VEC columns (a warp across it, one 16-byte
-// vector a lane) and walks the rows blockIdx.y, blockIdx.y + gridDim.y, ...
-// in steps of its warps; each thread adds its column terms in registers, so
-// full outputs are written and column terms summed in one pass over the data.
-// The block combines its warps in warp order through shared memory and writes
-// one partial row per column tile into the workspace's scratch
-// (partials[sum][blockIdx.y][column]); the last block of a column tile to
-// arrive (a counter per tile in the zeroed workspace, which that block sets
+// block is `lanes` threads across a tile of lanes x VEC columns (one vector a
+// lane: as many lanes as the block has threads where N is wide enough, so a
+// row's tile is one contiguous run) by threads / lanes rows, and walks the
+// rows of its row slice blockIdx.y; each thread adds its column terms in
+// registers, so the full outputs are written and the column terms summed in
+// one pass over the data. The block combines its rows in order through shared
+// memory and writes one partial row per column tile into the workspace's
+// scratch (partials[sum][blockIdx.y][column]); the last block of a column tile
+// to arrive (a counter per tile in the zeroed workspace, which that block sets
 // back to zero) adds the gridDim.y partials of its tile in a fixed order and
-// writes the [N] output. The order of every addition depends only on the grid,
-// which depends only on the shape, the tile and the GPU's multiprocessors, so
-// two launches give the same bits; the final sums run on as many blocks as
-// there are column tiles.
+// writes the [N] output. The order of every addition depends only on the
+// grid, which depends only on the shape, the tile and the GPU's
+// multiprocessors, so two launches give the same bits; the final sums run on
+// as many blocks as there are column tiles.
 
 /// What a column-sum kernel's outputs are: `column_sum[k]` is true where
 /// output k is a col_sum's [N] result (the kernel sums its operand), false
@@ -65,7 +66,9 @@ bool has_column_sums(const KernelSpec& spec);
 
 /// The grid of a column-sum kernel: column tiles x row slices.
 struct ColumnGrid {
-  std::int64_t tile_columns = 0;  ///< TN = 32 x vec
+  std::int64_t lanes = 0;          ///< threads across the columns: blockDim.x (32 to the block's threads)
+  std::int64_t rows_per_step = 0;  ///< threads / lanes: blockDim.y
+  std::int64_t tile_columns = 0;   ///< TN = lanes x vec
   std::int64_t column_tiles = 0;  ///< ceil(N / TN): gridDim.x
   std::int64_t row_slices = 0;    ///< gridDim.y: blocks that share a column tile's rows
 };
@@ -75,9 +78,11 @@ inline constexpr int k_column_sum_max_multiprocessors = 1024;
 /// Blocks per multiprocessor the grid is sized for (the tile's, or half of a
 /// multiprocessor's 2048 threads): the kernel's minimum occupancy too.
 int column_sum_blocks_per_sm(const ElementwiseTile& resolved);
-/// Column tiles x row slices: as many blocks as `multiprocessors` hold at the
-/// tile's occupancy (rounded down to whole column tiles; at least one slice),
-/// never more slices than row groups of one block (ceil(M / warps)).
+/// The block's shape and the grid of column tiles x row slices: lanes the
+/// smallest power of two from 32 to the block's threads that covers N's
+/// vectors; as many blocks as `multiprocessors` hold at the tile's occupancy
+/// (rounded down to whole column tiles; at least one slice), never more
+/// slices than row steps (ceil(M / rows_per_step)).
 ColumnGrid column_grid(const ElementwiseTile& resolved, const Shape& shape, int multiprocessors);
 /// The workspace of `sums` column sums: one arrival counter per column tile
 /// (zeroed) and sums x slices x tiles x TN fp32 partials, for the largest grid

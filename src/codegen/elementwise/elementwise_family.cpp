@@ -91,7 +91,8 @@ class ElementwiseFamily final : public KernelFamily {
       LaunchGeometry g;
       g.grid[0] = static_cast<unsigned>(std::min<std::int64_t>(c.column_tiles, 0x7fffffff));
       g.grid[1] = static_cast<unsigned>(c.row_slices);
-      g.block[0] = static_cast<unsigned>(tile.threads);
+      g.block[0] = static_cast<unsigned>(c.lanes);
+      g.block[1] = static_cast<unsigned>(c.rows_per_step);
       return g;
     }
     const std::int64_t nvec = (shape.m * shape.n + tile.vec - 1) / tile.vec;

@@ -205,8 +205,8 @@ std::string emit_block_partials(const KernelPlan& plan, const std::vector<bool>&
   for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
     if (!sums[k]) continue;
     s += fmt::format(
-        "  {2}_warp_sum<VEC, TY>({0}_s, red);\n"
-        "  if (warp == 0) {{\n    float* q = p.partials + {1} * sum_stride + part0;\n#pragma unroll\n"
+        "  {2}_rows_sum<VEC>({0}_s, red);\n"
+        "  if (ty == 0) {{\n    float* q = p.partials + {1} * sum_stride + part0;\n#pragma unroll\n"
         "    for (int j = 0; j < VEC; ++j) q[j] = {0}_s[j];\n  }}\n",
         plan.outputs[k].field, q++, plan.kernel_name);
   }
@@ -214,9 +214,8 @@ std::string emit_block_partials(const KernelPlan& plan, const std::vector<bool>&
   return s;
 }
 
-// The column tile's totals in its last block: slices s = warp, warp + TY, ...
-// per warp, then the warps in order. Volatile loads read the other blocks'
-// partials where they are coherent (L2), in both dialects.
+// The column tile's totals in its last block: slices s = ty, ty + TY, ... per
+// row of threads, then those rows in order.
 std::string emit_final_sums(const KernelPlan& plan, const std::vector<bool>& sums, std::string_view index_t) {
   std::string s;
   int q = 0;
@@ -225,11 +224,12 @@ std::string emit_final_sums(const KernelPlan& plan, const std::vector<bool>& sum
     const TensorPlan& t = plan.outputs[k];
     s += fmt::format(
         "  {{\n    float t[VEC];\n#pragma unroll\n    for (int j = 0; j < VEC; ++j) t[j] = 0.0f;\n"
-        "    for ({3} s = warp; s < ({3})gridDim.y; s += TY) {{\n"
-        "      const volatile float* q = p.partials + {0} * sum_stride + s * slice_stride + ({3})blockIdx.x * TN + lane * VEC;\n"
-        "#pragma unroll\n      for (int j = 0; j < VEC; ++j) t[j] += q[j];\n    }}\n"
-        "    {4}_warp_sum<VEC, TY>(t, red);\n"
-        "    if (warp == 0) {{\n#pragma unroll\n"
+        "#pragma unroll 4\n"
+        "    for ({3} s = ty; s < ({3})gridDim.y; s += TY) {{\n"
+        "      const float* q = p.partials + {0} * sum_stride + s * slice_stride + ({3})blockIdx.x * TN + lane * VEC;\n"
+        "#pragma unroll\n      for (int j = 0; j < VEC; ++j) t[j] += {4}_partial(q + j);\n    }}\n"
+        "    {4}_rows_sum<VEC>(t, red);\n"
+        "    if (ty == 0) {{\n#pragma unroll\n"
         "      for (int j = 0; j < VEC; ++j)\n        if (c0 + j < n) p.{1}[c0 + j] = ef_from_float<{2}>(t[j]);\n"
         "    }}\n  }}\n",
         q++, t.field, storage_type_name(t.dtype), index_t, plan.kernel_name);
