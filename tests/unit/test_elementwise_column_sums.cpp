@@ -66,25 +66,19 @@ TEST_SUITE("unit") {
     CHECK(column_sum_blocks_per_sm({1024, 4, 0}) == 1);
 
     ColumnGrid g = column_grid(t, {16384, 8192, 0}, 132);
-    CHECK(g.lanes == 256);  // the block across the row: 4 KB runs of f32
-    CHECK(g.rows_per_step == 1);
-    CHECK(g.tile_columns == 1024);
-    CHECK(g.column_tiles == 8);
-    CHECK(g.row_slices == 132 * 4 / 8);  // 528 blocks: what the GPU holds
-    // Narrow rows: a warp across (or the fewest lanes that cover N), the rest down.
-    g = column_grid(t, {100, 1, 0}, 132);
-    CHECK(g.lanes == 32);
+    CHECK(g.lanes == 32);  // a warp across, the 8 warps down
     CHECK(g.rows_per_step == 8);
+    CHECK(g.tile_columns == 128);
+    CHECK(g.column_tiles == 64);
+    CHECK(g.row_slices == 132 * 4 / 64);  // 8: 512 blocks of the 528 the GPU holds
+    // Few columns: slices up to the row steps; never fewer than one.
+    g = column_grid(t, {100, 1, 0}, 132);
     CHECK(g.column_tiles == 1);
     CHECK(g.row_slices == 13);  // ceil(100 / 8)
-    g = column_grid(t, {100, 200, 0}, 132);  // 50 vectors: 64 lanes by 4 rows
-    CHECK(g.lanes == 64);
-    CHECK(g.rows_per_step == 4);
-    CHECK(g.row_slices == 25);
     g = column_grid(t, {1, 1, 0}, 132);
     CHECK(g.row_slices == 1);
     g = column_grid(t, {8, 1 << 20, 0}, 132);  // more column tiles than the GPU holds blocks
-    CHECK(g.column_tiles == 1024);
+    CHECK(g.column_tiles == 8192);
     CHECK(g.row_slices == 1);
     g = column_grid(t, {1 << 24, 1, 0}, 100000);  // the multiprocessors assumed at most
     CHECK(g.row_slices == k_column_sum_max_multiprocessors * 4);
@@ -107,12 +101,12 @@ TEST_SUITE("unit") {
     const KernelSource ks = emit_kernel(spec, shape, ElementwiseTile{256, 8, 0});
     const KernelFamily& f = family_for(spec);
     const LaunchGeometry g = f.geometry(ks, shape, 132);
-    CHECK(g.grid[0] == 4);  // 8192 / 2048 columns
-    CHECK(g.grid[1] == 132 * 4 / 4);
-    CHECK(g.block[0] == 256);
-    CHECK(g.block[1] == 1);
+    CHECK(g.grid[0] == 32);  // 8192 / 256 columns
+    CHECK(g.grid[1] == 132 * 4 / 32);
+    CHECK(g.block[0] == 32);
+    CHECK(g.block[1] == 8);
     const WorkspaceNeeds w = f.workspace(ks, shape);
-    CHECK(w.zeroed == 4 * 4);
+    CHECK(w.zeroed == 32 * 4);
     CHECK(w.scratch > 0);
     // A plain elementwise spec keeps its one-dimensional grid and no workspace.
     KernelSpec plain;
@@ -129,6 +123,8 @@ TEST_SUITE("unit") {
     CHECK(v.requires_alignment);
     CHECK(v.text.find("vectorized") == std::string::npos);
     CHECK(v.text.find("__launch_bounds__(256, 4)") != std::string::npos);
+    CHECK(v.text.find("constexpr int ROWS = 1;") != std::string::npos);  // 8-element vectors
+    CHECK(emit_kernel(backward(DType::f32), {64, 1024, 0}).text.find("constexpr int ROWS = 2;") != std::string::npos);
     CHECK(count(v.text, "ef_philox4_draws(") == 1);
     CHECK(v.text.find("ef_philox4_draw(") == std::string::npos);
     CHECK(count(v.text, "atomicAdd(&p.arrivals[blockIdx.x], 1u)") == 1);

@@ -41,12 +41,11 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // Note [Column sums]
 // A spec whose outputs include col_sum values ([N]: a bias's gradient) runs a
 // second kernel shape of the family, templates/elementwise_col_sum.cu.in. A
-// block is `lanes` threads across a tile of lanes x VEC columns (one vector a
-// lane: as many lanes as the block has threads where N is wide enough, so a
-// row's tile is one contiguous run) by threads / lanes rows, and walks the
-// rows of its row slice blockIdx.y; each thread adds its column terms in
-// registers, so the full outputs are written and the column terms summed in
-// one pass over the data. The block combines its rows in order through shared
+// block is `lanes` threads (a warp) across a tile of lanes x VEC columns (one
+// vector a lane) by threads / lanes rows, and walks the rows of its row slice
+// blockIdx.y, ROWS rows' loads in flight at once; each thread adds its column
+// terms in registers, so the full outputs are written and the column terms
+// summed in one pass over the data. The block combines its rows in order through shared
 // memory and writes one partial row per column tile into the workspace's
 // scratch (partials[sum][blockIdx.y][column]); the last block of a column tile
 // to arrive (a counter per tile in the zeroed workspace, which that block sets
@@ -66,7 +65,7 @@ bool has_column_sums(const KernelSpec& spec);
 
 /// The grid of a column-sum kernel: column tiles x row slices.
 struct ColumnGrid {
-  std::int64_t lanes = 0;          ///< threads across the columns: blockDim.x (32 to the block's threads)
+  std::int64_t lanes = 0;          ///< threads across the columns: blockDim.x (a warp)
   std::int64_t rows_per_step = 0;  ///< threads / lanes: blockDim.y
   std::int64_t tile_columns = 0;   ///< TN = lanes x vec
   std::int64_t column_tiles = 0;  ///< ceil(N / TN): gridDim.x
@@ -78,11 +77,14 @@ inline constexpr int k_column_sum_max_multiprocessors = 1024;
 /// Blocks per multiprocessor the grid is sized for (the tile's, or half of a
 /// multiprocessor's 2048 threads): the kernel's minimum occupancy too.
 int column_sum_blocks_per_sm(const ElementwiseTile& resolved);
-/// The block's shape and the grid of column tiles x row slices: lanes the
-/// smallest power of two from 32 to the block's threads that covers N's
-/// vectors; as many blocks as `multiprocessors` hold at the tile's occupancy
-/// (rounded down to whole column tiles; at least one slice), never more
-/// slices than row steps (ceil(M / rows_per_step)).
+/// Rows whose loads a thread issues before it computes any of them (the
+/// kernel's ROWS): 2 up to 4-element vectors, else 1.
+int column_sum_rows_in_flight(const ElementwiseTile& resolved);
+/// The block's shape and the grid of column tiles x row slices: a warp across
+/// the columns, the block's warps down the rows; as many blocks as
+/// `multiprocessors` hold at the tile's occupancy (rounded down to whole
+/// column tiles; at least one slice), never more slices than row steps
+/// (ceil(M / rows_per_step)).
 ColumnGrid column_grid(const ElementwiseTile& resolved, const Shape& shape, int multiprocessors);
 /// The workspace of `sums` column sums: one arrival counter per column tile
 /// (zeroed) and sums x slices x tiles x TN fp32 partials, for the largest grid

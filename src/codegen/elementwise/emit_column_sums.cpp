@@ -87,31 +87,34 @@ std::string emit_row_loads(const ElementwisePlan& e, const ColumnPaths& c) {
   return decl + branch(c, vec, scalar, "  ");
 }
 
-// Full inputs at row r (vectors at e0, or element by element inside the row);
-// a col input's one value of the row.
-std::string emit_loads(const ElementwisePlan& e, const ColumnPaths& c) {
+// Full inputs of the ROWS rows r + k * S (vectors at e0, or element by
+// element inside the row), and a col input's one value of each row: every
+// row's loads are issued before any of them is used.
+std::string emit_loads(const ElementwisePlan& e, const ColumnPaths& c, std::string_view index_t) {
   std::string decl, vec, scalar, col;
   for (const TensorPlan& t : e.plan->inputs) {
     const auto type = storage_type_name(t.dtype);
     const std::string& f = t.field;
     if (t.broadcast == Broadcast::full) {
-      decl += fmt::format("      float {}_v[VEC];\n", f);
-      vec += fmt::format("        ef_load_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, f, f);
+      decl += fmt::format("      float {}_v[ROWS][VEC];\n", f);
+      vec += fmt::format("          ef_load_vec<{}, VEC>(p.{} + e0, {}_v[k]);\n", type, f, f);
       scalar += fmt::format(
-          "#pragma unroll\n        for (int j = 0; j < VEC; ++j) {}_v[j] = c0 + j < n ? ef_to_float(p.{}[e0 + j]) : 0.0f;\n",
+          "#pragma unroll\n          for (int j = 0; j < VEC; ++j) {}_v[k][j] = c0 + j < n ? ef_to_float(p.{}[e0 + j]) : 0.0f;\n",
           f, f);
     } else if (t.broadcast == Broadcast::col) {
-      decl += fmt::format("      float {}_v[VEC];\n", f);
-      col += fmt::format("      {{\n        const float s = ef_to_float(p.{}[r]);\n#pragma unroll\n"
-                         "        for (int j = 0; j < VEC; ++j) {}_v[j] = s;\n      }}\n",
+      decl += fmt::format("      float {}_v[ROWS][VEC];\n", f);
+      col += fmt::format("        {{\n          const float s = ef_to_float(p.{}[rk]);\n#pragma unroll\n"
+                         "          for (int j = 0; j < VEC; ++j) {}_v[k][j] = s;\n        }}\n",
                          f, f);
     }
   }
-  std::string out = decl + col;
-  if (!vec.empty()) out += branch(c, vec, scalar, "      ") + "\n";
-  if (out.empty()) return "      // no full or col input";
-  out.pop_back();
-  return out;
+  if (decl.empty()) return "      // no full or col input";
+  std::string body = col;
+  if (!vec.empty()) body += branch(c, vec, scalar, "        ") + "\n";
+  return decl + fmt::format("#pragma unroll\n      for (int k = 0; k < ROWS; ++k) {{\n        const {0} rk = r + k * S;\n"
+                            "        if (rk >= m) break;\n        const {0} e0 = rk * n + c0;\n",
+                            index_t) +
+         body + "      }";
 }
 
 // Draws at the element's flat index r*N + c (docs/design.md §4). On the vector
@@ -155,7 +158,11 @@ std::string emit_compute(const ElementwisePlan& e, const EpilogueContract& contr
     decl += fmt::format("{} {}_v[VEC]", k ? "," : "", plan.outputs[k].field);
   const std::string call = epilogue_call(plan, contract, [&](const EpilogueArg& a) -> std::string {
     switch (a.kind) {
-      case EpilogueArg::Kind::input: return fmt::format("{}_v[j]", plan.inputs[a.index].field);
+      case EpilogueArg::Kind::input: {
+        const TensorPlan& t = plan.inputs[a.index];
+        const bool per_row = t.broadcast == Broadcast::full || t.broadcast == Broadcast::col;
+        return fmt::format("{}_v{}[j]", t.field, per_row ? "[k]" : "");
+      }
       case EpilogueArg::Kind::draw: return fmt::format("d{}[j]", a.index);
       case EpilogueArg::Kind::output: return fmt::format("{}_v[j]", plan.outputs[a.index].field);
       case EpilogueArg::Kind::accumulator: break;
@@ -278,7 +285,8 @@ KernelSource emit_column_sums(const ElementwisePlan& e) {
       {"whole", whole},
       {"sum_decls", emit_sum_decls(plan, sums)},
       {"row_loads", emit_row_loads(e, c)},
-      {"loads", emit_loads(e, c)},
+      {"loads", emit_loads(e, c, index_t)},
+      {"rows", std::to_string(column_sum_rows_in_flight(e.tile))},
       {"draws", emit_draws(e, c)},
       {"compute", emit_compute(e, contract)},
       {"stores", emit_stores(e, c, sums)},
