@@ -20,20 +20,19 @@ using backend::DeviceBuffer;
 using bench_detail::DeviceTensors;
 using bench_detail::upload;
 
-// The fewest bytes a fused kernel must move: each input read once, each output written once.
+double elements(const std::vector<std::int64_t>& dims) {
+  double n = 1;
+  for (auto d : dims) n *= static_cast<double>(d);
+  return n;
+}
+
+// The fewest bytes a fused kernel must move: each input read once, each output
+// written once ([M,N], or N elements for a col_sum and M for a row reduction).
 double required_bytes(const KernelSpec& spec, const Shape& shape) {
   double bytes = 0;
-  for (const auto& in : required_inputs(spec, shape)) {
-    double n = 1;
-    for (auto d : in.shape) n *= static_cast<double>(d);
-    bytes += n * static_cast<double>(size_of(in.dtype));
-  }
-  for (const Output& o : spec.graph.outputs()) {  // [M,N], or an [N] column sum, or an [M] per-row value
-    const Broadcast b = spec.graph.node(o.value).broadcast;
-    const double rows = b == Broadcast::row ? 1.0 : static_cast<double>(shape.m);
-    const double cols = b == Broadcast::col ? 1.0 : static_cast<double>(shape.n);
-    bytes += rows * cols * static_cast<double>(size_of(o.dtype));
-  }
+  for (const auto& in : required_inputs(spec, shape)) bytes += elements(in.shape) * static_cast<double>(size_of(in.dtype));
+  for (const Output& o : spec.graph.outputs())
+    bytes += elements(operand_shape(spec.graph.node(o.value).broadcast, shape)) * static_cast<double>(size_of(o.dtype));
   return bytes;
 }
 

@@ -2,6 +2,7 @@
 #include "bench/bench_device.hpp"
 
 #include "epifuse/errors.hpp"
+#include "epifuse/tensor.hpp"
 
 namespace epifuse::bench_detail {
 
@@ -19,7 +20,9 @@ DeviceTensors upload(const KernelSource& ks, const TensorMap& inputs, const Kern
 
 void add_outputs(DeviceTensors& t, const KernelSpec& spec, const Shape& shape) {
   for (const Output& o : spec.graph.outputs()) {
-    t.buffers.emplace_back(static_cast<std::size_t>(shape.m * shape.n) * size_of(o.dtype));
+    std::size_t elements = 1;  // [M,N], [N] (a col_sum) or [M] (a row reduction)
+    for (std::int64_t d : operand_shape(spec.graph.node(o.value).broadcast, shape)) elements *= static_cast<std::size_t>(d);
+    t.buffers.emplace_back(elements * size_of(o.dtype));
     t.buffers.back().fill_bytes(0xFF);
     t.bindings.outputs.push_back(t.buffers.back().ptr());
   }

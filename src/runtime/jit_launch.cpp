@@ -74,7 +74,19 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
   EPIFUSE_CHECK(b.inputs.size() == ks.inputs.size() && b.outputs.size() == ks.outputs.size(),
                 "launch: {} inputs and {} outputs bound, the kernel takes {} and {}",
                 b.inputs.size(), b.outputs.size(), ks.inputs.size(), ks.outputs.size());
-  if (shape.m == 0 || shape.n == 0) return;  // an empty result: nothing to compute, no zero-size grid
+  if (shape.m == 0 || shape.n == 0) {  // an empty result: nothing to compute, no zero-size grid
+    // ...but a column sum over no rows is N zeros, as the reference gives (a
+    // bias's gradient from an empty batch). A synchronous memset: this edge
+    // does not need the stream's order to be cheap.
+    if (shape.n > 0)
+      for (std::size_t k = 0; k < ks.outputs.size(); ++k) {
+        const auto& outs = kernel.spec->graph.outputs();
+        const auto o = std::find_if(outs.begin(), outs.end(), [&](const Output& x) { return x.name == ks.outputs[k]; });
+        if (o != outs.end() && kernel.spec->graph.node(o->value).broadcast == Broadcast::row)
+          d.device->memset8(b.outputs[k], 0, static_cast<std::size_t>(shape.n) * size_of(o->dtype));
+      }
+    return;
+  }
   EPIFUSE_CHECK(family.shape_class(*kernel.spec, ks.tile, shape) == kernel.k.shape_class,
                 "launch: shape {}x{}x{} is of class {}, not {} that this kernel was compiled for", shape.m,
                 shape.n, shape.k, family.shape_class(*kernel.spec, ks.tile, shape), kernel.k.shape_class);

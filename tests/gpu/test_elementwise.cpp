@@ -49,6 +49,97 @@ KernelSpec dropout_only(DType dt, double p, RngMode rng, int extra_streams = 0) 
   return s;
 }
 
+
+// dx = dropout(dy, p, stream 0) * gelu_tanh_deriv(h), dbias = col_sum(dx),
+// dres = dy: the backward of bias + GELU-tanh + dropout + residual.
+KernelSpec bias_gelu_dropout_add_backward(DType dt, DType dbias_dt, double p = 0.1) {
+  KernelSpec s;
+  Graph& g = s.graph;
+  Value dy = g.input("dy", dt);
+  Value h = g.input("h", dt);
+  Value dact = g.mul(g.dropout(dy, p, RngMode::philox4, 0), g.unary(OpKind::gelu_tanh_deriv, h));
+  g.output("dx", dact, dt);
+  g.output("dbias", g.col_sum(dact), dbias_dt);
+  g.output("dres", dy, dt);
+  return s;
+}
+
+bool is_column_sum(const Graph& g, Value v) {
+  const Node& n = g.node(v);
+  return n.kind == NodeKind::op && n.op == OpKind::col_sum;
+}
+
+// The same graph with every col_sum output replaced by its operand as a full
+// f32 output: the terms each column sum adds up.
+KernelSpec column_terms(const KernelSpec& spec) {
+  KernelSpec t;
+  t.precision = spec.precision;
+  const Graph& g = spec.graph;
+  std::vector<Value> map(g.nodes().size());
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.kind == NodeKind::input) {
+      map[i] = t.graph.input(n.name, n.dtype, n.broadcast);
+    } else if (n.kind == NodeKind::op && n.op != OpKind::col_sum) {
+      std::vector<Value> args;
+      for (Value a : n.args) args.push_back(map[a.id]);
+      map[i] = t.graph.copy_op(n, args);
+    }
+  }
+  for (const Output& o : g.outputs())
+    if (is_column_sum(g, o.value)) t.graph.output(o.name, map[g.node(o.value).args[0].id], DType::f32);
+  return t;
+}
+
+// Runs a spec with column sums on the GPU and the reference. Full outputs as
+// check_against_reference does; an [N] output within 1e-5 of the sum of its
+// terms' magnitudes plus M times an f32 output's absolute tolerance (f32), or
+// one ulp of the result and half an ulp of that sum (16-bit: its terms may
+// use the approximate functions, design.md §3).
+// Returns what the GPU wrote.
+TensorMap check_column_sums(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t data_seed,
+                            LaunchArgs args = {}, std::optional<TileConfig> tile = std::nullopt,
+                            std::size_t misalign = 0) {
+  const TensorMap inputs = make_inputs(spec, shape, data_seed);
+  const TensorMap want = evaluate(spec, shape, inputs, args);
+  TensorMap got = run_on_device(jit, spec, shape, inputs, args, tile, misalign);
+  const KernelSpec terms_spec = column_terms(spec);
+  const TensorMap terms = evaluate(terms_spec, shape, inputs, args);
+  for (const Output& o : spec.graph.outputs()) {
+    INFO("output " << o.name << " shape " << shape.m << "x" << shape.n << " tile "
+                   << (tile ? to_string(*tile) : "default") << " misalign " << misalign);
+    const HostTensor& g = got.at(o.name);
+    const HostTensor& w = want.at(o.name);
+    if (!is_column_sum(spec.graph, o.value)) {
+      const Comparison c = compare(g, w, tolerance_for(o.dtype, spec.precision));
+      CHECK_MESSAGE(c.ok, c.message);
+      continue;
+    }
+    REQUIRE(g.numel() == shape.n);
+    const HostTensor& term = terms.at(o.name);
+    const double ulp = o.dtype == DType::f32 ? 0x1p-23 : o.dtype == DType::f16 ? 0x1p-10 : 0x1p-7;
+    const double of_terms = o.dtype == DType::f32 ? 1e-5 : ulp / 2;
+    // Each term is as exact as an f32 output (its absolute part, for terms
+    // near a zero of their function: gelu_tanh_deriv's cancels near -0.75).
+    const double per_term = tolerance_for(DType::f32, spec.precision).atol;
+    std::int64_t bad = 0, first_bad = -1;
+    for (std::int64_t c = 0; c < shape.n; ++c) {
+      double magnitude = 0;
+      for (std::int64_t r = 0; r < shape.m; ++r) magnitude += std::fabs(term.get(r * shape.n + c));
+      const double gv = g.get(c), wv = w.get(c);
+      const bool ok = std::isfinite(gv) && std::fabs(gv - wv) <= of_terms * magnitude + per_term * static_cast<double>(shape.m) + ulp * std::fabs(wv);
+      if (!ok && first_bad < 0) first_bad = c;
+      bad += !ok;
+    }
+    CHECK_MESSAGE(bad == 0, bad << " of " << shape.n << " column sums off; first at column " << first_bad << ": got "
+                                << (first_bad >= 0 ? g.get(first_bad) : 0.0f) << ", want "
+                                << (first_bad >= 0 ? w.get(first_bad) : 0.0f));
+  }
+  return got;
+}
+
+bool same_bits(const HostTensor& a, const HostTensor& b) { return a.bytes == b.bytes; }
+
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -248,5 +339,140 @@ TEST_SUITE("gpu") {
     CHECK(jit->stats().hits >= before.hits + 1);
     MESSAGE("registers per thread: " << a->registers() << ", local bytes: " << a->local_bytes());
     CHECK(a->local_bytes() == 0);
+  }
+
+  TEST_CASE("column sums: the bias+GELU+dropout+residual backward matches the reference") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    std::uint64_t seed = 700;
+    const std::pair<DType, DType> dtypes[] = {{DType::f32, DType::f32}, {DType::bf16, DType::f32},
+                                              {DType::bf16, DType::bf16}, {DType::f16, DType::f16}};
+    for (const auto& [dt, dbias] : dtypes)
+      for (const Shape& shape : {Shape{64, 1024, 0}, Shape{37, 129, 0}, Shape{1000, 768, 0}, Shape{3000, 40, 0}}) {
+        INFO("dtype " << to_string(dt) << " dbias " << to_string(dbias));
+        check_column_sums(*jit, bias_gelu_dropout_add_backward(dt, dbias), shape, ++seed, {0x5EEDull, 12});
+      }
+  }
+
+  TEST_CASE("column sums: shapes that break assumptions") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    // M = 1, N = 1, N not a multiple of the vector width or of a tile, M*N
+    // a multiple of nothing, many rows over few columns (many row slices).
+    const Shape shapes[] = {{1, 1, 0},  {1, 7, 0},    {7, 1, 0},     {3, 5, 0},   {1, 1025, 0},
+                            {33, 67, 0}, {2, 8193, 0}, {517, 3, 0},  {4099, 13, 0}, {1, 4096, 0}};
+    std::uint64_t seed = 800;
+    for (DType dt : {DType::f32, DType::bf16})
+      for (const Shape& shape : shapes) {
+        INFO("dtype " << to_string(dt));
+        check_column_sums(*jit, bias_gelu_dropout_add_backward(dt, DType::f32), shape, ++seed, {3, 1});
+      }
+    force_index64_for_tests(true);
+    for (const Shape& shape : {Shape{33, 67, 0}, Shape{64, 256, 0}}) {
+      check_column_sums(*jit, bias_gelu_dropout_add_backward(DType::bf16, DType::f32), shape, ++seed, {3, 1});
+      CHECK(jit->compile(bias_gelu_dropout_add_backward(DType::bf16, DType::f32), shape)->key().shape_class.find(
+                "/i64") != std::string::npos);
+    }
+    force_index64_for_tests(false);
+  }
+
+  TEST_CASE("column sums: an [N] output in f16, with row, col and scalar inputs") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    KernelSpec spec;
+    Graph& g = spec.graph;
+    Value x = g.input("x", DType::f16);
+    Value b = g.input("b", DType::f16, Broadcast::row);
+    Value s = g.input("s", DType::f16, Broadcast::col);
+    Value k = g.input("k", DType::f16, Broadcast::scalar);
+    Value t = g.mul(g.mul(g.add(x, b), s), k);
+    g.output("y", g.silu(t), DType::f16);
+    g.output("sum", g.col_sum(g.unary(OpKind::silu_deriv, t)), DType::f16);
+    std::uint64_t seed = 900;
+    for (const Shape& shape : {Shape{64, 256, 0}, Shape{129, 77, 0}, Shape{1, 9, 0}, Shape{2048, 24, 0}})
+      check_column_sums(*jit, spec, shape, ++seed);
+  }
+
+  TEST_CASE("column sums: two col_sum outputs in one kernel") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      KernelSpec spec;
+      Graph& g = spec.graph;
+      Value dy = g.input("dy", dt);
+      Value h = g.input("h", dt);
+      Value dact = g.mul(g.dropout(dy, 0.25, RngMode::philox4, 1), g.unary(OpKind::relu_deriv, h));
+      g.output("dbias_out", g.col_sum(dy), DType::f32);
+      g.output("dx", dact, dt);
+      g.output("dbias", g.col_sum(dact), dt);
+      std::uint64_t seed = 1000;
+      for (const Shape& shape : {Shape{256, 512, 0}, Shape{45, 99, 0}, Shape{1, 1, 0}}) {
+        INFO("dtype " << to_string(dt));
+        check_column_sums(*jit, spec, shape, ++seed, {21, 0});
+      }
+    }
+  }
+
+  TEST_CASE("column sums: two launches of one kernel give the same bits") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    for (DType dt : {DType::f32, DType::bf16})
+      for (const Shape& shape : {Shape{4096, 1000, 0}, Shape{20000, 64, 0}}) {
+        const KernelSpec spec = bias_gelu_dropout_add_backward(dt, DType::f32);
+        const TensorMap inputs = make_inputs(spec, shape, 1100);
+        const TensorMap a = run_on_device(*jit, spec, shape, inputs, {9, 9});
+        const TensorMap b = run_on_device(*jit, spec, shape, inputs, {9, 9});
+        INFO("dtype " << to_string(dt) << " shape " << shape.m << "x" << shape.n);
+        for (const Output& o : spec.graph.outputs()) CHECK_MESSAGE(same_bits(a.at(o.name), b.at(o.name)), o.name);
+        double magnitude = 0;
+        const HostTensor& dbias = a.at("dbias");
+        for (std::int64_t c = 0; c < dbias.numel(); ++c) magnitude += std::fabs(dbias.get(c));
+        CHECK(magnitude > 0);  // the sums are not all zero
+      }
+  }
+
+  TEST_CASE("column sums: a backward's dropout regenerates its forward's mask") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    for (const Shape& shape : {Shape{64, 256, 0}, Shape{33, 67, 0}, Shape{5, 1023, 0}}) {
+      // Forward: three dropouts, the one of stream 2 output alone.
+      KernelSpec fwd;
+      Value x = fwd.graph.input("x", DType::f32);
+      fwd.graph.output("a", fwd.graph.dropout(x, 0.5), DType::f32);
+      fwd.graph.output("b", fwd.graph.dropout(x, 0.5), DType::f32);
+      fwd.graph.output("y", fwd.graph.dropout(x, 0.3), DType::f32);  // stream 2
+      KernelSpec bwd;
+      Value dy = bwd.graph.input("dy", DType::f32);
+      Value dx = bwd.graph.dropout(dy, 0.3, RngMode::philox4, 2);
+      bwd.graph.output("dx", dx, DType::f32);
+      bwd.graph.output("db", bwd.graph.col_sum(dx), DType::f32);
+      const LaunchArgs args{0xABCDEFull, 17};
+      const HostTensor y = run_on_device(*jit, fwd, shape, make_inputs(fwd, shape, 1200), args).at("y");
+      const HostTensor g = run_on_device(*jit, bwd, shape, make_inputs(bwd, shape, 1201), args).at("dx");
+      std::int64_t differ = 0, dropped = 0;
+      for (std::int64_t i = 0; i < y.numel(); ++i) {
+        differ += (y.get(i) == 0.0f) != (g.get(i) == 0.0f);
+        dropped += g.get(i) == 0.0f;
+      }
+      INFO("shape " << shape.m << "x" << shape.n);
+      CHECK_MESSAGE(differ == 0, differ << " elements dropped in one pass only");
+      CHECK(dropped > 0);
+      CHECK(dropped < y.numel());
+      check_column_sums(*jit, bwd, shape, 1202, args);
+    }
+  }
+
+  TEST_CASE("column sums: misaligned pointers and every tile candidate") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    std::uint64_t seed = 1300;
+    for (DType dt : {DType::f32, DType::bf16})
+      for (std::size_t misalign : {1u, 3u})
+        check_column_sums(*jit, bias_gelu_dropout_add_backward(dt, DType::f32), {19, 64, 0}, ++seed, {5, 0}, {},
+                          misalign);
+    const KernelSpec spec = bias_gelu_dropout_add_backward(DType::bf16, DType::f32);
+    const Shape shape{96, 1000, 0};
+    for (const TileConfig& tile : tile_candidates(spec, shape, jit->target()))
+      check_column_sums(*jit, spec, shape, ++seed, {11, 4}, tile);
   }
 }

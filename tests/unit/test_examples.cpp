@@ -103,7 +103,7 @@ constexpr std::uint64_t k_seed = 5;
 const std::set<std::string> k_covered = {
     "gemm", "gemm_bias_relu", "gemm_bias_relu_dropout", "gemm_tf32_bias_gelu", "add_mul", "bias_gelu_dropout_add",
     "bias_gelu_dropout_add_chain", "gating", "swiglu", "geglu", "softmax", "scaled_masked_softmax_dropout", "add_rmsnorm",
-    "layernorm"};
+    "layernorm", "bias_gelu_dropout_add_backward"};
 const std::vector<float> W4 = {1, -2, 0.5f, 3};  // a norm's weight [N=4]
 const std::vector<float> B4 = {0, 1, -1, 2};     // a norm's bias
 
@@ -157,6 +157,21 @@ TEST_CASE("examples: gemm_tf32_bias_gelu") {
   check_output(e.outputs.at("z"), DType::f32, {1, 2}, {z0, z1}, Match::exact);
   auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); };
   check_output(e.outputs.at("y"), DType::f32, {1, 2}, {gelu(z0), gelu(z1)}, Match::close);
+}
+
+TEST_CASE("examples: bias_gelu_dropout_add_backward") {
+  // dx = dropout(dy) * gelu_tanh_deriv(h) with the forward's mask (stream 0:
+  // elements 1 and 14 dropped), dbias its column sums, dres = dy (script:
+  // gelu_tanh_deriv(a) = s + 2a s (1 - s) u', s = sigmoid(2u), in double).
+  auto e = run("bias_gelu_dropout_add_backward.json", {4, 4}, {{"dy", X44}, {"h", R44}}, k_seed);
+  check_output(e.outputs.at("dx"), DType::f32, {4, 4},
+               {1.2032934427261353, 0.0, -0.0, 3.620331048965454, 2.247964859008789, -0.09566584974527359,
+                -0.5555555820465088, 0.0, -1.1111111640930176, 3.6098804473876953, 1.2032934427261353,
+                -0.01287129707634449, 0.0, 0.0, 0.0, -0.5555555820465088},
+               Match::close);
+  check_output(e.outputs.at("dbias"), DType::f32, {4},
+               {2.340147018432617, 3.514214515686035, 0.6477378606796265, 3.0519042015075684}, Match::close);
+  check_output(e.outputs.at("dres"), DType::f32, {4, 4}, std::vector<double>(X44.begin(), X44.end()), Match::exact);
 }
 
 TEST_CASE("examples: add_mul") {

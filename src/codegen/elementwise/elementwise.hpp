@@ -5,6 +5,9 @@
 // order: choose_vector_width, then emit_elementwise (templates/elementwise.cu.in).
 #include <string_view>
 
+#include <vector>
+
+#include "codegen/family.hpp"
 #include "codegen/kernel_plan.hpp"
 
 namespace epifuse {
@@ -34,6 +37,60 @@ ElementwiseTile resolve_elementwise_tile(const KernelSpec& spec, ElementwiseTile
 std::string_view elementwise_shape_class(const ElementwiseTile& resolved, const Shape& shape);
 /// M*N % vec != 0: the last vector is partial, so the kernel needs its scalar path.
 bool ragged(const ElementwiseTile& resolved, const Shape& shape);
+
+// Note [Column sums]
+// A spec whose outputs include col_sum values ([N]: a bias's gradient) runs a
+// second kernel shape of the family, templates/elementwise_col_sum.cu.in. A
+// block is `lanes` threads (a warp) across a tile of lanes x VEC columns (one
+// vector a lane) by threads / lanes rows, and walks the rows of its row slice
+// blockIdx.y, ROWS rows' loads in flight at once; each thread adds its column
+// terms in registers, so the full outputs are written and the column terms
+// summed in one pass over the data. The block combines its rows in order through shared
+// memory and writes one partial row per column tile into the workspace's
+// scratch (partials[sum][blockIdx.y][column]); the last block of a column tile
+// to arrive (a counter per tile in the zeroed workspace, which that block sets
+// back to zero) adds the gridDim.y partials of its tile in a fixed order and
+// writes the [N] output. The order of every addition depends only on the
+// grid, which depends only on the shape, the tile and the GPU's
+// multiprocessors, so two launches give the same bits; the final sums run on
+// as many blocks as there are column tiles.
+
+/// What a column-sum kernel's outputs are: `column_sum[k]` is true where
+/// output k is a col_sum's [N] result (the kernel sums its operand), false
+/// where it is a full [M,N] value. UserError for what the family does not
+/// generate: an output of another [N] or [M] value, or a col_sum that an op reads.
+std::vector<bool> column_sum_outputs(const KernelSpec& spec);
+/// Whether `spec` has a col_sum output (the column-sum kernel).
+bool has_column_sums(const KernelSpec& spec);
+
+/// The grid of a column-sum kernel: column tiles x row slices.
+struct ColumnGrid {
+  std::int64_t lanes = 0;          ///< threads across the columns: blockDim.x (a warp)
+  std::int64_t rows_per_step = 0;  ///< threads / lanes: blockDim.y
+  std::int64_t tile_columns = 0;   ///< TN = lanes x vec
+  std::int64_t column_tiles = 0;  ///< ceil(N / TN): gridDim.x
+  std::int64_t row_slices = 0;    ///< gridDim.y: blocks that share a column tile's rows
+};
+/// The largest multiprocessor count a column-sum workspace is sized for; a
+/// GPU with more runs the grid of this many.
+inline constexpr int k_column_sum_max_multiprocessors = 1024;
+/// Blocks per multiprocessor the grid is sized for (the tile's, or half of a
+/// multiprocessor's 2048 threads): the kernel's minimum occupancy too.
+int column_sum_blocks_per_sm(const ElementwiseTile& resolved);
+/// Rows whose loads a thread issues before it computes any of them (the
+/// kernel's ROWS): 2 up to 4-element vectors, else 1.
+int column_sum_rows_in_flight(const ElementwiseTile& resolved);
+/// The block's shape and the grid of column tiles x row slices: a warp across
+/// the columns, the block's warps down the rows; as many blocks as
+/// `multiprocessors` hold at the tile's occupancy (rounded down to whole
+/// column tiles; at least one slice), never more slices than row steps
+/// (ceil(M / rows_per_step)).
+ColumnGrid column_grid(const ElementwiseTile& resolved, const Shape& shape, int multiprocessors);
+/// The workspace of `sums` column sums: one arrival counter per column tile
+/// (zeroed) and sums x slices x tiles x TN fp32 partials, for the largest grid
+/// any GPU up to k_column_sum_max_multiprocessors gets.
+WorkspaceNeeds column_sum_workspace(const ElementwiseTile& resolved, const Shape& shape, std::size_t sums);
+
 /// Tests only: generate 64-bit indexing for every shape, so the GPU suite
 /// covers that path without tensors of 2^30 elements.
 void force_index64_for_tests(bool on);
@@ -41,5 +98,6 @@ void force_index64_for_tests(bool on);
 // The family's passes.
 ElementwisePlan choose_vector_width(const KernelPlan& plan);
 KernelSource emit_elementwise(const ElementwisePlan& plan);
+KernelSource emit_column_sums(const ElementwisePlan& plan);
 
 }  // namespace epifuse

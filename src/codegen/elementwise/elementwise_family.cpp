@@ -8,9 +8,13 @@
 
 namespace epifuse {
 
-void check_no_column_sums(const KernelSpec& spec, std::string_view family);  // families.cpp
-
 namespace {
+
+// A column-sum kernel is the one whose parameters hold a workspace (Note [Column sums]).
+bool sums_columns(const KernelSource& source) {
+  return std::any_of(source.params.begin(), source.params.end(),
+                     [](const ParamField& f) { return f.role == ParamRole::workspace; });
+}
 
 class ElementwiseFamily final : public KernelFamily {
  public:
@@ -47,6 +51,19 @@ class ElementwiseFamily final : public KernelFamily {
   std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape&, std::string_view,
                                           const DeviceInfo&) const override {
     const int natural = natural_vector_width(spec);
+    if (has_column_sums(spec)) {
+      // Column sums: the grid fills the GPU at the kernel's minimum occupancy
+      // (blocks_per_sm: 0 is half a multiprocessor's threads, 2048 / threads
+      // all of them, 512 / threads a quarter), so the candidates trade
+      // registers against threads in flight; twice the vector width gives a
+      // lane two 16-byte accesses per tensor and row.
+      std::vector<TileConfig> out;
+      for (int threads : {256, 512, 128})
+        for (int blocks : {0, 2048 / threads, std::max(1, 512 / threads)})
+          for (int vec : {natural, std::min(2 * natural, 16)}) out.push_back(ElementwiseTile{threads, vec, blocks});
+      out.push_back(ElementwiseTile{1024, natural, 0});
+      return out;
+    }
     // Grid policies seen to matter on Hopper (docs/perf/peers.md): covering
     // grids, and grid-stride grids of 4 to 16 blocks per SM; vec 0 is 16 bytes,
     // and twice that gives each thread two independent 16-byte accesses.
@@ -58,16 +75,26 @@ class ElementwiseFamily final : public KernelFamily {
   }
 
   KernelSource emit(KernelPlan& plan) const override {
-    check_no_column_sums(*plan.spec, "elementwise");
+    const bool column_sums = has_column_sums(*plan.spec);
+    column_sum_outputs(*plan.spec);  // UserError for [N] or [M] outputs the family does not write
     plan.shape_class = shape_class(*plan.spec, plan.tile, plan.shape);
     plan.path = std::max(plan.path, path_for(*plan.spec, plan.tile, plan.shape));  // general wins
     const ElementwisePlan e = choose_vector_width(plan);
     plan.kernel_name = kernel_name(plan);
-    return emit_elementwise(e);
+    return column_sums ? emit_column_sums(e) : emit_elementwise(e);
   }
 
   LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int multiprocessors) const override {
     const auto& tile = std::get<ElementwiseTile>(source.tile);
+    if (sums_columns(source)) {
+      const ColumnGrid c = column_grid(tile, shape, multiprocessors);
+      LaunchGeometry g;
+      g.grid[0] = static_cast<unsigned>(std::min<std::int64_t>(c.column_tiles, 0x7fffffff));
+      g.grid[1] = static_cast<unsigned>(c.row_slices);
+      g.block[0] = static_cast<unsigned>(c.lanes);
+      g.block[1] = static_cast<unsigned>(c.rows_per_step);
+      return g;
+    }
     const std::int64_t nvec = (shape.m * shape.n + tile.vec - 1) / tile.vec;
     std::int64_t blocks = (nvec + tile.threads - 1) / tile.threads;
     if (tile.blocks_per_sm > 0) blocks = std::min<std::int64_t>(blocks, std::int64_t{multiprocessors} * tile.blocks_per_sm);
@@ -75,6 +102,13 @@ class ElementwiseFamily final : public KernelFamily {
     g.grid[0] = static_cast<unsigned>(std::min<std::int64_t>(blocks, 0x7fffffff));
     g.block[0] = static_cast<unsigned>(tile.threads);
     return g;
+  }
+
+  // Column sums: arrival counters and partial sums (an upper bound: one
+  // partial row per output, whichever outputs are sums).
+  WorkspaceNeeds workspace(const KernelSource& source, const Shape& shape) const override {
+    if (!sums_columns(source)) return {};
+    return column_sum_workspace(std::get<ElementwiseTile>(source.tile), shape, source.outputs.size());
   }
 };
 

@@ -1,0 +1,302 @@
+// Elementwise pass 2 for a spec with column sums: fill
+// templates/elementwise_col_sum.cu.in (Note [Column sums] in elementwise.hpp).
+// Generated identifiers only: in<k>/out<k> pointers, v<node> values, d<k>
+// draws, out<k>_s column sums.
+#include <algorithm>
+
+#include "codegen/elementwise/elementwise.hpp"
+#include "codegen/epilogue.hpp"
+#include "codegen/param_layout.hpp"
+#include "codegen/template_engine.hpp"
+#include "epifuse/errors.hpp"
+#include "ir/op_table.hpp"
+
+namespace epifuse {
+
+namespace {
+
+// Which code a column-sum kernel carries. A lane's VEC columns are one aligned
+// vector of every full row only when N % VEC == 0; then the vector path runs
+// unless a general kernel finds a misaligned pointer (p.vectorized == 0).
+struct ColumnPaths {
+  bool vector = false, scalar = false;
+};
+
+ColumnPaths paths_of(const ElementwisePlan& e) {
+  ColumnPaths c;
+  c.vector = e.row_vectors_aligned;
+  c.scalar = !e.row_vectors_aligned || e.plan->path == KernelPath::general;
+  return c;
+}
+
+// `vector` and `scalar` as the paths say: one of them, or both behind a branch on `whole`.
+std::string branch(const ColumnPaths& c, const std::string& vector, const std::string& scalar,
+                   const std::string& indent) {
+  if (!c.scalar) return indent + "{\n" + vector + indent + "}";
+  if (!c.vector) return indent + "{\n" + scalar + indent + "}";
+  return indent + "if (whole) {\n" + vector + indent + "} else {\n" + scalar + indent + "}";
+}
+
+// The chain at one element, as epilogue_body spells it, except that a col_sum
+// output receives the col_sum's operand: the term the kernel adds up.
+std::string column_epilogue_body(const KernelPlan& plan, const std::vector<bool>& sums) {
+  const Graph& g = plan.spec->graph;
+  std::string body;
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.kind != NodeKind::op || is_col_reduction(n.op)) continue;
+    body += fmt::format("  const float v{} = {};\n", i, spell_op(plan, i));
+  }
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
+    const Value v = plan.outputs[k].value;
+    body += fmt::format("  o{} = v{};{}\n", k, sums[k] ? g.node(v).args[0].id : v.id, sums[k] ? "  // a column term" : "");
+  }
+  body.pop_back();
+  return body;
+}
+
+void layout_params(const ElementwisePlan& e, const ColumnPaths& c, ParamLayout& layout) {
+  layout.add_graph_tensors(*e.plan, 0);
+  layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
+  layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
+  layout.add_rng_and_scalars(*e.plan);
+  layout.add(ParamRole::workspace, 0, "arrivals", "unsigned* arrivals", 8, 8);
+  layout.add(ParamRole::workspace, 1, "partials", "float* partials", 8, 8);
+  if (c.vector && c.scalar) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
+}
+
+// Row and scalar inputs are the same at every row: loaded once, before the rows.
+std::string emit_row_loads(const ElementwisePlan& e, const ColumnPaths& c) {
+  std::string decl, vec, scalar;
+  for (const TensorPlan& t : e.plan->inputs) {
+    const auto type = storage_type_name(t.dtype);
+    const std::string& f = t.field;
+    if (t.broadcast == Broadcast::row) {
+      decl += fmt::format("  float {}_v[VEC];\n", f);
+      vec += fmt::format("    if (in_columns) ef_load_vec<{}, VEC>(p.{} + c0, {}_v);\n", type, f, f);
+      scalar += fmt::format(
+          "#pragma unroll\n    for (int j = 0; j < VEC; ++j) {}_v[j] = c0 + j < n ? ef_to_float(p.{}[c0 + j]) : 0.0f;\n",
+          f, f);
+    } else if (t.broadcast == Broadcast::scalar) {
+      decl += fmt::format("  float {}_v[VEC];\n  {{\n    const float s = ef_to_float(p.{}[0]);\n#pragma unroll\n"
+                          "    for (int j = 0; j < VEC; ++j) {}_v[j] = s;\n  }}\n",
+                          f, f, f);
+    }
+  }
+  if (vec.empty()) return decl.empty() ? "  // no row or scalar input" : decl.substr(0, decl.size() - 1);
+  return decl + branch(c, vec, scalar, "  ");
+}
+
+// Full inputs of the ROWS rows r + k * S (vectors at e0, or element by
+// element inside the row), and a col input's one value of each row: every
+// row's loads are issued before any of them is used.
+std::string emit_loads(const ElementwisePlan& e, const ColumnPaths& c, std::string_view index_t) {
+  std::string decl, vec, scalar, col;
+  for (const TensorPlan& t : e.plan->inputs) {
+    const auto type = storage_type_name(t.dtype);
+    const std::string& f = t.field;
+    if (t.broadcast == Broadcast::full) {
+      decl += fmt::format("      float {}_v[ROWS][VEC];\n", f);
+      vec += fmt::format("          ef_load_vec<{}, VEC>(p.{} + e0, {}_v[k]);\n", type, f, f);
+      scalar += fmt::format(
+          "#pragma unroll\n          for (int j = 0; j < VEC; ++j) {}_v[k][j] = c0 + j < n ? ef_to_float(p.{}[e0 + j]) : 0.0f;\n",
+          f, f);
+    } else if (t.broadcast == Broadcast::col) {
+      decl += fmt::format("      float {}_v[ROWS][VEC];\n", f);
+      col += fmt::format("        {{\n          const float s = ef_to_float(p.{}[rk]);\n#pragma unroll\n"
+                         "          for (int j = 0; j < VEC; ++j) {}_v[k][j] = s;\n        }}\n",
+                         f, f);
+    }
+  }
+  if (decl.empty()) return "      // no full or col input";
+  std::string body = col;
+  if (!vec.empty()) body += branch(c, vec, scalar, "        ") + "\n";
+  return decl + fmt::format("#pragma unroll\n      for (int k = 0; k < ROWS; ++k) {{\n        const {0} rk = r + k * S;\n"
+                            "        if (rk >= m) break;\n        const {0} e0 = rk * n + c0;\n",
+                            index_t) +
+         body + "      }";
+}
+
+// Draws at the element's flat index r*N + c (docs/design.md §4). On the vector
+// path e0 is a multiple of VEC >= 4, so one Philox call serves four elements;
+// inside a row that is not, each element takes its own word.
+std::string emit_draws(const ElementwisePlan& e, const ColumnPaths& c) {
+  const KernelPlan& plan = *e.plan;
+  const Graph& g = plan.spec->graph;
+  std::string decl, vec, scalar;
+  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
+    const Node& n = g.node(plan.dropouts[k]);
+    decl += fmt::format("      unsigned d{}[VEC];  // dropout stream {} ({})\n", k, n.stream, to_string(n.rng));
+    if (n.rng == RngMode::philox4) {
+      vec += fmt::format(
+          "#pragma unroll\n        for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
+          "          const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {0}u, (unsigned long long)(e0 + j) >> 2);\n"
+          "          d{1}[j] = w.x;\n          d{1}[j + 1] = w.y;\n          d{1}[j + 2] = w.z;\n          d{1}[j + 3] = w.w;\n"
+          "        }}\n",
+          n.stream, k);
+      scalar += fmt::format(
+          "#pragma unroll\n        for (int j = 0; j < VEC; ++j) "
+          "d{}[j] = ef_philox4_draw(p.seed, p.offset, {}u, (unsigned long long)(e0 + j));\n",
+          k, n.stream);
+    } else {
+      const std::string line = fmt::format(
+          "#pragma unroll\n        for (int j = 0; j < VEC; ++j) "
+          "d{}[j] = ef_triton_draw(p.seed, p.offset, (unsigned long long)(e0 + j));\n",
+          k);
+      vec += line;
+      scalar += line;
+    }
+  }
+  if (decl.empty()) return "      // no dropout: no draws";
+  return decl + branch(c, vec, scalar, "      ");
+}
+
+std::string emit_compute(const ElementwisePlan& e, const EpilogueContract& contract) {
+  const KernelPlan& plan = *e.plan;
+  std::string decl = "      float";
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
+    decl += fmt::format("{} {}_v[VEC]", k ? "," : "", plan.outputs[k].field);
+  const std::string call = epilogue_call(plan, contract, [&](const EpilogueArg& a) -> std::string {
+    switch (a.kind) {
+      case EpilogueArg::Kind::input: {
+        const TensorPlan& t = plan.inputs[a.index];
+        const bool per_row = t.broadcast == Broadcast::full || t.broadcast == Broadcast::col;
+        return fmt::format("{}_v{}[j]", t.field, per_row ? "[k]" : "");
+      }
+      case EpilogueArg::Kind::draw: return fmt::format("d{}[j]", a.index);
+      case EpilogueArg::Kind::output: return fmt::format("{}_v[j]", plan.outputs[a.index].field);
+      case EpilogueArg::Kind::accumulator: break;
+    }
+    EPIFUSE_ASSERT(false, "an elementwise kernel has no accumulator");
+    return {};
+  });
+  return fmt::format("{};\n#pragma unroll\n      for (int j = 0; j < VEC; ++j)\n        {};", decl, call);
+}
+
+std::string emit_stores(const ElementwisePlan& e, const ColumnPaths& c, const std::vector<bool>& sums) {
+  std::string vec, scalar;
+  for (std::size_t k = 0; k < e.plan->outputs.size(); ++k) {
+    if (sums[k]) continue;
+    const TensorPlan& t = e.plan->outputs[k];
+    const auto type = storage_type_name(t.dtype);
+    vec += fmt::format("        ef_store_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, t.field, t.field);
+    scalar += fmt::format("          if (c0 + j < n) p.{}[e0 + j] = ef_from_float<{}>({}_v[j]);\n", t.field, type,
+                          t.field);
+  }
+  if (vec.empty()) return "      // no full output";
+  return branch(c, vec, "#pragma unroll\n        for (int j = 0; j < VEC; ++j) {\n" + scalar + "        }\n", "      ");
+}
+
+std::string emit_accumulate(const KernelPlan& plan, const std::vector<bool>& sums) {
+  std::string s = "#pragma unroll\n      for (int j = 0; j < VEC; ++j) {";
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
+    if (sums[k]) s += fmt::format(" {0}_s[j] += {0}_v[j];", plan.outputs[k].field);
+  return s + " }";
+}
+
+std::string emit_sum_decls(const KernelPlan& plan, const std::vector<bool>& sums) {
+  std::string s;
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
+    if (sums[k])
+      s += fmt::format("  float {0}_s[VEC];  // the column sum of output {1}\n#pragma unroll\n"
+                       "  for (int j = 0; j < VEC; ++j) {0}_s[j] = 0.0f;\n",
+                       plan.outputs[k].field, k);
+  s.pop_back();
+  return s;
+}
+
+// Each sum's block partial into partials[sum][blockIdx.y][column].
+std::string emit_block_partials(const KernelPlan& plan, const std::vector<bool>& sums, std::string_view index_t) {
+  std::string s = fmt::format("  const {0} sum_stride = ({0})gridDim.y * slice_stride;\n", index_t);
+  int q = 0;
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
+    if (!sums[k]) continue;
+    s += fmt::format(
+        "  {2}_rows_sum<VEC>({0}_s, red);\n"
+        "  if (ty == 0) {{\n    float* q = p.partials + {1} * sum_stride + part0;\n#pragma unroll\n"
+        "    for (int j = 0; j < VEC; ++j) q[j] = {0}_s[j];\n  }}\n",
+        plan.outputs[k].field, q++, plan.kernel_name);
+  }
+  s.pop_back();
+  return s;
+}
+
+// The column tile's totals in its last block: slices s = ty, ty + TY, ... per
+// row of threads, then those rows in order.
+std::string emit_final_sums(const KernelPlan& plan, const std::vector<bool>& sums, std::string_view index_t) {
+  std::string s;
+  int q = 0;
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
+    if (!sums[k]) continue;
+    const TensorPlan& t = plan.outputs[k];
+    s += fmt::format(
+        "  {{\n    float t[VEC];\n#pragma unroll\n    for (int j = 0; j < VEC; ++j) t[j] = 0.0f;\n"
+        "#pragma unroll 4\n"
+        "    for ({3} s = ty; s < ({3})gridDim.y; s += TY) {{\n"
+        "      const float* q = p.partials + {0} * sum_stride + s * slice_stride + ({3})blockIdx.x * TN + lane * VEC;\n"
+        "#pragma unroll\n      for (int j = 0; j < VEC; ++j) t[j] += {4}_partial(q + j);\n    }}\n"
+        "    {4}_rows_sum<VEC>(t, red);\n"
+        "    if (ty == 0) {{\n#pragma unroll\n"
+        "      for (int j = 0; j < VEC; ++j)\n        if (c0 + j < n) p.{1}[c0 + j] = ef_from_float<{2}>(t[j]);\n"
+        "    }}\n  }}\n",
+        q++, t.field, storage_type_name(t.dtype), index_t, plan.kernel_name);
+  }
+  s.pop_back();
+  return s;
+}
+
+// Full tensors and row inputs move as vectors on the vector path; a col_sum's
+// [N] output is stored element by element.
+int alignment_needed(const ElementwisePlan& e, const ColumnPaths& c, const TensorPlan& t) {
+  if (!c.vector) return 0;
+  const Node& n = e.plan->spec->graph.node(t.value);
+  const bool column_sum = n.kind == NodeKind::op && is_col_reduction(n.op);
+  if (column_sum || (t.broadcast != Broadcast::full && t.broadcast != Broadcast::row)) return 0;
+  return static_cast<int>(std::min<std::size_t>(16, e.tile.vec * size_of(t.dtype)));
+}
+
+}  // namespace
+
+KernelSource emit_column_sums(const ElementwisePlan& e) {
+  const KernelPlan& plan = *e.plan;
+  const std::vector<bool> sums = column_sum_outputs(*plan.spec);
+  const ColumnPaths c = paths_of(e);
+  KernelSource ks;
+  bind_graph_tensors(plan, ks, [&](const TensorPlan& t) { return alignment_needed(e, c, t); });
+  ks.tile = e.tile;  // vec resolved
+  ParamLayout layout;
+  layout_params(e, c, layout);
+  ks.requires_alignment = c.vector && !c.scalar;
+
+  const EpilogueContract contract = epilogue_contract(plan);
+  const std::string_view index_t = e.index32 ? "int" : "long long";
+  std::string whole = "  // one path: no alignment flag";
+  if (c.vector && c.scalar) whole = "  const bool whole = p.vectorized != 0;  // every pointer aligned for vectors";
+  TemplateVars vars{
+      {"kernel", plan.kernel_name},
+      {"description", describe_chain(plan)},
+      {"param_fields", layout.fields_text()},
+      {"epilogue_signature", epilogue_signature(plan, contract)},
+      {"epilogue_body", column_epilogue_body(plan, sums)},
+      {"vec", std::to_string(e.tile.vec)},
+      {"threads", std::to_string(e.tile.threads)},
+      {"min_blocks", std::to_string(column_sum_blocks_per_sm(e.tile))},
+      {"index_t", std::string(index_t)},
+      {"whole", whole},
+      {"sum_decls", emit_sum_decls(plan, sums)},
+      {"row_loads", emit_row_loads(e, c)},
+      {"loads", emit_loads(e, c, index_t)},
+      {"rows", std::to_string(column_sum_rows_in_flight(e.tile))},
+      {"draws", emit_draws(e, c)},
+      {"compute", emit_compute(e, contract)},
+      {"stores", emit_stores(e, c, sums)},
+      {"accumulate", emit_accumulate(plan, sums)},
+      {"block_partials", emit_block_partials(plan, sums, index_t)},
+      {"final_sums", emit_final_sums(plan, sums, index_t)},
+  };
+  layout.finish(ks);
+  ks.text = render_template(embedded_template("elementwise_col_sum.cu.in"), vars, "elementwise_col_sum.cu.in");
+  return ks;
+}
+
+}  // namespace epifuse
