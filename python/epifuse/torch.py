@@ -100,7 +100,9 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out)
     back = g.backward.compile(target, tile)
     back_op = _register(f"{name}_backward", back, _classes(g.backward))
     back_names = back.input_names
-    saved_names = [s["name"] for s in g.saved]
+    fwd_out_names = [o["name"] for o in g.forward.bindings(1, 1, 1)["outputs"]]
+    # The forward's outputs the backward reads: saved tensors and its own outputs.
+    keep_outputs = [i for i, o in enumerate(fwd_out_names) if o in back_names]
     out_names = [o["name"] for o in chain.bindings(1, 1, 1)["outputs"]]
     out_index = {f"d{o}": j for j, o in enumerate(out_names)}
     grads_out = [o["name"] for o in g.backward.bindings(1, 1, 1)["outputs"]]
@@ -112,7 +114,7 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out)
     def setup_context(ctx, inputs, output):
         tensors, seed, offset = inputs
         by_name = dict(zip(fwd_names, tensors))
-        ctx.save_for_backward(*[by_name[n] for n in keep_inputs], *output[n_out:])
+        ctx.save_for_backward(*[by_name[n] for n in keep_inputs], *[output[i] for i in keep_outputs])
         ctx.seed, ctx.offset = seed, offset
         ctx.out_like = [(o.shape, o.dtype, o.device) for o in output[:n_out]]
         ctx.needs = [t.requires_grad for t in tensors]
@@ -120,7 +122,7 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out)
     def backward(ctx, grads):
         saved = ctx.saved_tensors
         given = dict(zip(keep_inputs, saved[:len(keep_inputs)]))
-        given.update(zip(saved_names, saved[len(keep_inputs):]))
+        given.update(zip([fwd_out_names[i] for i in keep_outputs], saved[len(keep_inputs):]))
         args = []
         for n in back_names:
             if n in out_index:
@@ -156,7 +158,8 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out)
                 da = part if da is None else da + part
             if ctx.needs[0] and da is not None:
                 result[0] = da.to(a.dtype)
-        return [result, None, None]
+        # One entry per argument of the op: the list for `inputs`, None for seed and offset.
+        return (result,) + (None,) * (len(ctx.needs_input_grad) - 1)
 
     torch.library.register_autograd(qualified, backward, setup_context=setup_context)
 

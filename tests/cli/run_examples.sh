@@ -101,7 +101,8 @@ numpy_dtype = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}  # bf16:
 for out in spec["outputs"]:
     a = np.load(f"{d}/{out['name']}.npy")
     assert a.dtype == numpy_dtype[out["dtype"]], (out, a.dtype)
-    assert a.shape == (m, n), (out, a.shape)
+    want = {"full": (m, n), "row": (n,), "col": (m,)}[out["broadcast"]]  # [M,N], [N] column sums, [M] statistics
+    assert a.shape == want, (out, a.shape)
     f = (a.astype(np.uint32) << 16).view(np.float32) if out["dtype"] == "bf16" else a
     assert np.isfinite(f).all(), f"{out['name']}: non-finite values"
     assert (f != 0).any(), f"{out['name']}: all zero"

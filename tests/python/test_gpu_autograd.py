@@ -51,7 +51,7 @@ def test_bias_gelu_dropout_residual_gradient_uses_the_forward_mask():
     assert 0.05 < 1 - kept.float().mean().item() < 0.15  # p = 0.1
     z = leaf(x + bias)
     torch.nn.functional.gelu(z, approximate="tanh").backward(dy * kept / 0.9)
-    torch.testing.assert_close(xs.grad, z.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(xs.grad, z.grad, rtol=1e-5, atol=1e-5)  # gelu' near its zero: different f32 formulas
     torch.testing.assert_close(bs.grad, z.grad.sum(0), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(rs.grad, dy)
     # Twice: the same bits.

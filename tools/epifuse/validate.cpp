@@ -49,7 +49,9 @@ void validate(const ValidateOptions& opt) {
           {{"name", n.name}, {"dtype", to_string(n.dtype)}, {"broadcast", to_string(n.broadcast)}});
     }
     doc["outputs"] = nlohmann::ordered_json::array();
-    for (const Output& o : g.outputs()) doc["outputs"].push_back({{"name", o.name}, {"dtype", to_string(o.dtype)}});
+    for (const Output& o : g.outputs())
+      doc["outputs"].push_back(
+          {{"name", o.name}, {"dtype", to_string(o.dtype)}, {"broadcast", to_string(g.node(o.value).broadcast)}});
     if (spec.default_shape) {
       const Shape& s = *spec.default_shape;
       doc["shape"] = spec.mainloop.kind == MainloopKind::elementwise
