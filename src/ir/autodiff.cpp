@@ -16,6 +16,7 @@
 #include <array>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -298,11 +299,38 @@ class Differentiator {
       const Value full = have == Broadcast::full ? part : b().expand(part);
       switch (cls) {
         case Broadcast::row: plus(b().col_sum(full)); break;
-        case Broadcast::col: plus(b().row_sum(full)); break;
+        case Broadcast::col: plus(row_sum_of(full)); break;
         default: throw UserError("grad: the gradient of a scalar value is not supported (make it a row or col vector)");
       }
     }
     return total;
+  }
+
+  // Note [Per-row factors out of row sums]
+  // row_sum(u*c) = c*row_sum(u) for a per-row c, and a row sum of a sum is the
+  // sum of the row sums. The chain rule through a norm gives row sums of terms
+  // scaled by per-row values that themselves come from row sums (the variance's
+  // gradient); summing the full factors instead makes every reduction of the
+  // backward independent of the others: one stage of the row family, not two.
+  Value row_sum_of(Value v) {
+    if (auto it = row_sums_.find(v.id); it != row_sums_.end()) return it->second;
+    Graph& B = b();
+    const Node n = B.node(v);
+    auto full = [&](Value x) { return B.node(x).broadcast == Broadcast::full; };
+    auto per_row = [&](Value x) { return B.node(x).broadcast == Broadcast::col; };
+    Value r;
+    if (n.kind == NodeKind::op && (n.op == OpKind::add || n.op == OpKind::sub) && full(n.args[0]) && full(n.args[1]))
+      r = B.binary(n.op, row_sum_of(n.args[0]), row_sum_of(n.args[1]));
+    else if (n.kind == NodeKind::op && n.op == OpKind::scale)
+      r = B.scale(row_sum_of(n.args[0]), n.alpha);
+    else if (n.kind == NodeKind::op && n.op == OpKind::mul && per_row(n.args[0]) && full(n.args[1]))
+      r = mul(n.args[0], row_sum_of(n.args[1]));
+    else if (n.kind == NodeKind::op && n.op == OpKind::mul && full(n.args[0]) && per_row(n.args[1]))
+      r = mul(row_sum_of(n.args[0]), n.args[1]);
+    else
+      r = B.row_sum(v);
+    row_sums_.emplace(v.id, r);
+    return r;
   }
 
   bool depends_on_accumulator(std::uint32_t i) {
@@ -520,6 +548,7 @@ class Differentiator {
   std::vector<std::vector<std::uint32_t>> user_list_;
   std::vector<bool> stabilizing_, active_;
   std::vector<Composite> composites_;  // by result node
+  std::unordered_map<std::uint32_t, Value> row_sums_;  // backward value -> its row sum
   std::optional<std::vector<bool>> acc_dep_;
   std::vector<std::uint32_t> wrt_;
   std::vector<Value> value_;
