@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU session in one command (device machines keep nothing): run the GPU
+# One device call does it all (device machines keep nothing): run the GPU
 # and compile test tiers, the acceptance benchmarks of docs/perf/ and the
 # PyTorch comparison, writing logs under $OUT (default ./gpu-out).
 #   tools/gpu_check.sh [tests|bench|torch|all]

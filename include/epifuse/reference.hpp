@@ -66,6 +66,10 @@ using DoubleTensors = std::map<std::string, std::vector<double>>;
 DoubleTensors evaluate_double(const KernelSpec& spec, const Shape& shape, const DoubleTensors& inputs,
                               const LaunchArgs& args);
 
+/// a [M,K] times b [K,N] (row-major) in double: evaluate_double's
+/// accumulators, and the point a gradient check perturbs them at.
+std::vector<double> exact_product(const std::vector<double>& a, const std::vector<double>& b, const Shape& shape);
+
 /// Draws missing inputs from `data_seed` (random_tensor, one sub-seed per name).
 TensorMap make_inputs(const KernelSpec& spec, const Shape& shape, std::uint64_t data_seed,
                       TensorMap given = {});

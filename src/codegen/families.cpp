@@ -54,29 +54,16 @@ static void check_family_shapes(const KernelSpec& spec) {
   }
 }
 
-// Until the elementwise and row families generate them (docs/autodiff.md).
-void check_no_column_sums(const KernelSpec& spec, std::string_view family) {
-  for (const Node& n : spec.graph.nodes())
-    EPIFUSE_CHECK(n.kind != NodeKind::op || !is_col_reduction(n.op),
-                  "col_sum{}: the {} family does not sum columns yet; the CPU reference does (epifuse run --device cpu)",
-                  n.name.empty() ? "" : fmt::format(" '{}'", n.name), family);
-  for (const Output& o : spec.graph.outputs()) {
-    const Broadcast b = spec.graph.node(o.value).broadcast;
-    EPIFUSE_CHECK(b == Broadcast::full, "output '{}' is a {} value ({}): the {} family writes [M,N] outputs only; the "
-                  "CPU reference writes those (epifuse run --device cpu)", o.name, to_string(b),
-                  b == Broadcast::row ? "[N]" : "[M]", family);
-  }
-}
-
 const KernelFamily& family_for(const KernelSpec& spec) {
   check_family_shapes(spec);
+  const Node* n = row_reduction_of(spec);
   // div_n reads the row family's 1/N; a chain without a row reduction has none.
-  if (!row_reduction_of(spec))
-    for (const Node& n : spec.graph.nodes())
-      EPIFUSE_CHECK(n.kind != NodeKind::op || n.op != OpKind::div_n,
+  if (!n)
+    for (const Node& d : spec.graph.nodes())
+      EPIFUSE_CHECK(d.kind != NodeKind::op || d.op != OpKind::div_n,
                     "div_n{}: only a chain that reduces rows (the row family) divides by N on the GPU; the CPU "
-                    "reference runs it anywhere", n.name.empty() ? "" : fmt::format(" '{}'", n.name));
-  if (const Node* n = row_reduction_of(spec))
+                    "reference runs it anywhere", d.name.empty() ? "" : fmt::format(" '{}'", d.name));
+  if (n)
     EPIFUSE_CHECK(spec.mainloop.kind == MainloopKind::elementwise,
                   "a {} mainloop cannot reduce rows ({}{}): a row reduction needs whole rows of the output in one "
                   "block; run the GEMM, then the reduction as an elementwise chain (docs/row-reductions.md)",

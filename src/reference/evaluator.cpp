@@ -511,6 +511,15 @@ TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& 
   return outputs;
 }
 
+std::vector<double> exact_product(const std::vector<double>& a, const std::vector<double>& b, const Shape& s) {
+  const auto m = static_cast<std::size_t>(s.m), n = static_cast<std::size_t>(s.n), k = static_cast<std::size_t>(s.k);
+  std::vector<double> out(m * n, 0.0);
+  for (std::size_t r = 0; r < m; ++r)
+    for (std::size_t kk = 0; kk < k; ++kk)
+      for (std::size_t c = 0; c < n; ++c) out[r * n + c] += a[r * k + kk] * b[kk * n + c];
+  return out;
+}
+
 DoubleTensors evaluate_double(const KernelSpec& spec, const Shape& shape, const DoubleTensors& inputs,
                               const LaunchArgs& args) {
   verify(spec);
@@ -529,19 +538,10 @@ DoubleTensors evaluate_double(const KernelSpec& spec, const Shape& shape, const 
     EPIFUSE_CHECK(known, "unknown input '{}'", name);
   }
   std::vector<double> acc[2];
-  auto gemm_d = [&](const std::vector<double>& a, const std::vector<double>& b) {
-    const auto m = static_cast<std::size_t>(shape.m), n = static_cast<std::size_t>(shape.n),
-               k = static_cast<std::size_t>(shape.k);
-    std::vector<double> out(m * n, 0.0);
-    for (std::size_t r = 0; r < m; ++r)
-      for (std::size_t kk = 0; kk < k; ++kk)
-        for (std::size_t c = 0; c < n; ++c) out[r * n + c] += a[r * k + kk] * b[kk * n + c];
-    return out;
-  };
-  if (spec.mainloop.kind == MainloopKind::gemm) acc[0] = gemm_d(inputs.at("a"), inputs.at("b"));
+  if (spec.mainloop.kind == MainloopKind::gemm) acc[0] = exact_product(inputs.at("a"), inputs.at("b"), shape);
   if (spec.mainloop.kind == MainloopKind::dual_gemm) {
-    acc[0] = gemm_d(inputs.at("a"), inputs.at("b0"));
-    acc[1] = gemm_d(inputs.at("a"), inputs.at("b1"));
+    acc[0] = exact_product(inputs.at("a"), inputs.at("b0"), shape);
+    acc[1] = exact_product(inputs.at("a"), inputs.at("b1"), shape);
   }
   Program<double> prog = resolve<double>(spec, shape, acc, inputs);
   auto values = run_program(spec.graph, prog, shape, args, EvalOptions{});

@@ -30,15 +30,6 @@ std::vector<double> to_doubles(const HostTensor& t) {
   return v;
 }
 
-std::vector<double> gemm(const std::vector<double>& a, const std::vector<double>& b, const Shape& s) {
-  const auto m = static_cast<std::size_t>(s.m), n = static_cast<std::size_t>(s.n), k = static_cast<std::size_t>(s.k);
-  std::vector<double> out(m * n, 0.0);
-  for (std::size_t r = 0; r < m; ++r)
-    for (std::size_t kk = 0; kk < k; ++kk)
-      for (std::size_t c = 0; c < n; ++c) out[r * n + c] += a[r * k + kk] * b[kk * n + c];
-  return out;
-}
-
 std::string acc_input_name(int index) { return fmt::format("grad_check_acc{}", index); }
 
 // The spec with its accumulators as f32 inputs: an elementwise function of
@@ -117,8 +108,8 @@ GradCheckReport gradient_check(const KernelSpec& spec, const Shape& shape, const
   if (gemm_chain) {
     const bool dual = spec.mainloop.kind == MainloopKind::dual_gemm;
     if (point.count(acc_input_name(0)))
-      point[acc_input_name(0)] = gemm(inputs.at("a"), inputs.at(dual ? "b0" : "b"), shape);
-    if (point.count(acc_input_name(1))) point[acc_input_name(1)] = gemm(inputs.at("a"), inputs.at("b1"), shape);
+      point[acc_input_name(0)] = exact_product(inputs.at("a"), inputs.at(dual ? "b0" : "b"), shape);
+    if (point.count(acc_input_name(1))) point[acc_input_name(1)] = exact_product(inputs.at("a"), inputs.at("b1"), shape);
   }
   const Shape f_shape = gemm_chain ? rows : shape;
   auto loss = [&](const DoubleTensors& at) {

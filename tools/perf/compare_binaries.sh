@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kernel versions side by side (docs/perf/README.md method: one change per version,
 # each against the copy ceiling measured in the same process, all in one
-# device session): for each epifuse binary given, bench the bias-GELU-
+# device call): for each epifuse binary given, bench the bias-GELU-
 # dropout-residual chain in bf16 at both acceptance shapes and in f32 at one.
 #   tools/perf/compare_binaries.sh build/variants/epifuse_A build/variants/epifuse_B ...
 # EPIFUSE_NVRTC_OPTIONS passes through (e.g. -Ofc=min), so an option is a version too.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of NVRTC/ptxas options on GEMM kernels (EPIFUSE_NVRTC_OPTIONS), alternating
-# in one session: tune --tile times fixed tiles. Usage: ptxas_ab.sh BIN "OPTIONS"
+# in one process: tune --tile times fixed tiles. Usage: ptxas_ab.sh BIN "OPTIONS"
 B=$1 OPT=$2 C=examples/chains
 one() {
   "$B" tune $C/gemm.json --shape 4096,4096,4096 --tile 128x256x32w2x4s4g8 --tile 256x128x32w4x2s6g8 2>/dev/null | grep "^  [0-9]"

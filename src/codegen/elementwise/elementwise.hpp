@@ -3,10 +3,12 @@
 // in which each thread loads VEC consecutive elements of every full tensor with
 // 16-byte accesses, runs the epilogue on each, and stores. Its passes, in
 // order: choose_vector_width, then emit_elementwise (templates/elementwise.cu.in).
+#include <functional>
+#include <string>
 #include <string_view>
-
 #include <vector>
 
+#include "codegen/epilogue.hpp"
 #include "codegen/family.hpp"
 #include "codegen/kernel_plan.hpp"
 
@@ -94,6 +96,14 @@ WorkspaceNeeds column_sum_workspace(const ElementwiseTile& resolved, const Shape
 /// Tests only: generate 64-bit indexing for every shape, so the GPU suite
 /// covers that path without tensors of 2^30 elements.
 void force_index64_for_tests(bool on);
+
+/// The epilogue call per element j of the vector, after the declaration of
+/// the outputs' VEC-element arrays: each argument of the contract is element j
+/// of its loaded vector (`input(k)` spells input k's), draw array or output
+/// array. `indent` is the loop's; its body is indented two more spaces. Both
+/// kernels of the family emit it.
+std::string emit_vector_epilogue(const ElementwisePlan& plan, const EpilogueContract& contract,
+                                 const std::function<std::string(std::size_t)>& input, std::string_view indent);
 
 // The family's passes.
 ElementwisePlan choose_vector_width(const KernelPlan& plan);

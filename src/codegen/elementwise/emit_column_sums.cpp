@@ -151,28 +151,6 @@ std::string emit_draws(const ElementwisePlan& e, const ColumnPaths& c) {
   return decl + branch(c, vec, scalar, "      ");
 }
 
-std::string emit_compute(const ElementwisePlan& e, const EpilogueContract& contract) {
-  const KernelPlan& plan = *e.plan;
-  std::string decl = "      float";
-  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
-    decl += fmt::format("{} {}_v[VEC]", k ? "," : "", plan.outputs[k].field);
-  const std::string call = epilogue_call(plan, contract, [&](const EpilogueArg& a) -> std::string {
-    switch (a.kind) {
-      case EpilogueArg::Kind::input: {
-        const TensorPlan& t = plan.inputs[a.index];
-        const bool per_row = t.broadcast == Broadcast::full || t.broadcast == Broadcast::col;
-        return fmt::format("{}_v{}[j]", t.field, per_row ? "[k]" : "");
-      }
-      case EpilogueArg::Kind::draw: return fmt::format("d{}[j]", a.index);
-      case EpilogueArg::Kind::output: return fmt::format("{}_v[j]", plan.outputs[a.index].field);
-      case EpilogueArg::Kind::accumulator: break;
-    }
-    EPIFUSE_ASSERT(false, "an elementwise kernel has no accumulator");
-    return {};
-  });
-  return fmt::format("{};\n#pragma unroll\n      for (int j = 0; j < VEC; ++j)\n        {};", decl, call);
-}
-
 std::string emit_stores(const ElementwisePlan& e, const ColumnPaths& c, const std::vector<bool>& sums) {
   std::string vec, scalar;
   for (std::size_t k = 0; k < e.plan->outputs.size(); ++k) {
@@ -288,7 +266,15 @@ KernelSource emit_column_sums(const ElementwisePlan& e) {
       {"loads", emit_loads(e, c, index_t)},
       {"rows", std::to_string(column_sum_rows_in_flight(e.tile))},
       {"draws", emit_draws(e, c)},
-      {"compute", emit_compute(e, contract)},
+      // A full or per-row input is loaded per row k of the ROWS in flight.
+      {"compute", emit_vector_epilogue(e, contract,
+                                       [&](std::size_t k) {
+                                         const TensorPlan& t = e.plan->inputs[k];
+                                         const bool per_row = t.broadcast == Broadcast::full ||
+                                                              t.broadcast == Broadcast::col;
+                                         return fmt::format("{}_v{}[j]", t.field, per_row ? "[k]" : "");
+                                       },
+                                       "      ")},
       {"stores", emit_stores(e, c, sums)},
       {"accumulate", emit_accumulate(plan, sums)},
       {"block_partials", emit_block_partials(plan, sums, index_t)},

@@ -122,26 +122,6 @@ std::string emit_draws(const ElementwisePlan& plan) {
   return s;
 }
 
-// The epilogue call per element j of the vector: each argument of the
-// contract is that element of its loaded vector, draw array or output vector.
-std::string emit_compute(const ElementwisePlan& e, const EpilogueContract& contract) {
-  const KernelPlan& plan = *e.plan;
-  std::string decl = "    float";
-  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
-    decl += fmt::format("{} {}_v[VEC]", k ? "," : "", plan.outputs[k].field);
-  const std::string call = epilogue_call(plan, contract, [&](const EpilogueArg& a) -> std::string {
-    switch (a.kind) {
-      case EpilogueArg::Kind::input: return fmt::format("{}_v[j]", plan.inputs[a.index].field);
-      case EpilogueArg::Kind::draw: return fmt::format("d{}[j]", a.index);
-      case EpilogueArg::Kind::output: return fmt::format("{}_v[j]", plan.outputs[a.index].field);
-      case EpilogueArg::Kind::accumulator: break;
-    }
-    EPIFUSE_ASSERT(false, "an elementwise kernel has no accumulator");
-    return {};
-  });
-  return fmt::format("{};\n#pragma unroll\n    for (int j = 0; j < VEC; ++j)\n      {};", decl, call);
-}
-
 std::string emit_stores(const ElementwisePlan& plan) {
   std::string vec, scalar;
   for (const auto& t : plan.plan->outputs) {
@@ -163,6 +143,25 @@ int alignment_needed(const ElementwisePlan& plan, const TensorPlan& t) {
 }
 
 }  // namespace
+
+std::string emit_vector_epilogue(const ElementwisePlan& e, const EpilogueContract& contract,
+                                 const std::function<std::string(std::size_t)>& input, std::string_view indent) {
+  const KernelPlan& plan = *e.plan;
+  std::string decl = fmt::format("{}float", indent);
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
+    decl += fmt::format("{} {}_v[VEC]", k ? "," : "", plan.outputs[k].field);
+  const std::string call = epilogue_call(plan, contract, [&](const EpilogueArg& a) -> std::string {
+    switch (a.kind) {
+      case EpilogueArg::Kind::input: return input(a.index);
+      case EpilogueArg::Kind::draw: return fmt::format("d{}[j]", a.index);
+      case EpilogueArg::Kind::output: return fmt::format("{}_v[j]", plan.outputs[a.index].field);
+      case EpilogueArg::Kind::accumulator: break;
+    }
+    EPIFUSE_ASSERT(false, "an elementwise kernel has no accumulator");
+    return {};
+  });
+  return fmt::format("{};\n#pragma unroll\n{}for (int j = 0; j < VEC; ++j)\n{}  {};", decl, indent, indent, call);
+}
 
 KernelSource emit_elementwise(const ElementwisePlan& e) {
   const KernelPlan& plan = *e.plan;
@@ -188,7 +187,9 @@ KernelSource emit_elementwise(const ElementwisePlan& e) {
       {"coordinates", emit_coordinates(e)},
       {"loads", emit_loads(e)},
       {"draws", emit_draws(e)},
-      {"compute", emit_compute(e, contract)},
+      {"compute", emit_vector_epilogue(
+                      e, contract, [&](std::size_t k) { return fmt::format("{}_v[j]", e.plan->inputs[k].field); },
+                      "    ")},
       {"stores", emit_stores(e)},
   };
   layout.finish(ks);
