@@ -110,7 +110,10 @@ std::string epilogue_body(const KernelPlan& plan) {
   std::string body;
   for (std::size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
-    if (n.kind != NodeKind::op) continue;
+    // A col_sum has no value at one element; the kernels that write one
+    // spell their own body, so one here is dead (no output names it and no op
+    // reads it: the families check that).
+    if (n.kind != NodeKind::op || is_col_reduction(n.op)) continue;
     const std::string a = fmt::format("v{}", n.args[0].id);
     const std::string b = n.args.size() > 1 ? fmt::format("v{}", n.args[1].id) : std::string();
     body += fmt::format("  const float v{} = {};\n", i, spell(plan, i, n, a, b));
