@@ -112,6 +112,10 @@ int ef_evaluate(const ef_spec* spec, int64_t m, int64_t n, int64_t k, const char
 /* ---- the JIT and launches */
 /* `target` NULL or "": the GPU's. EF_RUNTIME_ERROR when there is no compiler. */
 int ef_jit_new(const char* target, ef_jit** out);
+/* A Jit that loads and launches on GPU `device` (a CUDA or HIP ordinal; an
+ * empty target means that device's). Launches leave the calling thread's
+ * current device as it was. EF_USER_ERROR for a device that does not exist. */
+int ef_jit_new_on_device(const char* target, int device, ef_jit** out);
 void ef_jit_free(ef_jit* jit);
 /* The Jit's target ("sm_90a"), valid while the Jit lives. */
 const char* ef_jit_target(const ef_jit* jit);
@@ -143,6 +147,11 @@ typedef struct ef_launch {
   int64_t m, n, k;
   uint64_t seed, offset;
   void* stream;
+  /* 0, or a device pointer to two uint64 {seed, offset base} that a dropout
+   * kernel reads on the device (seed is then unused and the base is added to
+   * offset): a launch captured in a CUDA graph then draws what the graph
+   * writes there at each replay. */
+  uint64_t rng_state;
 } ef_launch;
 int ef_launch_record(const ef_launch* launch);
 

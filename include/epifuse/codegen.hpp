@@ -32,6 +32,7 @@ enum class ParamRole : std::uint8_t {
   inv_n,        ///< double 1.0 / N
   seed,         ///< uint64 dropout seed
   offset,       ///< uint64 dropout Philox offset
+  rng_state,    ///< device pointer to {seed, offset base} (LaunchArgs::rng_state), or null
   scalar,       ///< float KernelSource::scalars[index] (a scale's alpha)
   vector_flag,  ///< int: 1 when every pointer is aligned as KernelSource says
   opaque,       ///< `size` bytes the family fills at launch (a CUtensorMap, 64-byte aligned)

@@ -82,12 +82,19 @@ class Jit {
   /// target must be named. AMD targets ("gfx90a") compile with hipRTC in a
   /// child process and run through the HIP runtime (docs/amd.md). Throws
   /// RuntimeError when the target's compiler (NVRTC, hipRTC) is missing.
-  explicit Jit(std::string target = "");
+  /// `device`: the GPU it loads and launches on (CUDA or HIP ordinal), whose
+  /// target an empty `target` means; UserError when there is no such device.
+  /// The calling thread's current device is left as it was (Note [Device
+  /// scopes]): a Jit for device 1 launches on device 1's streams from a
+  /// thread whose current device is 0.
+  explicit Jit(std::string target = "", int device = 0);
   ~Jit();
   Jit(const Jit&) = delete;
   Jit& operator=(const Jit&) = delete;
 
   const std::string& target() const;
+  /// The device ordinal it loads and launches on.
+  int device() const;
   /// Builds the key without compiling anything (the cache's hit path).
   /// `tile` nullopt: the tuned tile for (spec, shape) if tune() chose one, else the family default.
   CacheKey key(const KernelSpec& spec, const Shape& shape,

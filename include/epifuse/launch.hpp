@@ -8,6 +8,10 @@ namespace epifuse {
 struct LaunchArgs {
   std::uint64_t seed = 0;
   std::uint64_t offset = 0;
+  /// A device pointer to two uint64 {seed, offset base}, or 0. When set, a
+  /// dropout kernel reads its seed there and adds the base to `offset` on the
+  /// device (Note [Seeds on the device]), and `seed` is not used.
+  std::uint64_t rng_state = 0;
 };
 
 }  // namespace epifuse

@@ -67,8 +67,8 @@ class Compiled:
         self._gemm = snapshot.mainloop != "elementwise"
         self._broadcasts = [self._broadcast(n) for n, _ in self._inputs]
         self._full = None if self._gemm else self._first_full()
-        self._jit = None
-        self._launches = {}  # the inputs' shapes -> torch_bind._Launch
+        self._jits = {}  # device index -> Handle of its ef_jit
+        self._launches = {}  # (device index, the inputs' shapes) -> torch_bind._Launch
         self._run_torch = None  # torch_bind.run, imported on the first torch call
         self._torch_tensor = None  # torch.Tensor once torch was seen: the fast path's test
 
@@ -78,18 +78,22 @@ class Compiled:
     def __deepcopy__(self, memo):
         return self.__copy__()
 
-    def jit(self):
-        """The JIT (created on the first GPU call: a target, a compiler, a device)."""
-        if self._jit is None:
+    def jit(self, device=0):
+        """The JIT of GPU `device` (an index), created on its first call there: it
+        loads and launches on that device, whatever the thread's current device
+        is. Devices of one architecture share their compiled binaries."""
+        j = self._jits.get(device)
+        if j is None:
             h = ctypes.c_void_p()
-            check(lib.ef_jit_new(text(self.target, "target"), ctypes.byref(h)))
-            self._jit = Handle(h, lib.ef_jit_free)
-        return self._jit.h
+            check(lib.ef_jit_new_on_device(text(self.target, "target"), device, ctypes.byref(h)))
+            j = self._jits[device] = Handle(h, lib.ef_jit_free)
+        return j.h
 
-    def kernel(self, mnk):
-        """The compiled kernel for (M, N, K) and its bindings' order: (Handle, inputs, outputs)."""
+    def kernel(self, mnk, device=0):
+        """The kernel for (M, N, K) loaded on GPU `device`, and its bindings' order:
+        (Handle, inputs, outputs)."""
         h = ctypes.c_void_p()
-        check(lib.ef_jit_compile(self.jit(), self.chain._h, mnk[0], mnk[1], mnk[2], text(self.tile, "tile"),
+        check(lib.ef_jit_compile(self.jit(device), self.chain._h, mnk[0], mnk[1], mnk[2], text(self.tile, "tile"),
                                 ctypes.byref(h)))
         handle = Handle(h, lib.ef_kernel_free)
         kb = json.loads(_lib.take_string(lib.ef_kernel_bindings, h))
@@ -107,16 +111,18 @@ class Compiled:
     def input_names(self):
         return [n for n, _ in self._inputs]
 
-    def __call__(self, *args, seed=0, offset=0, out=None, **named):
+    def __call__(self, *args, seed=0, offset=0, out=None, rng_state=None, **named):
         """Runs the chain. `out=`: torch outputs to write (one tensor, or a sequence
-        in declaration order) instead of new ones. Inputs named seed, offset or out
-        are passed positionally."""
+        in declaration order) instead of new ones. `rng_state`: torch only, an int64
+        CUDA tensor of two, {seed, offset base}, that dropout reads on the device
+        instead of `seed` (the base is added to `offset`; docs/python.md). Inputs
+        named seed, offset, out or rng_state are passed positionally."""
         # The hot path: every input positional, torch tensors (docs/python.md, overhead).
         if not named and len(args) == len(self._inputs) and type(args[0]) is self._torch_tensor:
-            return self._run_torch(self, args, seed, offset, out)
-        return self._call_named(args, seed, offset, out, named)
+            return self._run_torch(self, args, seed, offset, out, rng_state)
+        return self._call_named(args, seed, offset, out, named, rng_state)
 
-    def _call_named(self, args, seed, offset, out, named):
+    def _call_named(self, args, seed, offset, out, named, rng_state=None):
         seed, offset = _lib.u64(seed, "seed"), _lib.u64(offset, "offset")
         if len(args) > len(self._inputs):
             raise _lib.UserError(f"{self.chain.name}: {len(args)} positional arguments for "
@@ -137,7 +143,9 @@ class Compiled:
             from .torch_bind import run
             import torch
             self._torch_tensor, self._run_torch = torch.Tensor, run  # the fast path from now on
-            return run(self, tensors, seed, offset, out)
+            return run(self, tensors, seed, offset, out, rng_state)
+        if rng_state is not None:
+            raise _lib.UserError(f"{self.chain.name}: rng_state= is for torch CUDA tensors")
         if not isinstance(tensors[0], np.ndarray) and hasattr(tensors[0], "__dlpack__"):
             from .dlpack import run
             return run(self, tensors, seed, offset, out)

@@ -75,9 +75,13 @@ def run(compiled, arrays, seed, offset, out):
                              "memory of other frameworks)")
     layouts = compiled.layouts()
     views = [View(a, n) for a, (n, _) in zip(arrays, compiled._inputs)]
+    device = views[0].device
+    if device[0] != _CUDA:
+        raise _lib.UserError(f"{name}: input '{compiled._inputs[0][0]}' is on DLPack device {device}; epifuse runs "
+                             "DLPack arrays on CUDA devices")
     for v, (n, dtype) in zip(views, compiled._inputs):
-        if v.device != (_CUDA, 0):
-            raise _lib.UserError(f"{name}: input '{n}' is on DLPack device {v.device}; epifuse runs on CUDA device 0")
+        if v.device != device:
+            raise _lib.UserError(f"{name}: input '{n}' is on DLPack device {v.device}, the first input on {device}")
         if v.dtype != dtype:
             raise _lib.UserError(f"{name}: input '{n}' is {v.dtype or 'another dtype'}, the chain reads {dtype}")
         want = _contiguous(v.shape[::-1])[::-1] if layouts.get(n) == "col" and len(v.shape) == 2 else _contiguous(v.shape)
@@ -92,18 +96,18 @@ def run(compiled, arrays, seed, offset, out):
     out_views = [View(o, t["name"]) for o, t in zip(outs, b["outputs"])]
     for v, t in zip(out_views, b["outputs"]):
         shape = tuple(lead) if lead is not None else tuple(t["shape"])
-        if v.shape != shape or v.dtype != t["dtype"] or v.strides != _contiguous(v.shape) or v.device != (_CUDA, 0):
+        if v.shape != shape or v.dtype != t["dtype"] or v.strides != _contiguous(v.shape) or v.device != device:
             raise _lib.UserError(f"{name}: out= for '{t['name']}' must be a contiguous {t['dtype']} array of shape "
-                                 f"{list(shape)} on CUDA device 0")
-    key = ("dlpack", mnk)
+                                 f"{list(shape)} on CUDA device {device[1]}")
+    key = ("dlpack", device[1], mnk)
     entry = compiled._launches.get(key)
     if entry is None:
-        entry = compiled._launches[key] = compiled.kernel(mnk)
+        entry = compiled._launches[key] = compiled.kernel(mnk, device[1])
     kernel, kb_inputs, kb_outputs = entry
     by_name = {n: v for (n, _), v in zip(compiled._inputs, views)}
     out_by_name = {t["name"]: v for t, v in zip(b["outputs"], out_views)}
     ins = (ctypes.c_uint64 * len(kb_inputs))(*[by_name[n].data for n in kb_inputs])
     outp = (ctypes.c_uint64 * len(kb_outputs))(*[out_by_name[n].data for n in kb_outputs])
-    check(lib.ef_jit_launch(compiled.jit(), kernel.h, ins, len(ins), outp, len(outp), mnk[0], mnk[1], mnk[2], seed,
+    check(lib.ef_jit_launch(compiled.jit(device[1]), kernel.h, ins, len(ins), outp, len(outp), mnk[0], mnk[1], mnk[2], seed,
                             offset, None))
     return outs[0] if len(outs) == 1 else tuple(outs)

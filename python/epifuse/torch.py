@@ -2,16 +2,24 @@
 
     import epifuse, epifuse.torch
     op = epifuse.torch.op(epifuse.load("examples/chains/bias_gelu_dropout_add.json"))
-    y = op(x, bias, residual, seed=7)        # eager, inside torch.compile (no graph break),
+    y = op(x, bias, residual)                # eager, inside torch.compile (no graph break),
                                              # and under CUDA graph capture
+    y.sum().backward()                       # gradients of x, bias and residual
 
 The op is `torch.ops.epifuse.<name>_<hash>`, opaque to Dynamo; its fake (meta)
 implementation gives the outputs' shapes and dtypes without running anything. The
-launch is asynchronous on torch's current stream and its outputs come from
-torch.empty, so a captured graph replays it. Seeds are Python ints below 2^63 (the
-custom op schema's int); offsets likewise.
+launch is asynchronous on the inputs' device (any cuda:k), on torch's current stream
+there, and its outputs come from torch.empty, so a captured graph replays it.
+
+Dropout draws from torch's generator by default: each call draws a seed and an
+offset base with torch.randint on the inputs' device, which the kernel reads on the
+device (Note [Seeds on the device] in templates/common/philox.cuh). So
+torch.manual_seed reproduces a run, each call draws a fresh mask, and a CUDA graph
+draws fresh masks at each replay. `seed=` (a Python int below 2^63, the custom op
+schema's int) fixes the mask instead; `offset=` is added to either.
 """
 import hashlib
+import json
 import re
 
 import torch
@@ -37,11 +45,11 @@ def _register(name, compiled, out_classes):
     gemm = compiled._gemm
     full = compiled._full
 
-    def impl(inputs, seed, offset):
-        out = compiled(*inputs, seed=seed, offset=offset)
+    def impl(inputs, seed, offset, rng_state):
+        out = compiled(*inputs, seed=seed, offset=offset, rng_state=rng_state)
         return list(out) if isinstance(out, tuple) else [out]
 
-    def fake(inputs, seed, offset):
+    def fake(inputs, seed, offset, rng_state):
         shape = (inputs[0].shape[0], inputs[1].shape[1]) if gemm else tuple(inputs[full].shape)
         shapes = {"full": shape, "row": shape[-1:], "col": shape[:-1]}
         return [inputs[0].new_empty(shapes[c], dtype=dt) for c, dt in zip(out_classes, out_dtypes)]
@@ -49,7 +57,7 @@ def _register(name, compiled, out_classes):
     # torch.library.Library rather than torch.library.custom_op: the same opaque op for
     # Dynamo, at a fraction of custom_op's per-call Python cost (docs/perf/host.md,
     # "Python call overhead").
-    _library().define(f"{name}(Tensor[] inputs, int seed, int offset) -> Tensor[]")
+    _library().define(f"{name}(Tensor[] inputs, int seed, int offset, Tensor? rng_state) -> Tensor[]")
     _library().impl(name, impl, "CUDA")
     torch.library.register_fake(f"epifuse::{name}")(fake)
     return getattr(torch.ops.epifuse, name).default
@@ -57,6 +65,18 @@ def _register(name, compiled, out_classes):
 
 def _classes(chain):
     return [o.get("broadcast", "full") for o in chain.bindings(1, 1, 1)["outputs"]]
+
+
+def _draws(chain):
+    """Whether the chain has a dropout op (and so reads a seed)."""
+    return any(o.get("op") == "dropout" for o in json.loads(chain.to_json()).get("ops", []))
+
+
+def rng_state(device):
+    """A fresh {seed, offset base} pair from torch's generator of `device`, as the
+    int64 tensor of two a dropout kernel reads on the device: torch.randint, so it is
+    traced by torch.compile and refilled at each replay of a CUDA graph."""
+    return torch.randint(0, 2**63 - 1, (2,), dtype=torch.int64, device=device)
 
 
 def op(chain: Chain, target=None, tile=None):
@@ -85,8 +105,17 @@ def op(chain: Chain, target=None, tile=None):
     if g is not None:
         _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out)
 
-    def call(*inputs, seed=0, offset=0):
-        outs = custom(list(inputs), seed, offset)[:n_out]
+    draws = _draws(chain)
+
+    def call(*inputs, seed=None, offset=0):
+        """Runs the chain on torch CUDA tensors (positional, in binding order). With
+        dropout and no `seed`, the seed comes from torch's generator (module docstring)."""
+        state = None
+        if seed is None:
+            seed = 0
+            if draws and inputs and isinstance(inputs[0], torch.Tensor):
+                state = rng_state(inputs[0].device)
+        outs = custom(list(inputs), seed, offset, state)[:n_out]
         return outs[0] if n_out == 1 else tuple(outs)
 
     call.op = custom
@@ -112,15 +141,21 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out)
     keep_inputs = [n for n in fwd_names if n in back_names or (kind != "elementwise" and n in ("a", "b", "b0", "b1"))]
 
     def setup_context(ctx, inputs, output):
-        tensors, seed, offset = inputs
+        tensors, seed, offset, state = inputs
         by_name = dict(zip(fwd_names, tensors))
-        ctx.save_for_backward(*[by_name[n] for n in keep_inputs], *[output[i] for i in keep_outputs])
+        ctx.has_state = state is not None
+        ctx.save_for_backward(*[by_name[n] for n in keep_inputs], *[output[i] for i in keep_outputs],
+                              *([state] if ctx.has_state else []))
         ctx.seed, ctx.offset = seed, offset
         ctx.out_like = [(o.shape, o.dtype, o.device) for o in output[:n_out]]
         ctx.needs = [t.requires_grad for t in tensors]
 
     def backward(ctx, grads):
         saved = ctx.saved_tensors
+        # The forward's seed state: the backward regenerates the same masks from it.
+        state = saved[-1] if ctx.has_state else None
+        if ctx.has_state:
+            saved = saved[:-1]
         given = dict(zip(keep_inputs, saved[:len(keep_inputs)]))
         given.update(zip([fwd_out_names[i] for i in keep_outputs], saved[len(keep_inputs):]))
         args = []
@@ -134,7 +169,7 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out)
                 args.append(gr.contiguous())
             else:
                 args.append(given[n])
-        outs = dict(zip(grads_out, back_op(args, ctx.seed, ctx.offset)))
+        outs = dict(zip(grads_out, back_op(args, ctx.seed, ctx.offset, state)))
         result = []
         for n, need in zip(fwd_names, ctx.needs):
             d = outs.get(f"d{n}")
@@ -158,7 +193,7 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out)
                 da = part if da is None else da + part
             if ctx.needs[0] and da is not None:
                 result[0] = da.to(a.dtype)
-        # One entry per argument of the op: the list for `inputs`, None for seed and offset.
+        # One entry per argument of the op: the list for `inputs`, None for seed, offset and rng_state.
         return (result,) + (None,) * (len(ctx.needs_input_grad) - 1)
 
     torch.library.register_autograd(qualified, backward, setup_context=setup_context)
@@ -179,7 +214,7 @@ def linear(chain: Chain, target=None, tile=None):
     run = op(chain, target, tile)
     weights = 2 if ml["kind"] == "dual_gemm" else 1
 
-    def f(x, *rest, seed=0, offset=0):
+    def f(x, *rest, seed=None, offset=0):
         lead = x.shape[:-1]
         a = x.reshape(-1, x.shape[-1])
         ws = [w.t() for w in rest[:weights]]

@@ -1,6 +1,7 @@
 """torch CUDA tensors through the JIT: pointers, shapes and strides from the tensors,
-torch's current stream, outputs from torch.empty (so CUDA graph capture sees only
-torch's allocator). A call with shapes seen before does no compile and no parsing:
+the tensors' device (any cuda:k, whatever the current device is) and torch's current
+stream there, outputs from torch.empty (so CUDA graph capture sees only torch's
+allocator). A call with shapes seen before does no compile and no parsing:
 its kernel, binding order and pointer arrays are kept per shape.
 """
 import ctypes
@@ -16,16 +17,18 @@ _U64_MAX = _lib.U64_MAX
 
 class _Launch:
     """What a call with shapes seen before needs, prepared once."""
-    __slots__ = ("kernel", "order", "outputs", "ins", "outs", "mnk", "lead", "expect", "record", "address")
+    __slots__ = ("kernel", "order", "outputs", "ins", "outs", "mnk", "lead", "expect", "record", "address", "index",
+                 "device")
 
 
-def _prepare(compiled, tensors):
+def _prepare(compiled, tensors, device):
     mnk, lead = compiled._shape([tuple(t.shape) for t in tensors])
     b = compiled._check_shapes([tuple(t.shape) for t in tensors], mnk, lead)
-    kernel, kb_inputs, kb_outputs = compiled.kernel(mnk)
+    kernel, kb_inputs, kb_outputs = compiled.kernel(mnk, device.index)
     names = compiled.input_names
     l = _Launch()
     l.kernel, l.mnk, l.lead = kernel, mnk, lead
+    l.index, l.device = device.index, device
     l.order = [names.index(n) for n in kb_inputs]
     # An output's shape: [M,N] (leading dimensions folded into M come back), [N] or [M].
     shapes = {}
@@ -40,7 +43,7 @@ def _prepare(compiled, tensors):
     # a column-major operand's transposed strides) as this first call checked them.
     l.expect = [(t.dtype, t.stride()) for t in tensors]
     r = l.record = _lib.LaunchRecord()
-    r.jit, r.kernel, r.inputs, r.ninputs = compiled.jit(), kernel.h, l.ins, len(l.ins)
+    r.jit, r.kernel, r.inputs, r.ninputs = compiled.jit(device.index), kernel.h, l.ins, len(l.ins)
     r.outputs, r.noutputs = l.outs, len(l.outs)
     r.m, r.n, r.k = mnk
     l.address = ctypes.addressof(r)
@@ -79,12 +82,24 @@ except AttributeError:  # pragma: no cover - older torch
 _launch = lib.ef_launch_record
 
 
-def run(compiled, tensors, seed, offset, out=None):
+def _state_pointer(compiled, l, state):
+    """The device address of an rng_state tensor: int64, two elements, contiguous, on
+    the inputs' device (Note [Seeds on the device])."""
+    if (not isinstance(state, torch.Tensor) or state.dtype is not torch.int64 or tuple(state.shape) != (2,)
+            or not state.is_contiguous() or state.get_device() != l.index):
+        raise _lib.UserError(f"{compiled.chain.name}: rng_state must be a contiguous int64 tensor of shape [2] on "
+                             f"{l.device}, got {getattr(state, 'dtype', type(state).__name__)} "
+                             f"{list(getattr(state, 'shape', []))} on {getattr(state, 'device', None)}")
+    return state.data_ptr()
+
+
+def run(compiled, tensors, seed, offset, out=None, rng_state=None):
     try:
-        l = compiled._launches.get(tuple([t.shape for t in tensors]))
+        index = tensors[0].get_device()
+        l = compiled._launches.get((index, tuple([t.shape for t in tensors])))
         if l is not None:
             for t, (dtype, stride) in zip(tensors, l.expect):
-                if t.dtype is not dtype or t.stride() != stride or t.get_device() != 0:
+                if t.dtype is not dtype or t.stride() != stride or t.get_device() != index:
                     l = None
                     break
     except AttributeError:  # not a tensor: _first_call says which
@@ -95,7 +110,7 @@ def run(compiled, tensors, seed, offset, out=None):
     for i, j in enumerate(l.order):
         ins[i] = tensors[j].data_ptr()
     if out is None:
-        outs = [torch.empty(shape, dtype=dt, device="cuda:0") for shape, dt in l.outputs]
+        outs = [torch.empty(shape, dtype=dt, device=l.device) for shape, dt in l.outputs]
     else:
         outs = _check_out(compiled, l, out)
     for i, o in enumerate(outs):
@@ -105,7 +120,8 @@ def run(compiled, tensors, seed, offset, out=None):
     # costs two comparisons, anything else goes through the full check.
     if type(seed) is not int or type(offset) is not int or not (0 <= seed <= _U64_MAX and 0 <= offset <= _U64_MAX):
         seed, offset = _lib.u64(seed, "seed"), _lib.u64(offset, "offset")
-    r.seed, r.offset, r.stream = seed, offset, _raw_stream(0)
+    r.seed, r.offset, r.stream = seed, offset, _raw_stream(l.index)
+    r.rng_state = 0 if rng_state is None else _state_pointer(compiled, l, rng_state)
     status = _launch(l.address)
     if status:
         check(status)
@@ -114,16 +130,16 @@ def run(compiled, tensors, seed, offset, out=None):
 
 def _check_out(compiled, l, out):
     """`out=`: the outputs, one tensor or a sequence in declaration order, each of the
-    output's shape and dtype, contiguous, on device 0. They are written, not returned anew."""
+    output's shape and dtype, contiguous, on the inputs' device. They are written, not returned anew."""
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     if len(outs) != len(l.outputs):
         raise _lib.UserError(f"{compiled.chain.name}: out= has {len(outs)} tensors for {len(l.outputs)} outputs")
     for o, (shape, dt), (name, _) in zip(outs, l.outputs, compiled._outputs):
         if (not isinstance(o, torch.Tensor) or tuple(o.shape) != tuple(shape) or o.dtype is not dt
-                or not o.is_contiguous() or o.get_device() != 0):
+                or not o.is_contiguous() or o.get_device() != l.index):
             raise _lib.UserError(f"{compiled.chain.name}: out= for '{name}' must be a contiguous {dt} tensor of "
-                                 f"shape {list(shape)} on cuda:0, got {getattr(o, 'dtype', type(o).__name__)} "
-                                 f"{list(getattr(o, 'shape', []))}")
+                                 f"shape {list(shape)} on {l.device}, got {getattr(o, 'dtype', type(o).__name__)} "
+                                 f"{list(getattr(o, 'shape', []))} on {getattr(o, 'device', None)}")
     return outs
 
 
@@ -134,11 +150,11 @@ def _first_call(compiled, tensors):
     if not isinstance(tensors[0], torch.Tensor) or device.type != "cuda":
         raise _lib.UserError(f"{compiled.chain.name}: torch tensors on {device}: epifuse runs torch tensors on "
                              "CUDA devices (NumPy arrays run on the CPU reference)")
-    if device.index not in (None, 0):
-        raise _lib.UserError(f"{compiled.chain.name}: tensors on {device}: epifuse uses CUDA device 0 for now")
+    if device.index is None:  # a tensor's device always has its index; a bare "cuda" is the current one
+        device = torch.device("cuda", torch.cuda.current_device())
     _check(compiled, tensors, device)
-    key = tuple([t.shape for t in tensors])
+    key = (device.index, tuple([t.shape for t in tensors]))
     l = compiled._launches.get(key)
     if l is None or [(t.dtype, t.stride()) for t in tensors] != l.expect:
-        l = compiled._launches[key] = _prepare(compiled, tensors)
+        l = compiled._launches[key] = _prepare(compiled, tensors, device)
     return l

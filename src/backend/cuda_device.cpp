@@ -14,6 +14,13 @@ class CudaDevice final : public DeviceRuntime {
   std::string version_string() const override { return cu_.version_string(); }
   const DeviceInfo& device(int ordinal) const override { return cu_.device(ordinal); }
   void use_device(int ordinal) override { cu_.use_device(ordinal); }
+  bool enter_device(int ordinal, void** previous) override {
+    CUcontext p = nullptr;
+    const bool changed = cu_.enter_device(ordinal, &p);
+    *previous = p;
+    return changed;
+  }
+  void leave_device(void* previous) noexcept override { cu_.leave_device(static_cast<CUcontext>(previous)); }
   void synchronize() override { cu_.synchronize(); }
 
   ModuleHandle load_module(const void* image) override { return cu_.load_module(image); }

@@ -211,21 +211,31 @@ void CudaDriver::check(CUresult r, const char* call) const {
 
 // ---- contexts
 
-void CudaDriver::use_device(int ordinal) {
+CUcontext CudaDriver::primary_context(int ordinal) {
   device(ordinal);  // range check
-  CUcontext ctx = nullptr;
-  {
-    std::lock_guard lock(contexts_mutex_);
-    auto& slot = primary_contexts_[static_cast<size_t>(ordinal)];
-    if (!slot) {
-      CUdevice dev = 0;
-      check(api_->DeviceGet(&dev, ordinal), "cuDeviceGet");
-      check(api_->DevicePrimaryCtxRetain(&slot, dev), "cuDevicePrimaryCtxRetain");
-    }
-    ctx = slot;
+  std::lock_guard lock(contexts_mutex_);
+  auto& slot = primary_contexts_[static_cast<size_t>(ordinal)];
+  if (!slot) {
+    CUdevice dev = 0;
+    check(api_->DeviceGet(&dev, ordinal), "cuDeviceGet");
+    check(api_->DevicePrimaryCtxRetain(&slot, dev), "cuDevicePrimaryCtxRetain");
   }
-  check(api_->CtxSetCurrent(ctx), "cuCtxSetCurrent");
+  return slot;
 }
+
+void CudaDriver::use_device(int ordinal) { check(api_->CtxSetCurrent(primary_context(ordinal)), "cuCtxSetCurrent"); }
+
+bool CudaDriver::enter_device(int ordinal, CUcontext* previous) {
+  const CUcontext want = primary_context(ordinal);
+  CUcontext current = nullptr;
+  check(api_->CtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (current == want) return false;
+  check(api_->CtxSetCurrent(want), "cuCtxSetCurrent");
+  *previous = current;
+  return true;
+}
+
+void CudaDriver::leave_device(CUcontext previous) noexcept { api_->CtxSetCurrent(previous); }
 
 void CudaDriver::ensure_context() {
   CUcontext current = nullptr;

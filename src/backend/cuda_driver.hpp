@@ -67,6 +67,11 @@ class CudaDriver {
   /// Retains `ordinal`'s primary context (once per process) and makes it current on
   /// the calling thread.
   void use_device(int ordinal);
+  /// Makes `ordinal`'s primary context current unless it is; true, with the
+  /// context that was current (perhaps none) in *previous, when it was not.
+  bool enter_device(int ordinal, CUcontext* previous);
+  /// cuCtxSetCurrent(previous); errors are ignored (a destructor's call).
+  void leave_device(CUcontext previous) noexcept;
   /// Makes device 0's primary context current unless a context already is (one the
   /// caller chose is respected). Every call below that needs a context does this
   /// (one cuCtxGetCurrent, a thread-local read in the driver), so any thread may call.
@@ -129,6 +134,8 @@ class CudaDriver {
   ~CudaDriver();
 
  private:
+  /// `ordinal`'s primary context, retained once per process.
+  CUcontext primary_context(int ordinal);
   explicit CudaDriver(DynLib lib);
   DynLib lib_;
   std::unique_ptr<Api> api_;

@@ -74,6 +74,12 @@ class DeviceRuntime {
   virtual const DeviceInfo& device(int ordinal) const = 0;
   /// Makes `ordinal` the calling thread's device.
   virtual void use_device(int ordinal) = 0;
+  /// Makes `ordinal` the calling thread's device for a while (DeviceScope):
+  /// true, with the device that was current in *previous, when that was
+  /// another one; false when `ordinal` already was.
+  virtual bool enter_device(int ordinal, void** previous) = 0;
+  /// Makes `previous` (from enter_device) current again.
+  virtual void leave_device(void* previous) noexcept = 0;
   /// Waits for all work on the current device.
   virtual void synchronize() = 0;
 
@@ -115,6 +121,30 @@ DeviceRuntime& device_runtime(Vendor vendor);
 std::string device_unavailable_reason(Vendor vendor);
 
 /// A loaded code object (cubin or AMD ELF); unloaded when it dies.
+// Note [Device scopes]
+// A Jit loads and launches on one device (its ordinal). The calling thread's
+// current device belongs to the caller (PyTorch's torch.cuda.current_device(),
+// say), so a Jit never changes it for good: each of its calls that touches
+// the device makes the Jit's device current for the call's duration and then
+// gives the caller's back. On CUDA that is a context switch (a thread-local
+// read, and two writes only when the devices differ).
+class DeviceScope {
+ public:
+  /// `runtime` null: nothing to do (a Jit that only compiles).
+  DeviceScope(DeviceRuntime* runtime, int ordinal)
+      : runtime_(runtime), changed_(runtime && runtime->enter_device(ordinal, &previous_)) {}
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() {
+    if (changed_) runtime_->leave_device(previous_);
+  }
+
+ private:
+  DeviceRuntime* runtime_;
+  void* previous_ = nullptr;
+  bool changed_;
+};
+
 class DeviceModule {
  public:
   DeviceModule(DeviceRuntime& runtime, const std::vector<char>& image);

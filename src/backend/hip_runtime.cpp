@@ -73,6 +73,7 @@ struct HipRuntime::Api {
   const char* (*GetErrorString)(int);
   int (*GetDeviceCount)(int*);
   int (*SetDevice)(int);
+  int (*GetDevice)(int*);
   int (*DeviceSynchronize)();
   int (*DeviceGetName)(char*, int, int);
   int (*DeviceGetAttribute)(int*, int, int);
@@ -110,6 +111,7 @@ struct HipRuntime::Api {
     EPIFUSE_HIP_SYM(GetErrorString, "hipGetErrorString");
     EPIFUSE_HIP_SYM(GetDeviceCount, "hipGetDeviceCount");
     EPIFUSE_HIP_SYM(SetDevice, "hipSetDevice");
+    EPIFUSE_HIP_SYM(GetDevice, "hipGetDevice");
     EPIFUSE_HIP_SYM(DeviceSynchronize, "hipDeviceSynchronize");
     EPIFUSE_HIP_SYM(DeviceGetName, "hipDeviceGetName");
     EPIFUSE_HIP_SYM(DeviceGetAttribute, "hipDeviceGetAttribute");
@@ -231,6 +233,20 @@ void HipRuntime::check(int result, const char* call) const {
 void HipRuntime::use_device(int ordinal) {
   device(ordinal);  // range check
   check(api_->SetDevice(ordinal), "hipSetDevice");
+}
+
+bool HipRuntime::enter_device(int ordinal, void** previous) {
+  device(ordinal);  // range check
+  int current = 0;
+  check(api_->GetDevice(&current), "hipGetDevice");
+  if (current == ordinal) return false;
+  check(api_->SetDevice(ordinal), "hipSetDevice");
+  *previous = reinterpret_cast<void*>(static_cast<std::intptr_t>(current));
+  return true;
+}
+
+void HipRuntime::leave_device(void* previous) noexcept {
+  api_->SetDevice(static_cast<int>(reinterpret_cast<std::intptr_t>(previous)));
 }
 
 void HipRuntime::synchronize() { check(api_->DeviceSynchronize(), "hipDeviceSynchronize"); }

@@ -50,6 +50,9 @@ class HipRuntime final : public DeviceRuntime {
   const DeviceInfo& device(int ordinal) const override { return amd_device(ordinal).common; }
   /// hipSetDevice
   void use_device(int ordinal) override;
+  /// hipGetDevice, then hipSetDevice when it differs.
+  bool enter_device(int ordinal, void** previous) override;
+  void leave_device(void* previous) noexcept override;
   /// hipDeviceSynchronize
   void synchronize() override;
 

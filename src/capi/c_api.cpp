@@ -403,11 +403,13 @@ int ef_evaluate(const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_
   });
 }
 
-int ef_jit_new(const char* target, ef_jit** out) {
+int ef_jit_new(const char* target, ef_jit** out) { return ef_jit_new_on_device(target, 0, out); }
+
+int ef_jit_new_on_device(const char* target, int device, ef_jit** out) {
   return guarded([&] {
     require(out, "out");
     auto j = std::make_unique<ef_jit>();
-    j->jit = std::make_unique<Jit>(target ? target : "");
+    j->jit = std::make_unique<Jit>(target ? target : "", device);
     j->target = j->jit->target();
     *out = j.release();
   });
@@ -444,9 +446,10 @@ int ef_kernel_bindings(const ef_kernel* kernel, char** out) {
   });
 }
 
-int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t* inputs, std::size_t ninputs,
-                  const std::uint64_t* outputs, std::size_t noutputs, std::int64_t m, std::int64_t n, std::int64_t k,
-                  std::uint64_t seed, std::uint64_t offset, void* stream) {
+namespace {
+int launch_with(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t* inputs, std::size_t ninputs,
+                const std::uint64_t* outputs, std::size_t noutputs, std::int64_t m, std::int64_t n, std::int64_t k,
+                const LaunchArgs& args, void* stream) {
   return guarded([&] {
     require_array(inputs, ninputs, "inputs");
     require_array(outputs, noutputs, "outputs");
@@ -459,14 +462,21 @@ int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_
     DeviceBindings b;
     b.inputs.assign(inputs, inputs + ninputs);
     b.outputs.assign(outputs, outputs + noutputs);
-    jit->jit->launch(*kernel->kernel, b, Shape{m, n, k}, LaunchArgs{seed, offset}, stream);
+    jit->jit->launch(*kernel->kernel, b, Shape{m, n, k}, args, stream);
   });
+}
+}  // namespace
+
+int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t* inputs, std::size_t ninputs,
+                  const std::uint64_t* outputs, std::size_t noutputs, std::int64_t m, std::int64_t n, std::int64_t k,
+                  std::uint64_t seed, std::uint64_t offset, void* stream) {
+  return launch_with(jit, kernel, inputs, ninputs, outputs, noutputs, m, n, k, LaunchArgs{seed, offset, 0}, stream);
 }
 
 int ef_launch_record(const ef_launch* l) {
   if (!l) return guarded([] { throw UserError("launch is NULL"); });
-  return ef_jit_launch(l->jit, l->kernel, l->inputs, l->ninputs, l->outputs, l->noutputs, l->m, l->n, l->k, l->seed,
-                       l->offset, l->stream);
+  return launch_with(l->jit, l->kernel, l->inputs, l->ninputs, l->outputs, l->noutputs, l->m, l->n, l->k,
+                LaunchArgs{l->seed, l->offset, l->rng_state}, l->stream);
 }
 
 }  // extern "C"

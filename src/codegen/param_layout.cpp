@@ -33,6 +33,9 @@ void ParamLayout::add_graph_tensors(const KernelPlan& plan, std::uint32_t first_
 void ParamLayout::add_rng_and_scalars(const KernelPlan& plan) {
   add(ParamRole::seed, 0, "seed", "unsigned long long seed", 8, 8);
   add(ParamRole::offset, 0, "offset", "unsigned long long offset", 8, 8);
+  // Note [Seeds on the device]: kernels that draw read seed and offset through it.
+  if (!plan.dropouts.empty())
+    add(ParamRole::rng_state, 0, "rng_state", "const unsigned long long* rng_state", 8, 8);
   for (std::size_t k = 0; k < plan.scales.size(); ++k)
     add(ParamRole::scalar, k, fmt::format("alpha{}", k), fmt::format("float alpha{}", k), 4, 4);
 }

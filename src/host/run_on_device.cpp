@@ -27,8 +27,10 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
   auto kernel = jit.compile(spec, shape, tile);
   const KernelSource& ks = kernel->source();
 
-  // The runtime of the Jit's target (every call makes its context current).
+  // The runtime of the Jit's target, on the Jit's device for the whole run
+  // (Note [Device scopes]).
   backend::DeviceRuntime& drv = backend::device_runtime(backend::vendor_of(jit.target()));
+  const backend::DeviceScope scope(&drv, jit.device());
   std::vector<backend::DeviceMemory> buffers;
   DeviceBindings bindings;
   auto place = [&](std::size_t bytes, std::size_t elem) {

@@ -88,6 +88,8 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
     };
     if (!kernel->disk) compile_source();
     if (device) {
+      const backend::DeviceScope scope(device, ordinal);
+      kernel->ordinal = ordinal;
       if (kernel->disk) {
         try {
           kernel->module.emplace(*device, kernel->cubin);
@@ -112,7 +114,7 @@ void Jit::Impl::prepare_function(LoadedKernel& kernel) const {
   const int shared = static_cast<int>(kernel.src.shared_bytes);
   const int total = shared + kernel.info.static_shared_bytes;
   if (total > 48 * 1024) {  // above 48 KB (static and dynamic together) a kernel must opt in
-    const int most = device->device(0).max_shared_per_block_optin;
+    const int most = device->device(ordinal).max_shared_per_block_optin;
     EPIFUSE_CHECK(total <= most, "tile {} needs {} bytes of shared memory per block; this GPU allows {}",
                   to_string(kernel.src.tile), total, most);
     device->set_max_dynamic_shared(kernel.function, shared);
@@ -123,8 +125,10 @@ void Jit::Impl::prepare_function(LoadedKernel& kernel) const {
   }
 }
 
-Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
+Jit::Jit(std::string target, int device) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
+  EPIFUSE_CHECK(device >= 0, "device {} does not exist: devices are numbered from 0", device);
+  d.ordinal = device;
   // Without a target, the GPU's: a CUDA GPU's if there is one, else an AMD GPU's.
   const bool amd = target.empty() ? !backend::device_runtime_or_null(Vendor::nvidia) &&
                                         backend::device_runtime_or_null(Vendor::amd)
@@ -135,11 +139,11 @@ Jit::Jit(std::string target) : impl_(std::make_unique<Impl>()) {
     d.init_nvidia(target);
   }
   d.disk = DiskCache::from_environment();
-  if (d.device) d.device_name = d.device->device(0).name;
+  if (d.device) d.device_name = d.device->device(d.ordinal).name;
   // The heuristics' view of this GPU; the assumed one where the target cannot run here.
   d.device_info = assumed_device(d.target_name);
   if (d.device) {
-    const backend::DeviceInfo& p = d.device->device(0);
+    const backend::DeviceInfo& p = d.device->device(d.ordinal);
     if (p.multiprocessors > 0) d.device_info.multiprocessors = p.multiprocessors;
     if (p.max_shared_per_block_optin > 0) d.device_info.shared_per_block = static_cast<std::uint32_t>(p.max_shared_per_block_optin);
     if (p.l2_bytes > 0) d.device_info.l2_bytes = static_cast<std::uint64_t>(p.l2_bytes);
@@ -157,14 +161,17 @@ void Jit::Impl::init_nvidia(const std::string& target) {
       throw RuntimeError(fmt::format("no GPU to run on or detect a target from ({}); emit and compile "
                                      "work with --target, e.g. sm_90a or gfx90a",
                                      gpu_unavailable_reason()));
-    d.target = backend::detect_target(0);
+    d.target = backend::detect_target(d.ordinal);
   }
   d.target_name = d.target.str();
-  if (has_gpu && backend::detect_target(0) == d.target) {
-    d.driver = &backend::cuda();
-    d.device = backend::device_runtime_or_null(Vendor::nvidia);
-    d.driver->use_device(0);
-    d.multiprocessors = d.driver->device(0).multiprocessors;
+  if (has_gpu) {
+    // UserError for a device that does not exist, whether or not a target was named.
+    backend::cuda().device(d.ordinal);
+    if (backend::detect_target(d.ordinal) == d.target) {
+      d.driver = &backend::cuda();
+      d.device = backend::device_runtime_or_null(Vendor::nvidia);
+      d.multiprocessors = d.driver->device(d.ordinal).multiprocessors;
+    }
   }
   d.compiler = d.rtc->version_string();
   // EPIFUSE_NVRTC_OPTIONS: extra NVRTC options, space separated (experiments,
@@ -188,19 +195,18 @@ void Jit::Impl::init_nvidia(const std::string& target) {
 // the hipRTC child from one source with the headers inlined; loaded and
 // launched through the HIP runtime when device 0 can run it.
 void Jit::Impl::init_amd(const std::string& text) {
-  amd = text.empty() ? backend::detect_amd_target(0) : backend::parse_amd_target(text);
+  amd = text.empty() ? backend::detect_amd_target(ordinal) : backend::parse_amd_target(text);
   target_name = amd->str();
   const backend::Hiprtc& hip = backend::hiprtc();  // RuntimeError when hipRTC is missing
   if (backend::HipRuntime* runtime = backend::hip_runtime_or_null()) {
     bool runs = false;
     try {
-      runs = backend::runs_on(*amd, backend::detect_amd_target(0));
+      runs = backend::runs_on(*amd, backend::detect_amd_target(ordinal));
     } catch (const UserError&) {  // a GPU epifuse has no target for: compile only
     }
     if (runs) {
       device = runtime;
-      device->use_device(0);
-      multiprocessors = device->device(0).multiprocessors;
+      multiprocessors = device->device(ordinal).multiprocessors;
     }
   }
   compiler = hip.version_string();
@@ -211,6 +217,7 @@ void Jit::Impl::init_amd(const std::string& text) {
 Jit::~Jit() = default;
 
 const std::string& Jit::target() const { return impl_->target_name; }
+int Jit::device() const { return impl_->ordinal; }
 
 CacheKey Jit::key(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile) const {
   std::string sig = signature_bytes(spec);
@@ -266,6 +273,8 @@ std::shared_ptr<const CompiledKernel> Jit::compile_variant(const CompiledKernel&
   kernel->cubin = std::move(bin.cubin);
   kernel->ms = bin.compile_ms;
   if (d.device) {
+    const backend::DeviceScope scope(d.device, d.ordinal);
+    kernel->ordinal = d.ordinal;
     kernel->module.emplace(*d.device, kernel->cubin);
     d.prepare_function(*kernel);
   }
@@ -311,6 +320,7 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
   // The runtime of the target's vendor (RuntimeError when there is none); a
   // GPU of another architecture gets as far as the first launch's UserError.
   backend::DeviceRuntime& drv = impl_->device ? *impl_->device : backend::device_runtime(backend::vendor_of(target()));
+  const backend::DeviceScope scope(&drv, impl_->ordinal);
   // Launches back to back in batches of ~0.2 ms or more, so a few-microsecond
   // kernel is timed as it runs in a stream, not with each launch's host cost
   // between the events (which once ranked 64x64 tiles first at 1024^3).

@@ -39,6 +39,7 @@ struct LoadedKernel final : CompiledKernel {
   double ms = 0;
   bool disk = false;  // the cubin came from the disk cache
   std::optional<backend::DeviceModule> module;
+  int ordinal = -1;  // the device `module` is loaded on
   backend::DeviceRuntime::FunctionHandle function = nullptr;
   backend::FunctionInfo info;
   // Blocks of it the whole GPU holds at once at its launch's block size and
@@ -74,6 +75,7 @@ struct Jit::Impl {
   backend::Target target;                // an NVIDIA target
   std::optional<backend::AmdTarget> amd;  // or an AMD one (docs/amd.md)
   backend::Nvrtc* rtc = nullptr;          // NVIDIA targets; AMD ones go to hipRTC in a child process
+  int ordinal = 0;                           // the device it loads and launches on
   backend::DeviceRuntime* device = nullptr;  // null when this target cannot run here
   CudaDriver* driver = nullptr;  // the CUDA driver behind `device` on NVIDIA: tensor maps, clusters
   int multiprocessors = 0;

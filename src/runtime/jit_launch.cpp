@@ -38,6 +38,7 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
       case ParamRole::inv_n: put(f, 1.0 / static_cast<double>(shape.n)); break;
       case ParamRole::seed: put(f, std::uint64_t{args.seed}); break;
       case ParamRole::offset: put(f, std::uint64_t{args.offset}); break;
+      case ParamRole::rng_state: put(f, std::uint64_t{args.rng_state}); break;
       case ParamRole::scalar: put(f, ks.scalars[f.index]); break;
       case ParamRole::vector_flag: flag = params + f.offset; break;
       case ParamRole::workspace: {
@@ -71,6 +72,10 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
                 "kernel for {} cannot run here: {}", d.target_name,
                 gpu_unavailable_reason().empty() ? "the GPU is a different architecture"
                                                  : gpu_unavailable_reason());
+  EPIFUSE_CHECK(kernel.ordinal == d.ordinal,
+                "kernel {} is loaded on device {} and this Jit launches on device {}: compile it with the Jit that "
+                "launches it", ks.name, kernel.ordinal, d.ordinal);
+  const backend::DeviceScope scope(d.device, d.ordinal);  // Note [Device scopes]
   EPIFUSE_CHECK(b.inputs.size() == ks.inputs.size() && b.outputs.size() == ks.outputs.size(),
                 "launch: {} inputs and {} outputs bound, the kernel takes {} and {}",
                 b.inputs.size(), b.outputs.size(), ks.inputs.size(), ks.outputs.size());

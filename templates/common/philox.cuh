@@ -134,6 +134,25 @@ EPIFUSE_HD unsigned int ef_philox4_draw(unsigned long long seed, unsigned long l
   return ef_u32x4_word(ef_philox4_draws(seed, offset, stream, i >> 2), (unsigned int)(i & 3u));
 }
 
+// Note [Seeds on the device]
+// A dropout kernel's parameters hold seed and offset and a pointer rng_state.
+// Null, the seed and offset are the launch's; else the kernel reads them from
+// the device, seed = rng_state[0] and offset = rng_state[1] + the launch's
+// offset, so a launch recorded in a CUDA graph draws fresh masks on every
+// replay when the graph refills rng_state (PyTorch fills it from its
+// generator: docs/python.md). Every read is of read-only memory, so the
+// compiler loads each word once.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
+template <class Params>
+__device__ __forceinline__ unsigned long long ef_seed(const Params& p) {
+  return p.rng_state ? __ldg(p.rng_state) : p.seed;
+}
+template <class Params>
+__device__ __forceinline__ unsigned long long ef_offset(const Params& p) {
+  return p.rng_state ? __ldg(p.rng_state + 1) + p.offset : p.offset;
+}
+#endif
+
 /// keep = (draw >> 8) >= thr, thr = llround(p * 2^24) (host, double); thr 0 keeps
 /// all, thr 2^24 drops all.
 EPIFUSE_HD bool ef_dropout_keep(unsigned int draw, unsigned int thr) {

@@ -21,6 +21,7 @@ struct ef_42956066b3252711_params {
   double n_inv;
   unsigned long long seed;
   unsigned long long offset;
+  const unsigned long long* rng_state;
   int vectorized;
 };
 
@@ -65,7 +66,7 @@ extern "C" __global__ void __launch_bounds__(256) ef_42956066b3252711(const ef_4
     }
     unsigned d0[VEC];  // dropout stream 0 (triton)
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) d0[j] = ef_triton_draw(p.seed, p.offset, (unsigned long long)(e0 + j));
+    for (int j = 0; j < VEC; ++j) d0[j] = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long)(e0 + j));
     float out0_v[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; ++j)

@@ -21,6 +21,7 @@ struct ef_5a433797a4e5ee40_params {
   double n_inv;
   unsigned long long seed;
   unsigned long long offset;
+  const unsigned long long* rng_state;
 };
 
 // The fused epilogue of one element: straight-line SSA from the op table.
@@ -53,7 +54,7 @@ extern "C" __global__ void __launch_bounds__(256) ef_5a433797a4e5ee40(const ef_5
     unsigned d0[VEC];  // dropout stream 0 (philox4)
 #pragma unroll
     for (int j = 0; j < VEC; j += 4) {  // one Philox call, four draws
-      const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, 0u, (unsigned long long)((unsigned)(e0 + j)) >> 2);
+      const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)((unsigned)(e0 + j)) >> 2);
       d0[j] = w.x;
       d0[j + 1] = w.y;
       d0[j + 2] = w.z;

@@ -30,6 +30,7 @@ struct ef_448cb18797bf71e8_params {
   long long k;
   unsigned long long seed;
   unsigned long long offset;
+  const unsigned long long* rng_state;
 };
 
 // The fused epilogue of one element: straight-line SSA from the op table.
@@ -383,7 +384,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ef_448cb18797bf71e8(const 
     for (int ni = 0; ni < NI; ++ni) {
       const long long row_g = m0 + wm + mi * 16 + (lane >> 2);
       const long long col0 = n0 + wn + ni * 8 + (lane & 3) * 2;
-      ef_mma_philox4_draws(dd0[mi][ni], p.seed, p.offset, 0u, (unsigned long long)(row_g * p.n + (col0 & ~3LL)),
+      ef_mma_philox4_draws(dd0[mi][ni], ef_seed(p), ef_offset(p), 0u, (unsigned long long)(row_g * p.n + (col0 & ~3LL)),
                            (unsigned long long)((row_g + 8) * p.n + (col0 & ~3LL)));
     }
   // Note [Fragments cross the barrier]: the fragments of k16 step s + 1 are

@@ -32,6 +32,7 @@ struct ef_dd0a3c33a0a1e4e7_params {
   long long k;
   unsigned long long seed;
   unsigned long long offset;
+  const unsigned long long* rng_state;
   alignas(64) ef_tensor_map tma_a;
   alignas(64) ef_tensor_map tma_b;
 };
@@ -378,7 +379,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)  ef_dd0a3c33a0a1e4e7(co
           const long long row = m0 + wm + mi * 64 + warp * 16 + r, col0 = n0 + c * CHUNK + c4;
     unsigned d0[4];  // dropout stream 0: one Philox call per four elements
     {
-      const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, 0u, (unsigned long long)(row * p.n + col0) >> 2);
+      const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(row * p.n + col0) >> 2);
       d0[0] = w.x;
       d0[1] = w.y;
       d0[2] = w.z;

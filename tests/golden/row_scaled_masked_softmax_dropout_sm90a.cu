@@ -23,6 +23,7 @@ struct ef_86e9262ff1685bce_params {
   double n_inv;
   unsigned long long seed;
   unsigned long long offset;
+  const unsigned long long* rng_state;
   float alpha0;
 };
 
@@ -127,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)  ef_86e9262ff1685bce(const
       unsigned d0[VEC];  // dropout stream 0 (philox4)
 #pragma unroll
       for (int j = 0; j < VEC; j += 4) {  // one Philox call, four draws
-        const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, 0u, (unsigned long long)(base + c0 + j) >> 2);
+        const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(base + c0 + j) >> 2);
         d0[j] = w.x;
         d0[j + 1] = w.y;
         d0[j + 2] = w.z;
@@ -150,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)  ef_86e9262ff1685bce(const
       unsigned d0[VEC];  // dropout stream 0 (philox4)
 #pragma unroll
       for (int j = 0; j < VEC; j += 4) {  // one Philox call, four draws
-        const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, 0u, (unsigned long long)(base + c0 + j) >> 2);
+        const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(base + c0 + j) >> 2);
         d0[j] = w.x;
         d0[j + 1] = w.y;
         d0[j + 2] = w.z;

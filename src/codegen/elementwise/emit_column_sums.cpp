@@ -130,18 +130,18 @@ std::string emit_draws(const ElementwisePlan& e, const ColumnPaths& c) {
     if (n.rng == RngMode::philox4) {
       vec += fmt::format(
           "#pragma unroll\n        for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
-          "          const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {0}u, (unsigned long long)(e0 + j) >> 2);\n"
+          "          const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), {0}u, (unsigned long long)(e0 + j) >> 2);\n"
           "          d{1}[j] = w.x;\n          d{1}[j + 1] = w.y;\n          d{1}[j + 2] = w.z;\n          d{1}[j + 3] = w.w;\n"
           "        }}\n",
           n.stream, k);
       scalar += fmt::format(
           "#pragma unroll\n        for (int j = 0; j < VEC; ++j) "
-          "d{}[j] = ef_philox4_draw(p.seed, p.offset, {}u, (unsigned long long)(e0 + j));\n",
+          "d{}[j] = ef_philox4_draw(ef_seed(p), ef_offset(p), {}u, (unsigned long long)(e0 + j));\n",
           k, n.stream);
     } else {
       const std::string line = fmt::format(
           "#pragma unroll\n        for (int j = 0; j < VEC; ++j) "
-          "d{}[j] = ef_triton_draw(p.seed, p.offset, (unsigned long long)(e0 + j));\n",
+          "d{}[j] = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long)(e0 + j));\n",
           k);
       vec += line;
       scalar += line;

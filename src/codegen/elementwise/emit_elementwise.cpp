@@ -105,7 +105,7 @@ std::string emit_draws(const ElementwisePlan& plan) {
     if (n.rng == RngMode::philox4) {
       s += fmt::format(
           "#pragma unroll\n    for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
-          "      const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {}u, "
+          "      const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), {}u, "
           "(unsigned long long)({}(e0 + j)) >> 2);\n"
           "      d{}[j] = w.x;\n      d{}[j + 1] = w.y;\n      d{}[j + 2] = w.z;\n      d{}[j + 3] = w.w;\n"
           "    }}\n",
@@ -113,7 +113,7 @@ std::string emit_draws(const ElementwisePlan& plan) {
     } else {
       s += fmt::format(
           "#pragma unroll\n    for (int j = 0; j < VEC; ++j) "
-          "d{}[j] = ef_triton_draw(p.seed, p.offset, (unsigned long long)(e0 + j));\n",
+          "d{}[j] = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long)(e0 + j));\n",
           k);
     }
   }

@@ -118,7 +118,7 @@ bool staged_epilogue(const GemmPlan& g) { return !g.simt && (g.wgmma || g.wave |
 std::string row_quad_draws(std::size_t k, std::uint32_t stream, const std::string& pad) {
   return fmt::format(
       "{0}unsigned d{1}[4];  // dropout stream {2}: one Philox call per four elements\n"
-      "{0}{{\n{0}  const ef_u32x4 w = ef_philox4_draws(p.seed, p.offset, {2}u, "
+      "{0}{{\n{0}  const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), {2}u, "
       "(unsigned long long)(row * p.n + col0) >> 2);\n"
       "{0}  d{1}[0] = w.x;\n{0}  d{1}[1] = w.y;\n{0}  d{1}[2] = w.z;\n{0}  d{1}[3] = w.w;\n{0}}}\n",
       pad, k, stream);
@@ -170,7 +170,7 @@ std::string emit_early_draws(const GemmPlan& g) {
     const Node& n = plan.spec->graph.node(plan.dropouts[k]);
     if (!shared_draws(g, n)) continue;
     s += fmt::format(
-        "      ef_mma_philox4_draws(dd{0}[mi][ni], p.seed, p.offset, {1}u, (unsigned long long)(row_g * p.n + (col0 & ~3LL)),\n"
+        "      ef_mma_philox4_draws(dd{0}[mi][ni], ef_seed(p), ef_offset(p), {1}u, (unsigned long long)(row_g * p.n + (col0 & ~3LL)),\n"
         "                           (unsigned long long)((row_g + 8) * p.n + (col0 & ~3LL)));\n",
         k, n.stream);
   }
@@ -197,7 +197,7 @@ std::string emit_fragment_draws(const GemmPlan& g) {
     }
     s += fmt::format(
         "      unsigned d{0}[4];  // dropout stream {1}: one Philox call per four elements, shared by a lane pair\n"
-        "      ef_mma_philox4_draws(d{0}, p.seed, p.offset, {1}u, (unsigned long long)(row_g * p.n + (col0 & ~3LL)),\n"
+        "      ef_mma_philox4_draws(d{0}, ef_seed(p), ef_offset(p), {1}u, (unsigned long long)(row_g * p.n + (col0 & ~3LL)),\n"
         "                           (unsigned long long)((row_g + 8) * p.n + (col0 & ~3LL)));\n",
         k, n.stream);
   }
@@ -328,9 +328,9 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, st
     const Node& n = graph.node(plan.dropouts[k]);
     if (shared_draws(g, n)) continue;
     s += n.rng == RngMode::philox4
-             ? fmt::format("{}const unsigned d{}e = ef_philox4_draw(p.seed, p.offset, {}u, (unsigned long long)at);\n",
+             ? fmt::format("{}const unsigned d{}e = ef_philox4_draw(ef_seed(p), ef_offset(p), {}u, (unsigned long long)at);\n",
                            pad, k, n.stream)
-             : fmt::format("{}const unsigned d{}e = ef_triton_draw(p.seed, p.offset, (unsigned long long)at);\n", pad, k);
+             : fmt::format("{}const unsigned d{}e = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long)at);\n", pad, k);
   }
   s += pad + "float";
   for (std::size_t k = 0; k < plan.outputs.size(); ++k) s += fmt::format("{} {}_v", k ? "," : "", plan.outputs[k].field);
