@@ -67,11 +67,11 @@ def _autocast_dtype(device):
     """The dtype autocast runs a matmul in on `device`, or None outside autocast."""
     kind = device.type
     try:
-        if not torch.is_autocast_enabled(kind):
-            return None
-        return torch.get_autocast_dtype(kind)
-    except (TypeError, AttributeError):  # older torch: no device argument, the GPU's state
-        return torch.get_autocast_gpu_dtype() if kind == "cuda" and torch.is_autocast_enabled() else None
+        return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
+    except (TypeError, AttributeError):  # torch before 2.4: one function per device type
+        if kind == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
 
 
 def _tf32(dtype):
@@ -125,6 +125,7 @@ class Linear(nn.Module):
             b = None if b is None else b.to(cast)
             residual = None if residual is None else residual.to(cast)
         dt = _dtype(w, "weight")
+        w = w.contiguous()  # read column-major: the transpose of a contiguous [out, in]
         drop = self.training and self.p > 0
         key = ("linear", dt, b is not None, self.activation, self.p if drop else 0.0, self.residual, _tf32(dt))
         f = _op(key, lambda: linear_chain(dt, b is not None, self.activation, key[4], self.residual, key[6]),
@@ -191,6 +192,7 @@ class GatedMLP(nn.Module):
             x, wg, wu = x.to(cast), wg.to(cast), wu.to(cast)
             bg, bu = (None, None) if bg is None else (bg.to(cast), bu.to(cast))
         dt = _dtype(wg, "gate_proj.weight")
+        wg, wu = wg.contiguous(), wu.contiguous()
         bias = bg is not None
         key = ("gated", dt, self.activation, bias, _tf32(dt))
         f = _op(key, lambda: gated_chain(dt, self.activation, bias, key[4]), "linear")

@@ -101,18 +101,16 @@ class RefSoftmax(nn.Module):
         return torch.softmax(z if mask is None else z + mask, -1)
 
 
-def run(module, inputs, dys):
-    """Outputs and gradients (inputs, then parameters by name) of sum(<out_i, dy_i>)."""
-    xs = [leaf(t) if t.is_floating_point() and i not in run.no_grad else t for i, t in enumerate(inputs)]
+def run(module, inputs, dys, no_grad=()):
+    """Outputs and gradients (inputs, then parameters by name) of sum(<out_i, dy_i>);
+    the inputs numbered in no_grad take none."""
+    xs = [t if i in no_grad else leaf(t) for i, t in enumerate(inputs)]
     out = module(*xs)
     outs = out if isinstance(out, tuple) else (out,)
     sum((o.float() * d.float()).sum() for o, d in zip(outs, dys)).backward()
     grads = {f"input{i}": x.grad for i, x in enumerate(xs) if isinstance(x, torch.Tensor) and x.grad is not None}
     grads.update({n: p.grad for n, p in module.named_parameters()})
     return outs, grads
-
-
-run.no_grad = ()
 
 
 def compare(ours, ref, inputs, dtype, no_grad=()):
@@ -122,12 +120,11 @@ def compare(ours, ref, inputs, dtype, no_grad=()):
     ours.load_state_dict(ref.state_dict())
     ours.to("cuda", dtype).eval()
     ref = ref.to("cuda", dtype).eval()
-    run.no_grad = no_grad
     probe = ref(*inputs)
     probe = probe if isinstance(probe, tuple) else (probe,)
     dys = [randn(*o.shape, dtype=dtype) for o in probe]
-    got_out, got = run(ours, inputs, dys)
-    ref_out, want = run(ref, inputs, dys)
+    got_out, got = run(ours, inputs, dys, no_grad)
+    ref_out, want = run(ref, inputs, dys, no_grad)
     assert set(got) == set(want) and all(g is not None for g in got.values()), (sorted(got), sorted(want))
     if dtype is torch.float32:
         for g, w in zip(got_out, ref_out):
@@ -136,7 +133,7 @@ def compare(ours, ref, inputs, dtype, no_grad=()):
             assert rel_err(got[name], want[name]) <= 1e-4, name
         return
     ref64 = copy.deepcopy(ref).double()
-    exact_out, exact = run(ref64, [t.double() if t.is_floating_point() else t for t in inputs], dys)
+    exact_out, exact = run(ref64, [t.double() for t in inputs], dys, no_grad)
     bound = torch.finfo(dtype).eps
     for g, w, e in zip(got_out, ref_out, exact_out):
         assert g.dtype == w.dtype
@@ -193,7 +190,7 @@ def test_linear_dropout_rate_scale_and_the_backward_mask():
     y.backward(dy)
     kept = y.detach() != 0
     assert abs((1 - kept.float().mean()).item() - p) < 0.01
-    assert torch.equal(y.detach()[kept], (x.detach() * (1 / (1 - p)))[kept])
+    torch.testing.assert_close(y.detach()[kept], (x.detach() / (1 - p))[kept], rtol=1e-6, atol=0)
     assert (x.grad[~kept] == 0).all()
     torch.testing.assert_close(x.grad[kept], (dy / (1 - p))[kept], rtol=1e-6, atol=0)
     torch.testing.assert_close(fc.weight.grad, (dy * kept / (1 - p)).t() @ x.detach(), rtol=1e-4, atol=1e-4)
@@ -216,6 +213,28 @@ def test_linear_gelu_dropout_gradients_follow_the_forward_mask():
     want.backward(dy)
     for got, r in zip((xs.grad, fc.weight.grad, fc.bias.grad), ref):
         assert rel_err(got, r.grad) <= 1e-4
+
+
+def test_linear_under_autocast_runs_in_autocasts_dtype():
+    torch.manual_seed(17)
+    ref = RefLinear(128, 64, activation="gelu_tanh").cuda()
+    ours = enn.Linear(128, 64, activation="gelu_tanh", residual=True).cuda()
+    ours.load_state_dict(ref.state_dict())
+    x, res = randn(32, 128), randn(32, 64)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y, want = ours(x, res), ref(x, res.bfloat16())
+    assert y.dtype == torch.bfloat16 and rel_err(y, want) <= 2 * torch.finfo(torch.bfloat16).eps
+    y.float().sum().backward()
+    assert ours.weight.grad.dtype == torch.float32
+
+
+def test_gated_mlp_adds_a_residual_in_down_projs_epilogue():
+    torch.manual_seed(18)
+    ref = LlamaMLP(64, 160).cuda()
+    ours = enn.GatedMLP(64, 160, residual=True).cuda()
+    ours.load_state_dict(ref.state_dict())
+    x = randn(40, 64)
+    assert rel_err(ours(x, x), x + ref(x)) <= 1e-4
 
 
 def test_dropout_seeds_follow_torch_manual_seed():
