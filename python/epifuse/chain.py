@@ -184,8 +184,9 @@ class Chain:
     def dropout(self, a, p, rng="philox4", stream=None):
         """dropout(a, p): a·(keep ? 1/(1−p) : 0), keep drawn from (seed, offset, stream,
         element index) as docs/design.md §4 says; p in [0, 1]. rng: "philox4" or
-        "triton" (Triton's tl.rand bit for bit). stream: the Philox stream (default one more than the largest so far); a
-        dropout of the same stream, p and rng draws the same mask."""
+        "triton" (Triton's tl.rand bit for bit). stream: the Philox stream (default one
+        more than the largest so far); a dropout of the same stream, p and rng draws the
+        same mask."""
         return self.op("dropout", a, p=p, rng=rng, **({} if stream is None else {"stream": stream}))
 
     def cast(self, a, to):

@@ -6,6 +6,7 @@ import inspect
 import pytest
 
 import epifuse
+import epifuse.layers
 from epifuse.chain import Chain, _OPS
 
 
@@ -42,7 +43,6 @@ def undocumented(owner):
 
 
 def test_every_public_function_and_method_of_epifuse_has_a_docstring():
-    import epifuse.layers
     assert undocumented(epifuse) == []
     assert undocumented(Chain) == []
     assert undocumented(epifuse.layers) == []
@@ -70,10 +70,10 @@ def test_an_op_method_builds_what_op_by_name_builds():
 
 def test_epifuse_nn_is_documented_when_torch_imports():
     pytest.importorskip("torch")
-    import epifuse.nn
-    assert undocumented(epifuse.nn) == []
-    for name in epifuse.nn.__all__:
-        obj = getattr(epifuse.nn, name)
+    import epifuse.nn as nn
+    assert undocumented(nn) == []
+    for name in nn.__all__:
+        obj = getattr(nn, name)
         target = obj.__init__ if inspect.isclass(obj) else obj
         params = inspect.signature(target).parameters.values()
         assert not any(p.kind == p.VAR_POSITIONAL for p in params), f"epifuse.nn.{name} takes *args"

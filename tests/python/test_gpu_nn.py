@@ -148,7 +148,15 @@ def compare(ours, ref, inputs, dtype, no_grad=()):
 def test_linear_matches_nn_linear(dtype, activation):
     torch.manual_seed(1)
     x = randn(4, 64, 256, dtype=dtype)
-    compare(enn.Linear(256, 192, activation=activation), RefLinear(256, 192, activation=activation), [x], dtype)
+    ref = RefLinear(256, 192, activation=activation)
+    if activation == "relu":
+        # ReLU's gradient jumps at 0: on a grid of multiples of 2^-8 every product and
+        # sum is exact in f32, so torch, epifuse and float64 agree on each sign.
+        x = torch.randint(-2, 3, x.shape, device="cuda").to(dtype) / 4
+        with torch.no_grad():
+            ref.weight.copy_(torch.randint(-2, 3, ref.weight.shape) / 64)
+            ref.bias.copy_(torch.randint(-2, 3, ref.bias.shape) / 16)
+    compare(enn.Linear(256, 192, activation=activation), ref, [x], dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -258,21 +266,18 @@ def test_mlp_matches_its_torch_form(dtype):
 def test_mlp_with_dropout_keeps_the_mask_between_forward_and_backward():
     torch.manual_seed(9)
     p = 0.2
-    mlp = enn.MLP(64, 256, activation="relu", dropout=p).cuda().train()
+    mlp = enn.MLP(64, 256, activation="gelu_tanh", dropout=p).cuda().train()
     x = leaf(randn(128, 64))
     torch.manual_seed(10)
     y = mlp(x)
     torch.manual_seed(10)
-    h = mlp.fc1(x.detach())  # the same seed draws the same mask
-    pre = F.relu(F.linear(x.detach(), mlp.fc1.weight, mlp.fc1.bias))
-    kept = (h != 0) | (pre == 0)
-    dropped = (pre != 0) & (h == 0)
-    assert abs(dropped.float().sum().item() / (pre != 0).float().sum().item() - p) < 0.03
+    kept = mlp.fc1(x.detach()) != 0  # the same seed draws the same mask; GELU is not 0 here
+    assert abs(1 - kept.float().mean().item() - p) < 0.02
     dy = randn(*y.shape)
     y.backward(dy)
     xr = leaf(x.detach())
     w = [leaf(t) for t in (mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias)]
-    want = xr + F.linear(F.relu(F.linear(xr, w[0], w[1])) * kept / (1 - p), w[2], w[3])
+    want = xr + F.linear(F.gelu(F.linear(xr, w[0], w[1]), approximate="tanh") * kept / (1 - p), w[2], w[3])
     assert rel_err(y, want) <= 1e-4
     want.backward(dy)
     assert rel_err(x.grad, xr.grad) <= 1e-4
