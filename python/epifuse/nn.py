@@ -379,9 +379,10 @@ def swap(model: nn.Module, *, linear: bool = True, layernorm: bool = True, rmsno
     """Replaces, in place, the torch modules of `model` with epifuse ones sharing their
     parameters (the same tensors: nothing is copied or re-initialised) and returns the model.
 
-    - nn.Linear → `Linear`; inside an nn.Sequential, with fuse_activation, a following
-      nn.ReLU, nn.GELU or nn.SiLU and then an nn.Dropout move into its epilogue and are
-      replaced by nn.Identity (so the Sequential's indices and state_dict keys stay).
+    - nn.Linear (not a subclass, whose forward may differ) → `Linear`; inside an
+      nn.Sequential, with fuse_activation, a following nn.ReLU, nn.GELU or nn.SiLU and
+      then an nn.Dropout move into its epilogue and are replaced by nn.Identity (so the
+      Sequential's indices and state_dict keys stay).
     - nn.LayerNorm over one dimension → `LayerNorm`.
     - a module named *RMSNorm with a 1-D `weight` and `eps` or `variance_epsilon`
       (torch.nn.RMSNorm, LLaMA's) → `RMSNorm`.
