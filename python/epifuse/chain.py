@@ -13,10 +13,41 @@ import stat
 from . import _lib
 from ._lib import lib, check, text
 
-_UNARY = ("relu", "gelu_tanh", "gelu_erf", "sigmoid", "silu", "tanh", "exp", "log", "rsqrt",
-          "row_max", "row_sum", "row_mean", "softmax", "log_softmax", "col_sum", "step", "relu_deriv",
-          "gelu_tanh_deriv", "gelu_erf_deriv", "sigmoid_deriv", "silu_deriv", "tanh_deriv", "expand", "div_n")
-_BINARY = ("add", "sub", "mul", "max", "min", "div")
+# The builder's named ops: (name, operands, the math in one line). Each becomes a
+# method of Chain with a real signature; `Chain.op` reaches any op by name.
+_OPS = (
+    ("add", ("a", "b"), "a + b, operands broadcast by their shape classes"),
+    ("sub", ("a", "b"), "a − b"),
+    ("mul", ("a", "b"), "a · b"),
+    ("div", ("a", "b"), "a / b (IEEE: x/0 = ±inf, 0/0 = NaN)"),
+    ("max", ("a", "b"), "max(a, b); NaN propagates"),
+    ("min", ("a", "b"), "min(a, b); NaN propagates"),
+    ("relu", ("a",), "max(a, 0); NaN propagates"),
+    ("gelu_tanh", ("a",), "0.5·a·(1 + tanh(√(2/π)(a + 0.044715a³)))"),
+    ("gelu_erf", ("a",), "0.5·a·(1 + erf(a/√2))"),
+    ("sigmoid", ("a",), "1/(1 + e^(−a))"),
+    ("silu", ("a",), "a·sigmoid(a) = a/(1 + e^(−a))"),
+    ("tanh", ("a",), "tanh(a)"),
+    ("exp", ("a",), "e^a"),
+    ("log", ("a",), "ln a; log(0) = −inf, log(a < 0) = NaN"),
+    ("rsqrt", ("a",), "1/√a; rsqrt(+0) = +inf, rsqrt(a < 0) = NaN"),
+    ("row_max", ("a",), "max over the row (N) of a full value: one value per row, [M]; NaN propagates"),
+    ("row_sum", ("a",), "Σ over the row (N) of a full value: one value per row, [M]"),
+    ("row_mean", ("a",), "row_sum(a)/N: one value per row, [M]"),
+    ("softmax", ("a",), "exp(a − m)/row_sum(exp(a − m)), m = row_max(a)"),
+    ("log_softmax", ("a",), "(a − m) − log(row_sum(exp(a − m))), m = row_max(a)"),
+    ("col_sum", ("a",), "Σ over the M rows of a full value: one value per column, [N] (a bias's gradient)"),
+    ("step", ("a",), "1 if a > 0, 0.5 if a = 0, 0 if a < 0; NaN propagates (max and min's derivative)"),
+    ("relu_deriv", ("a",), "0 if a ≤ 0 else 1 (NaN gives 1, as PyTorch passes a NaN's gradient)"),
+    ("gelu_tanh_deriv", ("a",), "d/da gelu_tanh(a) = s + a·s·(1 − s)·2u′, s = sigmoid(2u), "
+                                "u = √(2/π)(a + 0.044715a³)"),
+    ("gelu_erf_deriv", ("a",), "d/da gelu_erf(a) = Φ(a) + a·φ(a)"),
+    ("sigmoid_deriv", ("a",), "d/da sigmoid(a) = sigmoid(a)·sigmoid(−a)"),
+    ("silu_deriv", ("a",), "d/da silu(a) = sigmoid(a) + a·sigmoid(a)·sigmoid(−a)"),
+    ("tanh_deriv", ("a",), "d/da tanh(a) = 1 − tanh²(a)"),
+    ("expand", ("a",), "a vector ([N] or [M]) broadcast to a full [M, N] value"),
+    ("div_n", ("a",), "a/N, N the row length (row_mean's derivative)"),
+)
 
 
 class Value:
@@ -106,6 +137,9 @@ class Chain:
 
     # ---- the builder
     def input(self, name, dtype, broadcast="full"):
+        """A tensor the kernel reads: `dtype` "f32", "f16" or "bf16"; `broadcast` its
+        shape class in the [M, N] epilogue: "full" [M, N], "row" [N] (a bias), "col"
+        [M] or "scalar". Declaration order is binding order."""
         self._check_mutable()
         v = ctypes.c_uint32()
         check(lib.ef_spec_input(self._h, text(name, "input name"), text(dtype, f"input {name!r}: dtype"),
@@ -113,12 +147,16 @@ class Chain:
         return self._value(v)
 
     def accumulator(self, index=0):
+        """The mainloop's fp32 accumulator: `acc` = A·B of a GEMM (index 0), `acc0` or
+        `acc1` = A·B0 or A·B1 of a dual GEMM (index 0 or 1)."""
         self._check_mutable()
         v = ctypes.c_uint32()
         check(lib.ef_spec_accumulator(self._h, index, ctypes.byref(v)))
         return self._value(v)
 
-    acc = accumulator
+    def acc(self, index=0):
+        """The same as `accumulator(index)`: acc, or acc0/acc1 of a dual GEMM."""
+        return self.accumulator(index)
 
     def op(self, name, *args, **attributes):
         """Any op by its JSON name, with its attributes as keywords (p=0.1, alpha=2.0;
@@ -136,26 +174,37 @@ class Chain:
         return self._value(v)
 
     def scale(self, a, alpha):
+        """scale(a, alpha): alpha·a (alpha finite in float32)."""
         return self.op("scale", a, alpha=alpha)
 
     def add_scalar(self, a, c):
+        """add_scalar(a, c): a + c, c a constant of the generated code (a norm's eps)."""
         return self.op("add_scalar", a, c=c)
 
     def dropout(self, a, p, rng="philox4", stream=None):
-        """stream: the Philox stream (default one more than the largest so far); a
-        dropout of the same stream, p and rng draws the same mask."""
+        """dropout(a, p): a·(keep ? 1/(1−p) : 0), keep drawn from (seed, offset, stream,
+        element index) as docs/design.md §4 says; p in [0, 1]. rng: "philox4" or
+        "triton" (Triton's tl.rand bit for bit). stream: the Philox stream (default one
+        more than the largest so far); a dropout of the same stream, p and rng draws the
+        same mask."""
         return self.op("dropout", a, p=p, rng=rng, **({} if stream is None else {"stream": stream}))
 
     def cast(self, a, to):
+        """cast(a, to): a rounded to dtype `to` (nearest even), back to fp32."""
         return self.op("cast", a, to=to)
 
     def rmsnorm(self, x, weight, eps=None):
+        """rmsnorm(x, weight): x·rsqrt(row_mean(x²) + eps)·weight; weight a row [N]
+        input, eps default 1e-6."""
         return self.op("rmsnorm", x, weight, **({} if eps is None else {"eps": eps}))
 
     def layernorm(self, x, weight, bias, eps=None):
+        """layernorm(x, weight, bias): (x − m)·rsqrt(row_mean((x − m)²) + eps)·weight + bias,
+        m = row_mean(x); weight and bias row [N] inputs, eps default 1e-5."""
         return self.op("layernorm", x, weight, bias, **({} if eps is None else {"eps": eps}))
 
     def output(self, name, value, dtype):
+        """Stores `value` as the output `name` in `dtype` (rounded to nearest even)."""
         self._check_mutable()
         if not isinstance(value, Value) or value.chain is not self:
             raise _lib.UserError(f"output '{name}': {value!r} is not a value of this chain")
@@ -169,6 +218,7 @@ class Chain:
 
     @property
     def doc(self):
+        """The chain's JSON v1 document as a dict (parsed from to_json, kept until the next builder call)."""
         doc = self._doc  # one read: a builder on another thread may reset it meanwhile
         if doc is None:
             doc = self._doc = json.loads(self.to_json())
@@ -176,14 +226,17 @@ class Chain:
 
     @property
     def name(self):
+        """The chain's name (display and kernel naming only)."""
         return self.doc.get("name", "chain")
 
     @property
     def mainloop(self):
+        """The mainloop's kind: "elementwise", "gemm" or "dual_gemm"."""
         ml = self.doc.get("mainloop", "elementwise")
         return ml if isinstance(ml, str) else ml["kind"]
 
     def verify(self):
+        """Checks the whole chain (every output defined, every input read); UserError if not."""
         check(lib.ef_spec_verify(self._h))
 
     def bindings(self, m, n, k=0):
@@ -247,12 +300,22 @@ def _attribute(op, key, v):
     raise _lib.UserError(f"{op}.{key}: expected a number or a string, got {type(v).__name__} {v!r}")
 
 
-def _method(op):
-    return lambda self, *args: self.op(op, *args)
+def _builder_op(name, operands, math):
+    """Chain.<name>(self, <operands>): the op `name` on values of the chain."""
+    if operands == ("a",):
+        def method(self, a):
+            return self.op(name, a)
+    else:
+        def method(self, a, b):
+            return self.op(name, a, b)
+    method.__name__ = name
+    method.__qualname__ = f"Chain.{name}"
+    method.__doc__ = f"{name}({', '.join(operands)}): {math}."
+    return method
 
 
-for _op in _UNARY + _BINARY:
-    setattr(Chain, _op, _method(_op))
+for _name, _operands, _math in _OPS:
+    setattr(Chain, _name, _builder_op(_name, _operands, _math))
 
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
