@@ -76,6 +76,9 @@ void ef_spec_free(ef_spec* spec);
 int ef_spec_input(ef_spec* spec, const char* name, const char* dtype, const char* broadcast, uint32_t* value);
 /* `acc` (index 0) or a dual GEMM's `acc0`/`acc1`. */
 int ef_spec_accumulator(ef_spec* spec, int index, uint32_t* value);
+/* Marks input `value` differentiable (1, the default) or not (0: JSON's
+ * "grad": false, an additive mask): ef_spec_grad never differentiates it. */
+int ef_spec_set_differentiable(ef_spec* spec, uint32_t value, int differentiable);
 /* An op by its JSON name (an op-table row or a composite: softmax, rmsnorm, ...).
  * `attributes_json`: NULL or a JSON object of its attributes ({"p": 0.1}). */
 int ef_spec_op(ef_spec* spec, const char* op, const uint32_t* args, size_t nargs, const char* attributes_json,

@@ -136,14 +136,20 @@ class Chain:
         return cls(_handle=h)
 
     # ---- the builder
-    def input(self, name, dtype, broadcast="full"):
+    def input(self, name, dtype, broadcast="full", grad=True):
         """A tensor the kernel reads: `dtype` "f32", "f16" or "bf16"; `broadcast` its
         shape class in the [M, N] epilogue: "full" [M, N], "row" [N] (a bias), "col"
-        [M] or "scalar". Declaration order is binding order."""
+        [M] or "scalar". Declaration order is binding order. `grad=False`: never
+        differentiated (an additive mask; JSON's "grad": false), and asking for its
+        gradient is an error."""
         self._check_mutable()
+        if not isinstance(grad, bool):
+            raise _lib.UserError(f"input {name!r}: grad is True or False, got {grad!r}")
         v = ctypes.c_uint32()
         check(lib.ef_spec_input(self._h, text(name, "input name"), text(dtype, f"input {name!r}: dtype"),
                                 text(broadcast, f"input {name!r}: broadcast"), ctypes.byref(v)))
+        if not grad:
+            check(lib.ef_spec_set_differentiable(self._h, v.value, 0))
         return self._value(v)
 
     def accumulator(self, index=0):

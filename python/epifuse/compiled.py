@@ -8,11 +8,19 @@ name. One output is returned as it is, several as a tuple in declaration order.
 import copy
 import ctypes
 import json
+import logging
+import time
 
 import numpy as np
 
 from . import _lib
 from ._lib import lib, check, text
+
+# A first call that compiles (or reads from the disk cache) for longer than this many
+# seconds logs one line at INFO on the "epifuse" logger: what, for which shape, how
+# long (docs/python.md, "Logging").
+LOG_SECONDS = 1.0
+_log = logging.getLogger("epifuse")
 
 _NUMPY = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": np.dtype(np.uint16)}
 _TORCH_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
@@ -93,8 +101,14 @@ class Compiled:
         """The kernel for (M, N, K) loaded on GPU `device`, and its bindings' order:
         (Handle, inputs, outputs)."""
         h = ctypes.c_void_p()
+        start = time.perf_counter()
         check(lib.ef_jit_compile(self.jit(device), self.chain._h, mnk[0], mnk[1], mnk[2], text(self.tile, "tile"),
                                 ctypes.byref(h)))
+        took = time.perf_counter() - start
+        if took > LOG_SECONDS:
+            target = lib.ef_jit_target(self.jit(device)).decode()
+            _log.info("compiled %s for M=%d N=%d K=%d on %s (device %d) in %.2f s", self.chain.name, mnk[0], mnk[1],
+                      mnk[2], target, device, took)
         handle = Handle(h, lib.ef_kernel_free)
         kb = json.loads(_lib.take_string(lib.ef_kernel_bindings, h))
         return handle, kb["inputs"], kb["outputs"]

@@ -1,7 +1,6 @@
 """The chains the epifuse.nn modules run, built with the builder for a dtype; no torch
 needed, so they can be printed (`to_json()`), run on NumPy arrays by the CPU reference
 and differentiated (`grad()`) anywhere (docs/python.md, "Modules")."""
-import json
 
 from ._lib import UserError
 from .chain import Chain
@@ -96,21 +95,15 @@ def norm_chain(kind, dtype, weight=None, bias=None, eps=1e-6, residual=False):
 
 def softmax_chain(dtype, scale=1.0, p=0.0, mask=True):
     """The chain of `ScaledMaskedSoftmaxDropout`: y = dropout(softmax(scale·x + mask), p), the
-    additive mask an input marked "grad": false (JSON: the builder has no such flag)."""
-    inputs = {"x": {"dtype": dtype}}
-    ops, v = [], "x"
+    additive mask an input that is never differentiated (grad=False)."""
+    c = Chain("scaled_masked_softmax_dropout")
+    v = c.input("x", dtype)
     if scale != 1.0:
-        ops.append({"name": "z", "op": "scale", "args": [v], "alpha": float(scale)})
-        v = "z"
+        v = c.scale(v, float(scale))
     if mask:
-        inputs["mask"] = {"dtype": dtype, "grad": False}
-        ops.append({"name": "zm", "op": "add", "args": [v, "mask"]})
-        v = "zm"
-    ops.append({"name": "s", "op": "softmax", "args": [v]})
-    v = "s"
+        v = c.add(v, c.input("mask", dtype, grad=False))
+    v = c.softmax(v)
     if p > 0:
-        ops.append({"name": "y", "op": "dropout", "args": [v], "p": p})
-        v = "y"
-    doc = {"epifuse": 1, "name": "scaled_masked_softmax_dropout", "inputs": inputs, "ops": ops,
-           "outputs": {"y": {"dtype": dtype, "value": v}} if v != "y" else {"y": {"dtype": dtype}}}
-    return Chain.from_json(json.dumps(doc))
+        v = c.dropout(v, p)
+    c.output("y", v, dtype)
+    return c

@@ -11,7 +11,9 @@ for the dtype it meets. The op (`epifuse.torch.op` or `epifuse.torch.linear`, wh
 differentiate through `Chain.grad()`) is made on the first forward of each
 configuration and shared by every module of that configuration. Dropout runs only in
 training mode with p > 0; otherwise the chain has no dropout op at all. Its seed comes
-from torch's default generator, so `torch.manual_seed` makes a run repeatable.
+from torch's generator of the input's device, read on the device (epifuse.torch), so
+`torch.manual_seed` makes a run repeatable, torch.compile needs no graph break and a
+captured CUDA graph draws fresh masks at each replay.
 """
 import threading
 
@@ -54,13 +56,6 @@ def _dtype(t, what):
         return _DTYPES[t.dtype]
     except KeyError:
         raise UserError(f"epifuse.nn: {what} is {t.dtype}; epifuse runs float32, float16 and bfloat16") from None
-
-
-def _seed(active):
-    """A dropout seed drawn from torch's default generator (0 when no dropout runs)."""
-    if not active:
-        return 0
-    return int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
 
 
 def _autocast_dtype(device):
@@ -137,7 +132,7 @@ class Linear(nn.Module):
                                 f"{list(x.shape[:-1]) + [self.out_features]}")
             residual = residual.reshape(-1, self.out_features).contiguous()
             args.append(residual)
-        return f(*args, seed=_seed(drop))
+        return f(*args)  # dropout's seed: torch's generator, read on the device
 
     def extra_repr(self) -> str:
         """in_features, out_features, bias, and the epilogue's activation, dropout and residual."""
@@ -329,7 +324,7 @@ class ScaledMaskedSoftmaxDropout(nn.Module):
             if mask.dtype == torch.bool:
                 mask = torch.zeros((), dtype=x.dtype, device=x.device).masked_fill(~mask, float("-inf"))
             args.append(mask.to(x.dtype).expand_as(x).contiguous())
-        return f(*args, seed=_seed(drop))
+        return f(*args)  # dropout's seed: torch's generator, read on the device
 
     def extra_repr(self) -> str:
         """scale and p."""

@@ -33,6 +33,7 @@ class CudaDevice final : public DeviceRuntime {
   int max_active_blocks_per_sm(FunctionHandle f, int block_size, std::size_t dynamic_shared_bytes) override {
     return cu_.max_active_blocks_per_sm(fn(f), block_size, dynamic_shared_bytes);
   }
+  bool capturing(StreamHandle stream) override { return cu_.capturing(static_cast<CUstream>(stream)); }
   void launch(FunctionHandle f, Dim3 grid, Dim3 block, void** args, unsigned shared_bytes,
               StreamHandle stream) override {
     cu_.launch(fn(f), grid, block, args, shared_bytes, static_cast<CUstream>(stream));

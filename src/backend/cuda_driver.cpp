@@ -61,6 +61,8 @@ struct CudaDriver::Api {
   CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
   // cuOccupancyMaxActiveClusters (CUDA 11.8+; null on older drivers); its config as LaunchConfig.
   CUresult (*OccupancyMaxActiveClusters)(int*, CUfunction, const void*) = nullptr;
+  // cuStreamIsCapturing (CUDA 10+); its status: 0 none, 1 active, 2 invalidated.
+  CUresult (*StreamIsCapturing)(CUstream, int*) = nullptr;
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, CUstream, void**, void**);
   CUresult (*MemAlloc)(CUdeviceptr*, size_t);
@@ -110,6 +112,7 @@ struct CudaDriver::Api {
     EPIFUSE_CU_SYM(MemcpyDtoD, "cuMemcpyDtoD_v2");
     EPIFUSE_CU_SYM(MemsetD8, "cuMemsetD8_v2");
     OccupancyMaxActiveClusters = l.get_or_null<decltype(OccupancyMaxActiveClusters)>("cuOccupancyMaxActiveClusters");
+    StreamIsCapturing = l.get_or_null<decltype(StreamIsCapturing)>("cuStreamIsCapturing");
     TensorMapEncodeTiled = l.get_or_null<decltype(TensorMapEncodeTiled)>("cuTensorMapEncodeTiled");
     EPIFUSE_CU_SYM(StreamCreate, "cuStreamCreate");
     EPIFUSE_CU_SYM(StreamDestroy, "cuStreamDestroy_v2");
@@ -292,6 +295,13 @@ void CudaDriver::set_max_dynamic_shared(CUfunction f, int bytes) {
 
 void CudaDriver::allow_non_portable_cluster(CUfunction f) {
   check(api_->FuncSetAttribute(f, kFuncNonPortableClusterSizeAllowed, 1), "cuFuncSetAttribute");
+}
+
+bool CudaDriver::capturing(CUstream stream) {
+  if (!api_->StreamIsCapturing) return false;
+  int status = 0;
+  check(api_->StreamIsCapturing(stream, &status), "cuStreamIsCapturing");
+  return status != 0;
 }
 
 int CudaDriver::max_active_clusters(CUfunction f, int cluster, int block_size, size_t dynamic_shared_bytes) {

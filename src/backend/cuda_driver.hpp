@@ -96,6 +96,9 @@ class CudaDriver {
   /// holds at once; 0 when the driver cannot say (before CUDA 11.8).
   int max_active_clusters(CUfunction f, int cluster, int block_size, size_t dynamic_shared_bytes);
   int max_active_blocks_per_sm(CUfunction f, int block_size, size_t dynamic_shared_bytes = 0);
+  /// Whether `stream` is being captured into a CUDA graph (false on drivers
+  /// without cuStreamIsCapturing).
+  bool capturing(CUstream stream);
   /// cuLaunchKernel; `args` holds one pointer per kernel parameter.
   void launch(CUfunction f, Dim3 grid, Dim3 block, void** args, unsigned shared_bytes = 0,
               CUstream stream = nullptr);

@@ -92,6 +92,8 @@ class DeviceRuntime {
   /// Lets `f` use `bytes` of dynamic shared memory (CUDA: the opt-in above 48 KiB).
   virtual void set_max_dynamic_shared(FunctionHandle f, int bytes) = 0;
   virtual int max_active_blocks_per_sm(FunctionHandle f, int block_size, std::size_t dynamic_shared_bytes) = 0;
+  /// Whether `stream` is being captured into a graph, when the runtime can say.
+  virtual bool capturing(StreamHandle) { return false; }
   /// `args` holds one pointer per kernel parameter.
   virtual void launch(FunctionHandle f, Dim3 grid, Dim3 block, void** args, unsigned shared_bytes,
                       StreamHandle stream) = 0;

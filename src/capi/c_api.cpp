@@ -230,6 +230,14 @@ int ef_spec_input(ef_spec* spec, const char* name, const char* dtype, const char
   });
 }
 
+int ef_spec_set_differentiable(ef_spec* spec, std::uint32_t value, int differentiable) {
+  return guarded([&] {
+    require(spec, "spec");
+    std::unique_lock lock(spec->mutex);
+    spec->spec.graph.set_differentiable(Value{value}, differentiable != 0);
+  });
+}
+
 int ef_spec_accumulator(ef_spec* spec, int index, std::uint32_t* value) {
   return guarded([&] {
     require(spec, "spec");

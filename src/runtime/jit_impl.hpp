@@ -14,6 +14,7 @@
 #include "backend/nvrtc.hpp"
 #include "codegen/family.hpp"
 #include "codegen/template_engine.hpp"
+#include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
 #include "runtime/cache_records.hpp"
 #include "runtime/disk_cache.hpp"
@@ -103,7 +104,16 @@ struct Jit::Impl {
   std::pair<std::uint64_t, std::uint64_t> workspace(void* stream, const WorkspaceNeeds& needs) const {
     std::lock_guard lock(workspace_mutex);
     Workspace& w = workspaces[stream];
-    if (w.zeroed.size() < needs.zeroed || w.scratch.size() < needs.scratch) device->synchronize();
+    if (w.zeroed.size() < needs.zeroed || w.scratch.size() < needs.scratch) {
+      // Allocating waits for the device, which a stream being captured into a
+      // CUDA graph must not (the capture would be invalidated): say so instead.
+      EPIFUSE_CHECK(!device->capturing(stream),
+                    "this kernel needs {} bytes of launch workspace on a stream that is being captured into a CUDA "
+                    "graph, and has none there yet: run it once on that stream before capturing (the workspace is "
+                    "kept per stream, as in torch.cuda.graph(g, stream=s) after a warm-up on s)",
+                    needs.zeroed + needs.scratch);
+      device->synchronize();
+    }
     if (w.zeroed.size() < needs.zeroed) {
       w.zeroed = backend::DeviceMemory(*device, needs.zeroed);
       w.zeroed.fill_bytes(0);

@@ -1,5 +1,6 @@
 """Chain.grad: the backward spec through the C ABI, run on NumPy arrays by the CPU
 reference: its gradients against NumPy formulas and the forward's dropout mask."""
+import json
 import math
 
 import numpy as np
@@ -89,3 +90,17 @@ def test_dropout_stream_from_python():
     c.output("y", c.dropout(c.dropout(x, 0.5, stream=4), 0.5), "f32")
     ops = c.doc["ops"]
     assert ops[0]["stream"] == 4 and "stream" not in ops[1]  # the second is 5, the default
+
+
+def test_an_input_built_with_grad_false_is_never_differentiated():
+    c = epifuse.Chain("masked")
+    x = c.input("x", "f32")
+    m = c.input("mask", "f32", grad=False)
+    c.output("y", c.softmax(c.add(x, m)), "f32")
+    assert json.loads(c.to_json())["inputs"]["mask"].get("grad") is False
+    g = c.grad()
+    assert g.wrt == ["x"]
+    with pytest.raises(epifuse.UserError, match="mask"):
+        c.grad(wrt=["mask"])
+    with pytest.raises(epifuse.UserError, match="grad is True or False"):
+        c.input("z", "f32", grad="no")
