@@ -127,6 +127,16 @@ const char* ef_jit_target(const ef_jit* jit);
 int ef_jit_compile(ef_jit* jit, const ef_spec* spec, int64_t m, int64_t n, int64_t k, const char* tile,
                    ef_kernel** out);
 void ef_kernel_free(ef_kernel* kernel);
+/* Times every tile candidate of the kernel for (m, n, k) on the given device
+ * buffers (pointers in ef_kernel_bindings' order, which every tile of a shape
+ * shares; outputs are overwritten) on the default stream of the Jit's device,
+ * and keeps the fastest: later ef_jit_compile calls without a tile use it, in
+ * this process and, through the disk cache, in later ones. Waits for the
+ * device before returning. *result: {"tile", "ms", "candidates"} as JSON
+ * (ef_string_free it). */
+int ef_jit_tune(ef_jit* jit, const ef_spec* spec, int64_t m, int64_t n, int64_t k, const uint64_t* inputs,
+                size_t ninputs, const uint64_t* outputs, size_t noutputs, uint64_t seed, uint64_t offset,
+                char** result);
 /* The order ef_jit_launch binds device pointers in, as JSON:
  * {"inputs": ["a", "b", "bias"], "outputs": ["y"], "tile": "...", "name": "..."}. */
 int ef_kernel_bindings(const ef_kernel* kernel, char** out);

@@ -78,6 +78,8 @@ _SIGNATURES = {
     "ef_jit_new": ([_charp, _c.POINTER(_voidp)], _c.c_int),
     "ef_jit_new_on_device": ([_charp, _c.c_int, _c.POINTER(_voidp)], _c.c_int),
     "ef_spec_set_differentiable": ([_voidp, _c.c_uint32, _c.c_int], _c.c_int),
+    "ef_jit_tune": ([_voidp, _voidp, _c.c_int64, _c.c_int64, _c.c_int64, _c.POINTER(_c.c_uint64), _c.c_size_t,
+                     _c.POINTER(_c.c_uint64), _c.c_size_t, _c.c_uint64, _c.c_uint64, _c.POINTER(_voidp)], _c.c_int),
     "ef_jit_free": ([_voidp], None),
     "ef_jit_target": ([_voidp], _charp),
     "ef_jit_compile": ([_voidp, _voidp, _c.c_int64, _c.c_int64, _c.c_int64, _charp, _c.POINTER(_voidp)], _c.c_int),

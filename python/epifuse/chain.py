@@ -267,14 +267,18 @@ class Chain:
             lib.ef_string_free(info)
         return Grad(type(self)(_handle=f), type(self)(_handle=b), meta["saved"], meta["wrt"])
 
-    def compile(self, target=None, tile=None):
+    def compile(self, target=None, tile=None, tune=None):
         """A callable running the chain as it is now: on torch CUDA tensors with the
         JIT, on NumPy arrays with the CPU reference. Kernels compile per shape on
         first use. The callable keeps its own snapshot of the chain, so inputs, ops
         or outputs added to this chain afterwards do not change it; compile again
-        to run them."""
+        to run them. `tune=True` (default: the environment's EPIFUSE_AUTOTUNE=1):
+        the first torch call of each shape times every tile candidate on its
+        tensors and keeps the fastest, also on disk for later processes (it waits
+        for the GPU and logs a line on the "epifuse" logger); without it a shape
+        runs the family's default tile, or one `epifuse tune` chose."""
         from .compiled import Compiled
-        return Compiled(self, target, tile)
+        return Compiled(self, target, tile, tune)
 
     def _value(self, v):
         self._doc = None

@@ -9,6 +9,7 @@ import copy
 import ctypes
 import json
 import logging
+import os
 import time
 
 import numpy as np
@@ -64,11 +65,16 @@ class Compiled:
     (`chain`, which takes no builder calls): what is added to the original later
     does not reach it. Copies are new callables over the same snapshot."""
 
-    def __init__(self, chain, target=None, tile=None):
+    def __init__(self, chain, target=None, tile=None, tune=None):
         chain.verify()
         snapshot = copy.copy(chain)  # ef_spec_clone: the chain as it is now, its own native spec
         snapshot._frozen = True
         self.chain, self.target, self.tile = snapshot, target, tile
+        if tune is None:
+            tune = os.environ.get("EPIFUSE_AUTOTUNE", "") == "1"
+        if not isinstance(tune, bool):
+            raise _lib.UserError(f"{snapshot.name}: tune is True, False or None, got {tune!r}")
+        self.tune = tune and tile is None  # a given tile is never tuned over
         b = snapshot.bindings(1, 1, 1)
         self._inputs = [(t["name"], t["dtype"]) for t in b["inputs"]]
         self._outputs = [(t["name"], t["dtype"]) for t in b["outputs"]]
@@ -81,7 +87,7 @@ class Compiled:
         self._torch_tensor = None  # torch.Tensor once torch was seen: the fast path's test
 
     def __copy__(self):
-        return Compiled(self.chain, self.target, self.tile)
+        return Compiled(self.chain, self.target, self.tile, self.tune)
 
     def __deepcopy__(self, memo):
         return self.__copy__()
@@ -120,6 +126,20 @@ class Compiled:
             return {}
         names = ["a"] + (["b0", "b1"] if ml.get("kind") == "dual_gemm" else ["b"])
         return {n: ml.get("a_layout" if n == "a" else "b_layout", "row") for n in names}
+
+    def tune_on(self, mnk, device, inputs, outputs):
+        """Times the tile candidates for (M, N, K) on GPU `device` over the given device
+        pointers (ints, in the kernel's binding order; outputs are overwritten) and keeps
+        the fastest for later calls and processes. Returns {"tile", "ms", "candidates"}."""
+        ins = (ctypes.c_uint64 * len(inputs))(*inputs)
+        outs = (ctypes.c_uint64 * len(outputs))(*outputs)
+        start = time.perf_counter()
+        _log.info("tuning %s for M=%d N=%d K=%d on device %d", self.chain.name, mnk[0], mnk[1], mnk[2], device)
+        r = json.loads(_lib.take_string(lib.ef_jit_tune, self.jit(device), self.chain._h, mnk[0], mnk[1], mnk[2],
+                                        ins, len(ins), outs, len(outs), 0, 0))
+        _log.info("tuned %s for M=%d N=%d K=%d: tile %s, %.4f ms, %d candidates in %.1f s", self.chain.name, mnk[0],
+                  mnk[1], mnk[2], r["tile"], r["ms"], r["candidates"], time.perf_counter() - start)
+        return r
 
     @property
     def input_names(self):

@@ -79,7 +79,7 @@ def rng_state(device):
     return torch.randint(0, 2**63 - 1, (2,), dtype=torch.int64, device=device)
 
 
-def op(chain: Chain, target=None, tile=None):
+def op(chain: Chain, target=None, tile=None, tune=None):
     """Registers `chain` once per process as a custom op; returns a callable taking the
     chain's inputs (positional, in binding order) and `seed`, `offset` keywords.
 
@@ -88,7 +88,9 @@ def op(chain: Chain, target=None, tile=None):
     runs the backward spec with the same seed and offset (the same dropout masks).
     A GEMM chain's operand gradients are dacc·Bᵀ and Aᵀ·dacc through torch.matmul.
     An input marked "grad": false that requires grad raises in backward rather than
-    being cut from the graph."""
+    being cut from the graph. `tune`: as Chain.compile's (default EPIFUSE_AUTOTUNE=1),
+    for the forward and the backward kernels; the first registration of a chain in
+    the process decides."""
     text = chain.to_json()
     name = re.sub(r"[^0-9A-Za-z_]", "_", chain.name) + "_" + hashlib.sha1(text.encode()).hexdigest()[:12]
     qualified = f"epifuse::{name}"
@@ -99,11 +101,11 @@ def op(chain: Chain, target=None, tile=None):
     except UserError:
         g = None  # nothing differentiable: backward raises if asked
     fwd_chain = g.forward if g is not None else chain
-    compiled = fwd_chain.compile(target, tile)
+    compiled = fwd_chain.compile(target, tile, tune)
     n_out = len(chain.bindings(1, 1, 1)["outputs"])
     custom = _register(name, compiled, _classes(fwd_chain))
     if g is not None:
-        _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out)
+        _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, n_out)
 
     draws = _draws(chain)
 
@@ -124,9 +126,9 @@ def op(chain: Chain, target=None, tile=None):
     return call
 
 
-def _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out):
+def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, n_out):
     fwd_names = compiled.input_names  # GEMM operands first, then the chain's inputs
-    back = g.backward.compile(target, tile)
+    back = g.backward.compile(target, tile, tune)
     back_op = _register(f"{name}_backward", back, _classes(g.backward))
     back_names = back.input_names
     fwd_out_names = [o["name"] for o in g.forward.bindings(1, 1, 1)["outputs"]]
@@ -199,7 +201,7 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, n_out)
     torch.library.register_autograd(qualified, backward, setup_context=setup_context)
 
 
-def linear(chain: Chain, target=None, tile=None):
+def linear(chain: Chain, target=None, tile=None, tune=None):
     """A GEMM chain as nn.Linear plus its epilogue: `f(x, weight, *inputs)` computes the
     chain on acc = x @ weight.T, with x [..., K] (leading dimensions folded into M and
     given back) and weight in nn.Linear's [N, K] layout. The chain must read B
@@ -211,7 +213,7 @@ def linear(chain: Chain, target=None, tile=None):
     if ml.get("b_layout", "row") != "col":
         raise UserError(f"{chain.name}: epifuse.torch.linear needs \"b_layout\": \"col\" (nn.Linear's weight is "
                         "[N, K] row-major, which is B column-major)")
-    run = op(chain, target, tile)
+    run = op(chain, target, tile, tune)
     weights = 2 if ml["kind"] == "dual_gemm" else 1
 
     def f(x, *rest, seed=None, offset=0):

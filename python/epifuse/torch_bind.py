@@ -24,17 +24,15 @@ class _Launch:
 def _prepare(compiled, tensors, device):
     mnk, lead = compiled._shape([tuple(t.shape) for t in tensors])
     b = compiled._check_shapes([tuple(t.shape) for t in tensors], mnk, lead)
+    if compiled.tune and mnk[0] * mnk[1] > 0 and not torch.cuda.is_current_stream_capturing():
+        _tune(compiled, tensors, mnk, lead, b, device)  # under capture (it waits for the GPU): the default tile
     kernel, kb_inputs, kb_outputs = compiled.kernel(mnk, device.index)
     names = compiled.input_names
     l = _Launch()
     l.kernel, l.mnk, l.lead = kernel, mnk, lead
     l.index, l.device = device.index, device
     l.order = [names.index(n) for n in kb_inputs]
-    # An output's shape: [M,N] (leading dimensions folded into M come back), [N] or [M].
-    shapes = {}
-    for o in b["outputs"]:
-        cls = o.get("broadcast", "full")
-        shapes[o["name"]] = tuple(o["shape"]) if lead is None else {"full": lead, "row": lead[-1:], "col": lead[:-1]}[cls]
+    shapes = _output_shapes(b, lead)
     dtypes = dict(compiled._outputs)
     l.outputs = [(shapes[n], _DTYPES[dtypes[n]]) for n in kb_outputs]
     l.ins = (ctypes.c_uint64 * len(l.order))()
@@ -48,6 +46,28 @@ def _prepare(compiled, tensors, device):
     r.m, r.n, r.k = mnk
     l.address = ctypes.addressof(r)
     return l
+
+
+def _output_shapes(b, lead):
+    """{output name: its torch shape}: [M,N] (leading dimensions folded into M come
+    back), [N] or [M]."""
+    shapes = {}
+    for o in b["outputs"]:
+        cls = o.get("broadcast", "full")
+        shapes[o["name"]] = tuple(o["shape"]) if lead is None else {"full": lead, "row": lead[-1:], "col": lead[:-1]}[cls]
+    return shapes
+
+
+def _tune(compiled, tensors, mnk, lead, b, device):
+    """compile(tune=True): the tile candidates timed on these tensors, once per shape and
+    device, into scratch outputs, after the work queued on torch's stream."""
+    kernel, kb_inputs, kb_outputs = compiled.kernel(mnk, device.index)  # the binding order every tile shares
+    names = compiled.input_names
+    shapes, dtypes = _output_shapes(b, lead), dict(compiled._outputs)
+    scratch = [torch.empty(shapes[n], dtype=_DTYPES[dtypes[n]], device=device) for n in kb_outputs]
+    torch.cuda.synchronize(device)
+    compiled.tune_on(mnk, device.index, [tensors[names.index(n)].data_ptr() for n in kb_inputs],
+                     [t.data_ptr() for t in scratch])
 
 
 def _layouts(compiled):

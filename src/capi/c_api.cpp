@@ -444,6 +444,30 @@ int ef_jit_compile(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_
 
 void ef_kernel_free(ef_kernel* kernel) { delete kernel; }
 
+int ef_jit_tune(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k,
+                const std::uint64_t* inputs, std::size_t ninputs, const std::uint64_t* outputs, std::size_t noutputs,
+                std::uint64_t seed, std::uint64_t offset, char** result) {
+  return guarded([&] {
+    require(jit, "jit");
+    require(spec, "spec");
+    require(result, "result");
+    require_array(inputs, ninputs, "inputs");
+    require_array(outputs, noutputs, "outputs");
+    const KernelSpec s = snapshot(spec);
+    verify(s);
+    const Shape shape = make_shape(s, m, n, k);
+    const KernelSource& ks = jit->jit->compile(s, shape)->source();  // the bindings every tile shares
+    EPIFUSE_CHECK(ninputs == ks.inputs.size() && noutputs == ks.outputs.size(),
+                  "{} binds {} inputs and {} outputs, got {} and {}", ks.name, ks.inputs.size(), ks.outputs.size(),
+                  ninputs, noutputs);
+    DeviceBindings b;
+    b.inputs.assign(inputs, inputs + ninputs);
+    b.outputs.assign(outputs, outputs + noutputs);
+    const Jit::TuneResult r = jit->jit->tune(s, shape, b, LaunchArgs{seed, offset, 0});
+    *result = c_string(Json{{"tile", to_string(r.tile)}, {"ms", r.ms}, {"candidates", r.all.size()}}.dump());
+  });
+}
+
 int ef_kernel_bindings(const ef_kernel* kernel, char** out) {
   return guarded([&] {
     require(kernel, "kernel");

@@ -11,7 +11,7 @@
 //     deterministic data, as a NumPy call would run it;
 //   \x01: builder calls, one a line. Line 1 is the chain's name, line 2 its
 //     mainloop (JSON, may be empty); then `input NAME DTYPE BROADCAST`,
-//     `acc INDEX`, `output NAME ID DTYPE`, `precision P`, or
+//     `acc INDEX`, `output NAME ID DTYPE`, `nograd ID`, `precision P`, or
 //     `OP ID,ID,... ATTRIBUTES-JSON` (ef_spec_op). The result is evaluated as above;
 //   \x02: NULL arrays with non-zero counts, and counts that disagree with the
 //     chain, at every entry that takes an array.
@@ -187,6 +187,8 @@ void builder(std::string_view body, std::uint32_t salt) {
       if (ok(ef_spec_accumulator(spec, static_cast<int>(number(w[1])), &v), "ef_spec_accumulator")) last = v;
     } else if (w[0] == "output" && w.size() >= 4) {
       ok(ef_spec_output(spec, w[1].c_str(), number(w[2]), w[3].c_str()), "ef_spec_output");
+    } else if (w[0] == "nograd" && w.size() >= 2) {
+      ok(ef_spec_set_differentiable(spec, number(w[1]), 0), "ef_spec_set_differentiable");
     } else if (w[0] == "precision" && w.size() >= 2) {
       ok(ef_spec_set_precision(spec, w[1].c_str()), "ef_spec_set_precision");
     } else {

@@ -38,3 +38,22 @@ def test_a_fast_compile_logs_nothing(monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger="epifuse"):
         c.kernel((64, 256, 0))
     assert not [r for r in caplog.records if r.name == "epifuse"]
+
+
+def test_tune_is_a_bool_and_a_given_tile_is_never_tuned(monkeypatch):
+    chain = epifuse.load(ROOT / "examples" / "chains" / "add_mul.json")
+    with pytest.raises(epifuse.UserError, match="tune is True, False or None"):
+        chain.compile(tune="yes")
+    assert chain.compile(tune=True).tune
+    assert not chain.compile(tile="t256v4g0", tune=True).tune
+    monkeypatch.setenv("EPIFUSE_AUTOTUNE", "1")
+    assert chain.compile().tune and not chain.compile(tune=False).tune
+    monkeypatch.setenv("EPIFUSE_AUTOTUNE", "0")
+    assert not chain.compile().tune
+
+
+def test_tuning_where_the_target_cannot_run_says_so(monkeypatch, caplog):
+    c, target = compiled_for_some_target()
+    b = c.chain.bindings(64, 256, 0)
+    with pytest.raises(epifuse.Error, match="cannot run here|no AMD GPU present|no CUDA driver"):
+        c.tune_on((64, 256, 0), 0, [0] * len(b["inputs"]), [0] * len(b["outputs"]))
