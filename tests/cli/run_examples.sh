@@ -142,6 +142,14 @@ expect 0 "grad --json" -- "$EPIFUSE" grad "$SMD" --json --check
 if "$PYTHON" -c 'import json,sys; d=json.load(sys.stdin); assert d["wrt"]==["x"] and all(c["ok"] for c in d["check"]) and d["backward"]["outputs"]' \
      <"$TMP/out" 2>"$TMP/err"; then pass "grad --json is JSON"; else fail "grad --json is JSON"; fi
 
+# --- grad --as-gemm-epilogue: the backward on the accumulator of the GEMM above ----------
+BGDA="$CHAINS/bias_gelu_dropout_add.json"
+expect 0 "grad --as-gemm-epilogue dy" -- "$EPIFUSE" grad "$BGDA" --as-gemm-epilogue dy --backward "$TMP/dgrad.json"
+expect 0 "validate the dgrad chain" -- "$EPIFUSE" validate "$TMP/dgrad.json"
+expect 0 "run the dgrad chain on the CPU" -- "$EPIFUSE" run "$TMP/dgrad.json" --device cpu --shape 8,16,4
+expect_stderr 2 "grad --as-gemm-epilogue of a row input" "is a row input" -- "$EPIFUSE" grad "$BGDA" --as-gemm-epilogue bias
+expect_stderr 2 "grad --as-gemm-epilogue of no input" "is not an input" -- "$EPIFUSE" grad "$BGDA" --as-gemm-epilogue nope
+
 # --- numpy -> epifuse -> numpy: exact values -----------------------------------------
 "$PYTHON" - "$TMP" <<'EOF'
 import sys, numpy as np

@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "epifuse/autodiff.hpp"
+#include "epifuse/dgrad.hpp"
 #include "epifuse/gradient_check.hpp"
 #include "epifuse/json.hpp"
 #include "io/atomic_file.hpp"
@@ -16,7 +17,7 @@ namespace epifuse::cli {
 namespace {
 
 struct GradCliOptions {
-  std::string chain, forward, backward, check_shape;
+  std::string chain, forward, backward, check_shape, as_gemm_epilogue;
   std::vector<std::string> wrt;
   bool check = false;
 };
@@ -30,7 +31,18 @@ void grad_command(const GradCliOptions& opt) {
   OutputFiles files;
   if (!opt.forward.empty()) files.add("--forward", opt.forward);
   if (!opt.backward.empty()) files.add("--backward", opt.backward);
-  const GradResult r = grad(spec, {opt.wrt});
+  GradResult r = grad(spec, {opt.wrt});
+  std::string dgrad_note;
+  if (!opt.as_gemm_epilogue.empty()) {
+    // The upstream gradient becomes the accumulator of A·B, both row-major in its dtype.
+    const Value up = r.backward.graph.find(opt.as_gemm_epilogue);
+    Mainloop gemm;
+    gemm.kind = MainloopKind::gemm;
+    if (up.valid()) gemm.a = gemm.b = r.backward.graph.node(up).dtype;
+    r.backward = as_gemm_epilogue(r.backward, opt.as_gemm_epilogue, gemm);
+    dgrad_note = fmt::format("dgrad: {} is the accumulator of A [M,K] times B [K,N], row-major {}\n",
+                             opt.as_gemm_epilogue, to_string(gemm.a));
+  }
 
   std::optional<GradCheckReport> report;
   if (opt.check) {
@@ -56,6 +68,7 @@ void grad_command(const GradCliOptions& opt) {
     for (const auto& s : r.saved) doc["saved"].push_back({{"name", s.name}, {"kind", s.kind}, {"of", s.of}});
     doc["forward"] = spec_to_json(r.forward);
     doc["backward"] = spec_to_json(r.backward);
+    if (!opt.as_gemm_epilogue.empty()) doc["as_gemm_epilogue"] = opt.as_gemm_epilogue;
     if (report) {
       doc["check"] = nlohmann::ordered_json::array();
       for (const auto& e : report->entries)
@@ -66,7 +79,7 @@ void grad_command(const GradCliOptions& opt) {
     std::string text;
     if (opt.backward.empty()) text += pretty(r.backward);
     // What the forward must save; on stderr when stdout holds the spec.
-    std::string notes;
+    std::string notes = dgrad_note;
     for (const auto& s : r.saved) notes += fmt::format("saved: {} ({} of {})\n", s.name, s.kind, printable(s.of));
     if (report)
       for (const auto& e : report->entries)
@@ -96,6 +109,11 @@ void add_grad(CLI::App& app) {
   auto* check = sub->add_flag("--check", opt->check,
                               "compare the gradients with central differences in double on the CPU (exit 1 above a "
                               "relative error of 1e-6)");
+  sub->add_option("--as-gemm-epilogue", opt->as_gemm_epilogue,
+                  "print (or write with --backward) the backward as the epilogue of the GEMM that produces this "
+                  "upstream gradient (e.g. dy): a GEMM chain whose accumulator A·B replaces it, A and B row-major "
+                  "in its dtype (docs/gemm-backward.md)")
+      ->check(non_empty());
   sub->add_option("--check-shape", opt->check_shape, "M,N (or M,N,K) for --check; default 4,6 (4,6,5)")
       ->needs(check)
       ->check(non_empty());
