@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "codegen/elementwise/elementwise.hpp"
 #include "codegen/family.hpp"
@@ -42,6 +44,150 @@ int full_inputs(const KernelSpec& spec) {
   return std::max(n, 1);
 }
 
+std::int64_t full_input_bytes(const KernelSpec& spec) {
+  std::int64_t bytes = 0;
+  for (const Node& node : spec.graph.nodes())
+    if (node.kind == NodeKind::input && node.broadcast == Broadcast::full) bytes += size_of(node.dtype);
+  return bytes;
+}
+
+int count_ops(const KernelSpec& spec, OpKind op) {
+  return static_cast<int>(std::count_if(spec.graph.nodes().begin(), spec.graph.nodes().end(),
+                                        [op](const Node& n) { return n.kind == NodeKind::op && n.op == op; }));
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Note [Default row tile]
+// The tile a chain gets without `epifuse tune`, from the row's bytes and the
+// device's shared memory (DeviceInfo), in three classes measured apart
+// (docs/perf/rows.md, "Default tiles"):
+//  - plain rows: a one-stage ring, one block per row (s1b), the row split over
+//    the fewest blocks of a cluster whose part fits a third of a block's shared
+//    memory, so that three rings a multiprocessor are in flight, two vectors a
+//    thread or more; rows of up to 256 vectors in registers, one block per row;
+//    rows whose part at 16 blocks still overflows the third, in registers
+//    across the 16 blocks. Dropout draws after the reductions whose kept values
+//    fit the ring's bytes (the forward attention pattern) take the same tile
+//    with kr;
+//  - rows whose draws a row reduction reads (the attention backward's dropout
+//    of dy): 32 elements a thread (2 vectors for short rows), the values later
+//    stages read kept in registers (k), and a second ring stage on a
+//    persistent grid where two fit in shared memory;
+//  - rows with column sums (a persistent grid, Note [Column sums]): two vectors
+//    a thread, whose column accumulators set the threads a block (1024 where
+//    they leave room in 64 registers a thread, else 512), a cluster for the rest
+//    of the row, two ring stages where they take at most 60% of shared memory.
+// Off sm_90 (no clusters or rings), for rows under 128 vectors, and where the
+// class's tile does not fit the shape, the plain default (RowTile{}).
+constexpr int k_registers_per_multiprocessor = 65536;  // every NVIDIA GPU from sm_50 to sm_120
+constexpr int k_registers_besides_sums = 48;           // a column-sum kernel's registers a thread besides its accumulators
+
+// Whether a row reduction reads a dropout's result (the attention backward's
+// dropout of dy): the draws then come before the row's first barrier.
+bool draws_before_reduction(const Graph& graph) {
+  std::vector<bool> drawn(graph.nodes().size(), false);
+  for (std::size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& node = graph.nodes()[i];
+    if (node.kind != NodeKind::op) continue;
+    drawn[i] = node.op == OpKind::dropout ||
+               std::any_of(node.args.begin(), node.args.end(), [&](Value a) { return drawn[a.id]; });
+    if (drawn[i] && is_row_reduction(node.op)) return true;
+  }
+  return false;
+}
+
+int clusters_at_least(std::int64_t x) {
+  int c = 1;
+  while (c < 16 && c < x) c *= 2;
+  return c;
+}
+
+RowTile default_plain_tile(const KernelSpec& spec, const Shape& shape, int vec, std::int64_t shared, bool ring_only) {
+  const std::int64_t n = shape.n, vectors = n / vec, bytes = full_input_bytes(spec);
+  RowTile t;
+  t.vec = vec;
+  t.persistent = 0;
+  if (vectors <= 256 && !ring_only) {
+    t.threads = static_cast<int>(std::clamp<std::int64_t>(vectors, 128, 512));
+    return t;  // regs -1: resolved by the caller, streaming if the row does not fit
+  }
+  while (t.cluster < 16 && n * bytes / t.cluster * 3 > shared) t.cluster *= 2;
+  const std::int64_t part = vectors / t.cluster;
+  if (part * vec * bytes * 3 > shared) {
+    // Even 16 blocks' parts leave one ring a multiprocessor: registers across the cluster.
+    t.threads = static_cast<int>(std::clamp<std::int64_t>(part / 4, 128, 1024));
+    t.regs = static_cast<int>(ceil_div(part, t.threads));
+    t.persistent = 1;
+    if (std::int64_t{t.regs} * vec * full_inputs(spec) > k_register_floats) t.regs = 0;  // refused by the caller
+    return t;
+  }
+  t.threads = static_cast<int>(std::clamp<std::int64_t>(part / 2, 128, 512));
+  t.regs = static_cast<int>(ceil_div(part, t.threads));
+  t.ring = 1;
+  return t;
+}
+
+RowTile default_draws_tile(const KernelSpec& spec, const Shape& shape, int vec, std::int64_t shared) {
+  const std::int64_t vectors = shape.n / vec;
+  const int per_thread = vectors <= 1024 ? 2 : std::max(1, 32 / vec);
+  RowTile t;
+  t.vec = vec;
+  t.cluster = clusters_at_least(ceil_div(vectors, std::int64_t{512} * per_thread));
+  const std::int64_t part = vectors / t.cluster;
+  t.threads = static_cast<int>(std::clamp<std::int64_t>(part / per_thread, 128, 512));
+  t.regs = static_cast<int>(ceil_div(part, t.threads));
+  const std::int64_t ring = std::int64_t{t.threads} * vec * t.regs * full_input_bytes(spec);
+  const bool two = part * vec >= 8192 && 2 * ring <= shared;
+  t.ring = two ? 2 : 1;
+  t.persistent = two ? 1 : 0;
+  t.keep = row_keeps_values(spec.graph) ? 1 : 0;
+  return t;
+}
+
+RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec, std::int64_t shared) {
+  const std::int64_t n = shape.n, vectors = n / vec, bytes = full_input_bytes(spec);
+  const int per_thread = 2;
+  const int accumulators = count_ops(spec, OpKind::col_sum) * per_thread * vec;
+  const int widest = k_registers_besides_sums + accumulators <= k_registers_per_multiprocessor / 1024 ? 1024 : 512;
+  RowTile t;
+  t.vec = vec;
+  // A row that one block's ring holds takes no cluster (as tile_candidates).
+  t.cluster = n * bytes <= 64 * 1024 ? 1 : clusters_at_least(ceil_div(vectors, std::int64_t{widest} * per_thread));
+  const std::int64_t part = vectors / t.cluster;
+  t.threads = static_cast<int>(std::clamp<std::int64_t>(part / per_thread, 128, t.cluster == 1 ? 1024 : widest));
+  t.regs = static_cast<int>(ceil_div(part, t.threads));
+  const std::int64_t ring = std::int64_t{t.threads} * vec * t.regs * bytes;
+  t.ring = 2 * ring * 10 <= shared * 6 ? 2 : 1;
+  t.persistent = 1;
+  return t;
+}
+
+std::optional<RowTile> default_row_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                        const DeviceInfo& device) {
+  if (!cluster_target(target) || device.shared_per_block == 0) return std::nullopt;
+  const std::int64_t shared = device.shared_per_block;
+  const int vec = resolve_row_tile(spec, shape, RowTile{}).vec;
+  if (shape.n / vec < 128) return std::nullopt;
+  RowTile t;
+  if (row_col_sums(spec)) {
+    t = default_col_sum_tile(spec, shape, vec, shared);
+  } else if (draws_before_reduction(spec.graph)) {
+    t = default_draws_tile(spec, shape, vec, shared);
+  } else if (count_ops(spec, OpKind::dropout) > 0 && ring_holds_kept_values(spec.graph, vec)) {
+    t = default_plain_tile(spec, shape, vec, shared, true);
+    if (t.ring > 0) t.keep = 2;
+  } else {
+    t = default_plain_tile(spec, shape, vec, shared, false);
+  }
+  if (t.regs == 0) return std::nullopt;
+  const RowTile r = resolve_row_tile(spec, shape, t);
+  if (r.regs <= 0 || r.regs > 32 || row_shape_class(spec, r, shape) != "row" || !ring_vectors_fit(spec, r) ||
+      ring_bytes(spec, r) > shared || (r.cluster > 1 && shape.n % r.cluster != 0))
+    return std::nullopt;
+  return r;
+}
+
 class RowFamily final : public KernelFamily {
  public:
   MainloopKind kind() const override { return MainloopKind::elementwise; }
@@ -53,6 +199,9 @@ class RowFamily final : public KernelFamily {
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
                           std::string_view target, const DeviceInfo& device) const override {
     RowTile tile;
+    if (!requested)
+      if (const std::optional<RowTile> chosen = default_row_tile(spec, shape, target, device))
+        return resolve_tile(spec, shape, TileConfig{*chosen}, target, device);
     if (requested) {
       const auto* t = std::get_if<RowTile>(&*requested);
       EPIFUSE_CHECK(t, "tile {}: a graph with row reductions takes a row tile rTHREADSvVECxREGS[b], e.g. r256v8x2",

@@ -1,0 +1,109 @@
+// The row family's default tile (Note [Default row tile]): the tile a chain
+// gets without `epifuse tune`, pinned for a few chains, shapes and devices.
+// The timings behind each choice are in docs/perf/rows.md ("Default tiles").
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "codegen/family.hpp"
+#include "epifuse/codegen.hpp"
+#include "epifuse/device_info.hpp"
+#include "epifuse/json.hpp"
+
+using namespace epifuse;
+
+namespace {
+
+const std::filesystem::path kSource = std::filesystem::path(EPIFUSE_SOURCE_DIR);
+
+KernelSpec example(const std::string& path, bool f32 = false) {
+  std::ifstream in(kSource / path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string json = text.str();
+  // The f32 variant of a bf16 example, as the benchmarks write it (tools/perf/row_chains.sh).
+  if (f32)
+    for (std::size_t at = json.find("\"bf16\""); at != std::string::npos; at = json.find("\"bf16\"", at))
+      json.replace(at, 6, "\"f32\"");
+  return spec_from_json_text(json, path);
+}
+
+// M·N = 2^27, the shapes of docs/perf/rows.md.
+Shape rows_of(std::int64_t n) { return {(std::int64_t{1} << 27) / n, n, 0}; }
+
+std::string default_tile(const KernelSpec& spec, const Shape& shape, std::string_view target, const DeviceInfo& device) {
+  return to_string(family_for(spec).resolve_tile(spec, shape, std::nullopt, target, device));
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+  TEST_CASE("row default tile: the measured classes on an H100's properties") {
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    REQUIRE(h100.shared_per_block == 227 * 1024);
+    const KernelSpec softmax = example("examples/chains/softmax.json");
+    // Short rows in registers, one block per row; then a one-stage ring, one
+    // block per row, the row split over a cluster whose part fits a third of
+    // the shared memory (bf16 softmax reads 2 bytes an element: 65536 -> 2 blocks).
+    CHECK(default_tile(softmax, rows_of(1024), "sm_90a", h100) == "r128v8x1b");
+    CHECK(default_tile(softmax, rows_of(4096), "sm_90a", h100) == "r256v8x2s1b");
+    CHECK(default_tile(softmax, rows_of(16384), "sm_90a", h100) == "r512v8x4s1b");
+    CHECK(default_tile(softmax, rows_of(65536), "sm_90a", h100) == "r512v8x8c2s1b");
+    CHECK(default_tile(softmax, rows_of(262144), "sm_90a", h100) == "r512v8x8c8s1b");
+    // dy and y in f32, 8 bytes an element: 16 blocks' parts still overflow the
+    // third at 262144, so the row is held in registers across the cluster.
+    const KernelSpec softmax_bwd = example("examples/backward/softmax_backward.json", true);
+    CHECK(default_tile(softmax_bwd, rows_of(65536), "sm_90a", h100) == "r512v4x4c8s1b");
+    CHECK(default_tile(softmax_bwd, rows_of(262144), "sm_90a", h100) == "r1024v4x4c16");
+    // Dropout: draws after the reductions keep values in the ring's bytes
+    // (kr); draws a reduction reads (the backward's dropout of dy) take two
+    // ring stages on a persistent grid where they fit, else one with keep.
+    const KernelSpec attention = example("examples/chains/scaled_masked_softmax_dropout.json");
+    CHECK(default_tile(attention, rows_of(65536), "sm_90a", h100) == "r512v8x4c4s1krb");
+    const KernelSpec attention_bwd = example("examples/backward/scaled_masked_softmax_dropout_backward.json");
+    CHECK(default_tile(attention_bwd, rows_of(16384), "sm_90a", h100) == "r512v8x4s2k");
+    CHECK(default_tile(attention_bwd, rows_of(65536), "sm_90a", h100) == "r512v8x4c4s2k");
+    CHECK(default_tile(example("examples/backward/scaled_masked_softmax_dropout_backward.json", true), rows_of(16384),
+                       "sm_90a", h100) == "r512v4x8s1kb");
+    // Column sums: a persistent grid, two vectors a thread; layernorm's two
+    // sums of 16 accumulators leave no room in 64 registers a thread at 1024
+    // threads, add+rmsnorm's one does.
+    const KernelSpec layernorm_bwd = example("examples/backward/layernorm_backward.json");
+    CHECK(default_tile(layernorm_bwd, rows_of(65536), "sm_90a", h100) == "r512v8x2c8s2");
+    CHECK(default_tile(layernorm_bwd, rows_of(262144), "sm_90a", h100) == "r512v8x4c16s2");
+    const KernelSpec add_rmsnorm_bwd = example("examples/backward/add_rmsnorm_backward.json");
+    CHECK(default_tile(add_rmsnorm_bwd, rows_of(65536), "sm_90a", h100) == "r1024v8x2c4s2");
+    CHECK(default_tile(example("examples/backward/layernorm_backward.json", true), rows_of(262144), "sm_90a", h100) ==
+          "r1024v4x4c16s1");
+  }
+
+  TEST_CASE("row default tile: the device's shared memory is a value, not a GPU") {
+    const KernelSpec softmax = example("examples/chains/softmax.json");
+    DeviceInfo small = assumed_device("sm_90a");
+    small.shared_per_block = 100 * 1024;  // a third of it holds 16384 bf16 elements, not 32768
+    CHECK(default_tile(softmax, rows_of(65536), "sm_90a", small) == "r512v8x4c4s1b");
+    CHECK(default_tile(softmax, rows_of(262144), "sm_90a", small) == "r512v8x4c16s1b");
+  }
+
+  TEST_CASE("row default tile: without clusters and rings, and for very short rows, the plain default") {
+    const KernelSpec softmax = example("examples/chains/softmax.json");
+    const DeviceInfo a100 = assumed_device("sm_80");
+    CHECK(default_tile(softmax, rows_of(4096), "sm_80", a100) == "r256v8x2");
+    CHECK(default_tile(softmax, rows_of(65536), "sm_80", a100) == "r256v8x0");
+    CHECK(default_tile(softmax, rows_of(4096), "", a100) == "r256v8x2");
+    CHECK(default_tile(softmax, {64, 512, 0}, "sm_90a", assumed_device("sm_90a")) == "r256v8x1");
+    // N = 4100 is no multiple of 8: vec 4 (8 bytes) cannot feed a ring's 16-byte copies.
+    CHECK(default_tile(softmax, {64, 4100, 0}, "sm_90a", assumed_device("sm_90a")) == "r256v4x5");
+  }
+
+  TEST_CASE("row default tile: a requested tile is kept as asked") {
+    const KernelSpec softmax = example("examples/chains/softmax.json");
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    const TileConfig asked = RowTile{256, 8, 2, 1};
+    CHECK(family_for(softmax).resolve_tile(softmax, rows_of(4096), asked, "sm_90a", h100) == asked);
+    CHECK(emit_kernel(softmax, rows_of(4096), asked, KernelPath::fastest, "sm_90a").tile == asked);
+  }
+}
