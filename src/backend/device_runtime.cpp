@@ -36,9 +36,16 @@ std::string device_unavailable_reason(Vendor vendor) {
 
 // ---- ownership
 
-DeviceModule::DeviceModule(DeviceRuntime& runtime, const std::vector<char>& image)
-    : runtime_(&runtime), module_(runtime.load_module(image.data())) {}
-DeviceModule::~DeviceModule() { runtime_->unload_module(module_); }
+DeviceModule::DeviceModule(DeviceRuntime& runtime, const std::vector<char>& image, int ordinal)
+    : runtime_(&runtime), module_(runtime.load_module(image.data())), ordinal_(ordinal) {}
+DeviceModule::~DeviceModule() {
+  try {
+    const DeviceScope scope(ordinal_ >= 0 ? runtime_ : nullptr, ordinal_);
+    runtime_->unload_module(module_);
+  } catch (...) {  // entering the device failed (a driver torn down at exit): unload as before
+    runtime_->unload_module(module_);
+  }
+}
 DeviceRuntime::FunctionHandle DeviceModule::function(const std::string& name) const {
   return runtime_->get_function(module_, name);
 }

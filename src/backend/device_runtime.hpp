@@ -122,7 +122,6 @@ DeviceRuntime& device_runtime(Vendor vendor);
 /// not found): ..."); empty when it is not.
 std::string device_unavailable_reason(Vendor vendor);
 
-/// A loaded code object (cubin or AMD ELF); unloaded when it dies.
 // Note [Device scopes]
 // A Jit loads and launches on one device (its ordinal). The calling thread's
 // current device belongs to the caller (PyTorch's torch.cuda.current_device(),
@@ -147,9 +146,12 @@ class DeviceScope {
   bool changed_;
 };
 
+/// A loaded code object (cubin or AMD ELF); unloaded when it dies, on the
+/// device it was loaded on when that is given (a kernel may outlive the calls
+/// of its Jit, Note [Device scopes]).
 class DeviceModule {
  public:
-  DeviceModule(DeviceRuntime& runtime, const std::vector<char>& image);
+  DeviceModule(DeviceRuntime& runtime, const std::vector<char>& image, int ordinal = -1);
   DeviceModule(const DeviceModule&) = delete;
   DeviceModule& operator=(const DeviceModule&) = delete;
   ~DeviceModule();
@@ -158,6 +160,7 @@ class DeviceModule {
  private:
   DeviceRuntime* runtime_;
   DeviceRuntime::ModuleHandle module_;
+  int ordinal_;
 };
 
 /// Device memory; freed when it dies. Move-only.

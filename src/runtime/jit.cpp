@@ -92,13 +92,13 @@ std::shared_ptr<const CompiledKernel> Jit::Impl::compile(const CacheKey& k, cons
       kernel->ordinal = ordinal;
       if (kernel->disk) {
         try {
-          kernel->module.emplace(*device, kernel->cubin);
+          kernel->module.emplace(*device, kernel->cubin, ordinal);
         } catch (const RuntimeError&) {
           compile_source();  // a record that is whole but that the driver refuses: compile and replace it
-          kernel->module.emplace(*device, kernel->cubin);
+          kernel->module.emplace(*device, kernel->cubin, ordinal);
         }
       } else {
-        kernel->module.emplace(*device, kernel->cubin);
+        kernel->module.emplace(*device, kernel->cubin, ordinal);
       }
       prepare_function(*kernel);
     }
@@ -214,7 +214,15 @@ void Jit::Impl::init_amd(const std::string& text) {
   headers = backend::template_headers();
 }
 
-Jit::~Jit() = default;
+// The workspaces are freed on the Jit's device (Note [Device scopes]).
+Jit::~Jit() {
+  try {
+    const backend::DeviceScope scope(impl_->device, impl_->ordinal);
+    impl_.reset();
+  } catch (...) {  // entering the device failed (a driver torn down at exit): free as before
+    impl_.reset();
+  }
+}
 
 const std::string& Jit::target() const { return impl_->target_name; }
 int Jit::device() const { return impl_->ordinal; }
@@ -275,7 +283,7 @@ std::shared_ptr<const CompiledKernel> Jit::compile_variant(const CompiledKernel&
   if (d.device) {
     const backend::DeviceScope scope(d.device, d.ordinal);
     kernel->ordinal = d.ordinal;
-    kernel->module.emplace(*d.device, kernel->cubin);
+    kernel->module.emplace(*d.device, kernel->cubin, d.ordinal);
     d.prepare_function(*kernel);
   }
   return kernel;
