@@ -10,6 +10,10 @@
 //     once to the node's shape class: one col_sum per bias, not one per use;
 //   - `value`: per forward node, the value the derivative rules read, made
 //     in the backward graph on first use (Note [What the backward reads]).
+// A GEMM chain is differentiated twice: the first pass records which forward
+// values the rules read, choose_saved picks the values to save from them
+// (Note [Saving a minimum cut] in saved_state.cpp), and the second builds the
+// backward that saves those and recomputes the rest.
 #include "epifuse/autodiff.hpp"
 
 #include <algorithm>
@@ -24,6 +28,7 @@
 #include "ir/limits.hpp"
 #include "ir/names.hpp"
 #include "ir/op_table.hpp"
+#include "ir/saved_state.hpp"
 
 namespace epifuse {
 
@@ -38,7 +43,9 @@ namespace {
 //     reads the same bytes a saved copy would and keeps fp32 accuracy;
 //   - a value that needs a GEMM accumulator (the accumulators are not kept):
 //     saved by the forward as an extra [M,N] output in the dtype of its first
-//     output (the pre-activation aux of cuBLASLt's epilogues);
+//     output (the pre-activation aux of cuBLASLt's epilogues), or recomputed
+//     elementwise from values that are: the fewest tensors that give every
+//     value read are saved (Note [Saving a minimum cut]);
 //   - a row reduction (softmax's max and sum, a norm's mean and variance):
 //     saved as an [M] f32 output, a per-row statistic.
 // Recomputing rather than saving is what lets a chain's forward write only
@@ -106,7 +113,12 @@ std::vector<bool> stabilizing_maxima(const Graph& g, const std::vector<int>& use
 
 class Differentiator {
  public:
-  Differentiator(const KernelSpec& spec, const GradOptions& options) : spec_(spec), g_(spec.graph) {
+  // `to_save`: per forward node, whether an accumulator-dependent value is
+  // saved (choose_saved) or recomputed. Without it, every such value read is
+  // saved under a placeholder name, past the limits on names and outputs: a
+  // first pass that only records what the rules read (record_reads).
+  Differentiator(const KernelSpec& spec, const GradOptions& options, std::optional<std::vector<bool>> to_save)
+      : spec_(spec), g_(spec.graph), to_save_(std::move(to_save)) {
     const auto& nodes = g_.nodes();
     users_.assign(nodes.size(), 0);
     user_list_.resize(nodes.size());
@@ -118,36 +130,21 @@ class Differentiator {
       }
     for (const Output& o : g_.outputs()) ++users_[o.value.id];
     stabilizing_ = stabilizing_maxima(g_, users_, user_list_, composites_);
+    acc_dep_ = accumulator_dependent(g_);
     choose_wrt(options);
     mark_active();
   }
 
+  // Per forward node, whether a derivative rule reads it.
+  std::vector<bool> record_reads() {
+    sweep();
+    return reads_;
+  }
+
   GradResult run() {
+    sweep();
     GradResult r;
     r.forward = spec_;
-    out_.name = spec_.name.empty() ? "backward" : fmt::format("{}_backward", spec_.name);
-    if (out_.name.size() > 200) out_.name = "backward";
-    out_.mainloop = Mainloop{};
-    out_.precision = spec_.precision;
-    if (spec_.default_shape) out_.default_shape = Shape{spec_.default_shape->m, spec_.default_shape->n, 0};
-    value_.assign(g_.nodes().size(), Value{});
-    adjoint_.assign(g_.nodes().size(), {});
-    saved_dtype_ = g_.outputs().front().dtype;
-
-    // Upstream gradients: one input per output an active node feeds.
-    for (const Output& o : g_.outputs()) {
-      if (!active_[o.value.id]) continue;
-      const std::string name = gradient_name(o.name);
-      check_free(name, fmt::format("the gradient of output '{}'", o.name));
-      const Value d = b().input(name, o.dtype, g_.node(o.value).broadcast);
-      contribute(o.value.id, d);
-    }
-    // Reverse order of the forward's nodes is a reverse topological order.
-    for (std::uint32_t i = static_cast<std::uint32_t>(g_.nodes().size()); i-- > 0;) {
-      const Node& n = g_.nodes()[i];
-      if (n.kind != NodeKind::op) continue;
-      if (const Value d = reduce(i, n.broadcast); d.valid()) propagate(i, d);
-    }
     for (std::uint32_t w : wrt_) {
       const Node& n = g_.nodes()[w];
       const std::string shown = leaf_name(w);
@@ -178,6 +175,35 @@ class Differentiator {
   };
 
   Graph& b() { return out_.graph; }
+
+  // The backward graph up to the gradients of the inputs: the upstream
+  // gradients, then every op's rule in reverse order.
+  void sweep() {
+    out_.name = spec_.name.empty() ? "backward" : fmt::format("{}_backward", spec_.name);
+    if (out_.name.size() > 200) out_.name = "backward";
+    out_.mainloop = Mainloop{};
+    out_.precision = spec_.precision;
+    if (spec_.default_shape) out_.default_shape = Shape{spec_.default_shape->m, spec_.default_shape->n, 0};
+    value_.assign(g_.nodes().size(), Value{});
+    adjoint_.assign(g_.nodes().size(), {});
+    reads_.assign(g_.nodes().size(), false);
+    saved_dtype_ = g_.outputs().front().dtype;
+
+    // Upstream gradients: one input per output an active node feeds.
+    for (const Output& o : g_.outputs()) {
+      if (!active_[o.value.id]) continue;
+      const std::string name = gradient_name(o.name);
+      check_free(name, fmt::format("the gradient of output '{}'", o.name));
+      const Value d = b().input(name, o.dtype, g_.node(o.value).broadcast);
+      contribute(o.value.id, d);
+    }
+    // Reverse order of the forward's nodes is a reverse topological order.
+    for (std::uint32_t i = static_cast<std::uint32_t>(g_.nodes().size()); i-- > 0;) {
+      const Node& n = g_.nodes()[i];
+      if (n.kind != NodeKind::op) continue;
+      if (const Value d = reduce(i, n.broadcast); d.valid()) propagate(i, d);
+    }
+  }
 
   std::string leaf_name(std::uint32_t i) const {
     const Node& n = g_.nodes()[i];
@@ -333,18 +359,6 @@ class Differentiator {
     return r;
   }
 
-  bool depends_on_accumulator(std::uint32_t i) {
-    if (!acc_dep_) {
-      acc_dep_.emplace(g_.nodes().size(), false);
-      for (std::uint32_t k = 0; k < g_.nodes().size(); ++k) {
-        const Node& n = g_.nodes()[k];
-        (*acc_dep_)[k] = n.kind == NodeKind::accumulator;
-        for (Value a : n.args) (*acc_dep_)[k] = (*acc_dep_)[k] || (*acc_dep_)[a.id];
-      }
-    }
-    return (*acc_dep_)[i];
-  }
-
   std::string value_label(std::uint32_t i) const {
     const Node& n = g_.nodes()[i];
     if (n.kind != NodeKind::op) return leaf_name(i);
@@ -360,6 +374,12 @@ class Differentiator {
       return g_.find(x).valid() || b().find(x).valid() ||
              std::any_of(g_.outputs().begin(), g_.outputs().end(), [&](const Output& o) { return o.name == x; });
     };
+    if (!to_save_) {  // the first pass: a short name, and no limit on outputs
+      std::string name = fmt::format("saved_{}", i);
+      for (int k = 1; taken(name); ++k) name = fmt::format("saved_{}_{}", i, k);
+      saved_.push_back({name, std::string(kind), value_label(i), Value{i}, dtype});
+      return b().input(name, dtype, n.broadcast);
+    }
     std::string name = fmt::format("saved_{}", base);
     for (int k = 1; taken(name); ++k) name = fmt::format("saved_{}_{}", base, k);
     EPIFUSE_CHECK(name.size() <= limits::k_max_name_length,
@@ -372,8 +392,14 @@ class Differentiator {
     return b().input(name, dtype, n.broadcast);
   }
 
-  // The forward value of node i in the backward graph (Note [What the backward reads]).
+  // The forward value of node i, read by a derivative rule.
   Value fwd(std::uint32_t i) {
+    reads_[i] = true;
+    return obtain(i);
+  }
+
+  // The forward value of node i in the backward graph (Note [What the backward reads]).
+  Value obtain(std::uint32_t i) {
     if (value_[i].valid()) return value_[i];
     const Node& n = g_.nodes()[i];
     Value v;
@@ -385,17 +411,28 @@ class Differentiator {
     } else if (n.kind == NodeKind::input) {
       v = b().find(n.name);
       if (!v.valid()) v = b().input(n.name, n.dtype, n.broadcast);
-    } else if (n.kind == NodeKind::accumulator || (depends_on_accumulator(i) && !is_row_reduction(n.op))) {
-      v = save(i, "pre-activation", saved_dtype_);
+    } else if (n.kind == NodeKind::accumulator || (acc_dep_[i] && !is_row_reduction(n.op))) {
+      if (!to_save_ || (*to_save_)[i]) {
+        v = save(i, "pre-activation", saved_dtype_);
+      } else {
+        EPIFUSE_ASSERT(n.kind == NodeKind::op && !is_col_reduction(n.op), "'{}' is neither saved nor recomputable",
+                       value_label(i));
+        v = recompute(n);
+      }
     } else if (is_row_reduction(n.op)) {
       v = save(i, "row statistic", DType::f32);
     } else {
-      std::vector<Value> args;
-      for (Value a : n.args) args.push_back(fwd(a.id));
-      v = b().copy_op(n, args);
+      v = recompute(n);
     }
     value_[i] = v;
     return v;
+  }
+
+  // Forward op n again in the backward graph, on its operands' values.
+  Value recompute(const Node& n) {
+    std::vector<Value> args;
+    for (Value a : n.args) args.push_back(obtain(a.id));
+    return b().copy_op(n, args);
   }
 
   Value mul(Value a, Value c) { return b().mul(a, c); }
@@ -549,7 +586,9 @@ class Differentiator {
   std::vector<bool> stabilizing_, active_;
   std::vector<Composite> composites_;  // by result node
   std::unordered_map<std::uint32_t, Value> row_sums_;  // backward value -> its row sum
-  std::optional<std::vector<bool>> acc_dep_;
+  std::vector<bool> acc_dep_;  // depends on an accumulator
+  std::optional<std::vector<bool>> to_save_;
+  std::vector<bool> reads_;  // read by a derivative rule
   std::vector<std::uint32_t> wrt_;
   std::vector<Value> value_;
   std::vector<std::array<Value, 4>> adjoint_;  // by Broadcast
@@ -561,7 +600,13 @@ class Differentiator {
 
 GradResult grad(const KernelSpec& spec, const GradOptions& options) {
   verify(spec);
-  return Differentiator(spec, options).run();
+  // Without an accumulator nothing is chosen: every value read is an input,
+  // recomputed from inputs, an output or a row statistic.
+  std::vector<bool> to_save(spec.graph.nodes().size(), false);
+  const auto& nodes = spec.graph.nodes();
+  if (std::any_of(nodes.begin(), nodes.end(), [](const Node& n) { return n.kind == NodeKind::accumulator; }))
+    to_save = choose_saved(spec.graph, Differentiator(spec, options, std::nullopt).record_reads());
+  return Differentiator(spec, options, std::move(to_save)).run();
 }
 
 }  // namespace epifuse

@@ -3,6 +3,7 @@
 // dropout masks regenerated, and its errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -177,6 +178,110 @@ TEST_CASE("what the forward saves: GEMM pre-activations, per-row statistics, not
   }
   // The backward is an ordinary spec: it round-trips through JSON.
   CHECK(signature(spec_from_json(spec_to_json(gr.backward))) == signature(gr.backward));
+}
+
+namespace {
+
+std::vector<std::string> saved_names(const GradResult& r) {
+  std::vector<std::string> names;
+  for (const auto& s : r.saved) names.push_back(s.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A GEMM chain on acc with an f16 [N] bias and one f16 output y.
+KernelSpec gemm_chain(const std::function<Value(Graph&, Value acc, Value bias)>& body) {
+  KernelSpec s;
+  s.mainloop.kind = MainloopKind::gemm;
+  Graph& g = s.graph;
+  const Value acc = g.accumulator(0), bias = g.input("bias", DType::f16, Broadcast::row);
+  g.output("y", body(g, acc, bias), DType::f16);
+  return s;
+}
+
+// Whether the backward recomputes `op` on the input `saved`.
+bool recomputes(const GradResult& r, OpKind op, const std::string& saved) {
+  const Graph& b = r.backward.graph;
+  return std::any_of(b.nodes().begin(), b.nodes().end(), [&](const Node& n) {
+    return n.kind == NodeKind::op && n.op == op && b.node(n.args[0]).name == saved;
+  });
+}
+
+}  // namespace
+
+TEST_CASE("GEMM chains save a minimum cut between the accumulators and the values the rules read") {
+  const auto dir = std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples" / "chains";
+  const Shape shape{4, 6, 5};
+  // SwiGLU and GEGLU: the rules read act(acc0), acc1 and acc0; the activation
+  // is recomputed from the saved acc0.
+  for (const auto& [file, act] : {std::pair{"swiglu.json", OpKind::silu}, std::pair{"geglu.json", OpKind::gelu_tanh}}) {
+    CAPTURE(file);
+    const KernelSpec spec = load_spec(dir / file);
+    const GradResult r = grad(spec);
+    CHECK(saved_names(r) == std::vector<std::string>{"saved_acc0", "saved_acc1"});
+    for (const auto& s : r.saved) CHECK(s.kind == "pre-activation");
+    CHECK(r.forward.graph.outputs().size() == spec.graph.outputs().size() + 2);
+    CHECK(recomputes(r, act, "saved_acc0"));
+    check_gradients(spec, shape);
+    // Differentiated for acc1 only, the rule reads act(acc0) alone: saving it
+    // or acc0 costs one tensor each, and the value read is kept.
+    const GradResult only1 = grad(spec, {{"acc1"}});
+    REQUIRE(only1.saved.size() == 1);
+    CHECK(only1.saved[0].of == spec.graph.node(spec.graph.node(spec.graph.outputs()[0].value).args[0]).name);
+  }
+  // Gating, sigmoid(acc0 + bias1) * (acc1 + bias2): h1 and h2, the values read
+  // (acc0 and acc1 would do as well); the gate is sigmoid(saved h1) again.
+  const GradResult gating = grad(load_spec(dir / "gating.json"));
+  CHECK(saved_names(gating) == std::vector<std::string>{"saved_h1", "saved_h2"});
+  CHECK(recomputes(gating, OpKind::sigmoid, "saved_h1"));
+  // bias + activation: acc + bias, the value the rule reads (cuBLASLt's aux), not acc.
+  for (const char* file : {"gemm_bias_relu.json", "gemm_bias_relu_dropout.json"}) {
+    CAPTURE(file);
+    CHECK(saved_names(grad(load_spec(dir / file))) == std::vector<std::string>{"saved_z"});
+  }
+  const KernelSpec bias_gelu = gemm_chain([](Graph& g, Value acc, Value bias) {
+    const Value z = g.add(acc, bias);
+    g.set_name(z, "z");
+    return g.gelu_tanh(z);
+  });
+  CHECK(saved_names(grad(bias_gelu)) == std::vector<std::string>{"saved_z"});
+  check_gradients(bias_gelu, shape);
+  // An [M,N] output the rule reads is read back: nothing is saved.
+  const KernelSpec tf32 = load_spec(dir / "gemm_tf32_bias_gelu.json");
+  const GradResult rt = grad(tf32);
+  REQUIRE(rt.saved.size() == 1);
+  CHECK(rt.saved[0].kind == "output");
+  CHECK(rt.forward.graph.outputs().size() == tf32.graph.outputs().size());
+  // A dropout the rules read is regenerated, never saved: h = acc + bias
+  // gives dropout(h) and sigmoid(h) again.
+  const KernelSpec dropped = gemm_chain([](Graph& g, Value acc, Value bias) {
+    const Value h = g.add(acc, bias);
+    g.set_name(h, "h");
+    return g.mul(g.dropout(h, 0.25), g.sigmoid(h));
+  });
+  const GradResult rd = grad(dropped);
+  CHECK(saved_names(rd) == std::vector<std::string>{"saved_h"});
+  CHECK(recomputes(rd, OpKind::dropout, "saved_h"));
+  check_gradients(dropped, shape);
+  // A norm of acc + bias: the centred value ([M,N]) and its rsqrt ([M]), read
+  // by the rules; the normalised value is their product again.
+  const KernelSpec norm = gemm_chain([](Graph& g, Value acc, Value bias) {
+    return g.layernorm(g.add(acc, bias), bias, bias, 1e-5);
+  });
+  const GradResult rn = grad(norm);
+  REQUIRE(rn.saved.size() == 2);
+  int full = 0;
+  for (const auto& s : rn.saved) {
+    const auto& outs = rn.forward.graph.outputs();
+    const Output& o = *std::find_if(outs.begin(), outs.end(), [&](const Output& x) { return x.name == s.name; });
+    full += rn.forward.graph.node(o.value).broadcast == Broadcast::full;
+  }
+  CHECK(full == 1);
+  check_gradients(norm, shape);
+  // The same chain gives the same specs.
+  const GradResult again = grad(load_spec(dir / "gating.json"));
+  CHECK(signature(again.backward) == signature(gating.backward));
+  CHECK(signature(again.forward) == signature(gating.forward));
 }
 
 TEST_CASE("the backward regenerates the forward's dropout masks position by position") {
