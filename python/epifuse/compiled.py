@@ -143,6 +143,7 @@ class Compiled:
 
     @property
     def input_names(self):
+        """The inputs' names in binding order (a GEMM's operands first)."""
         return [n for n, _ in self._inputs]
 
     def __call__(self, *args, seed=0, offset=0, out=None, rng_state=None, **named):

@@ -77,3 +77,11 @@ def test_epifuse_nn_is_documented_when_torch_imports():
         target = obj.__init__ if inspect.isclass(obj) else obj
         params = inspect.signature(target).parameters.values()
         assert not any(p.kind == p.VAR_POSITIONAL for p in params), f"epifuse.nn.{name} takes *args"
+
+
+def test_epifuse_torch_and_the_compiled_callable_are_documented_when_torch_imports():
+    pytest.importorskip("torch")
+    import epifuse.compiled
+    import epifuse.torch as et
+    assert [n for n in ("op", "linear", "rng_state") if not inspect.getdoc(getattr(et, n))] == []
+    assert undocumented(epifuse.compiled.Compiled) == []
