@@ -206,3 +206,32 @@ TEST_CASE("C ABI: a chain name with a control character is refused, as the JSON 
   ef_string_free(json);
   ef_spec_free(s);
 }
+
+TEST_CASE("C ABI: the calls for devices, tuning and inputs not differentiated refuse bad arguments, naming them") {
+  Relu r;
+  // Inputs only; a value that is not an input says so.
+  CHECK(ef_spec_set_differentiable(r.spec, r.x, 0) == EF_OK);
+  char* json = nullptr;
+  REQUIRE(ef_spec_to_json(r.spec, &json) == EF_OK);
+  const std::string text = json;
+  ef_string_free(json);
+  CHECK(text.find("\"grad\"") != std::string::npos);
+  CHECK(ef_spec_set_differentiable(r.spec, r.y, 0) == EF_USER_ERROR);
+  CHECK(last_error().find("only inputs") != std::string::npos);
+  CHECK(ef_spec_set_differentiable(nullptr, r.x, 0) == EF_USER_ERROR);
+  CHECK(ef_spec_set_differentiable(r.spec, 9999, 0) == EF_USER_ERROR);
+
+  ef_jit* jit = nullptr;
+  CHECK(ef_jit_new_on_device("sm_90a", -1, &jit) == EF_USER_ERROR);
+  CHECK(last_error().find("numbered from 0") != std::string::npos);
+  CHECK(jit == nullptr);
+  CHECK(ef_jit_new_on_device("sm_90a", 0, nullptr) == EF_USER_ERROR);
+
+  // The arrays and handles are checked before anything else, so this holds without a GPU.
+  const std::uint64_t ptrs[] = {0};
+  char* result = nullptr;
+  CHECK(ef_jit_tune(nullptr, r.spec, 4, 8, 0, ptrs, 1, ptrs, 1, 0, 0, &result) == EF_USER_ERROR);
+  CHECK(last_error().find("jit is NULL") != std::string::npos);
+  CHECK(ef_jit_tune(nullptr, r.spec, 4, 8, 0, nullptr, 1, ptrs, 1, 0, 0, &result) == EF_USER_ERROR);
+  CHECK(result == nullptr);
+}
