@@ -4,9 +4,10 @@
 # ./gpu-out). Build here first (tools/setup.sh) and carry build/.
 #   tools/gpu_training_check.sh tests   # one GPU, ~6 min: the GPU test tier, the
 #                                       # compile tiers and every GPU pytest
-#   tools/gpu_training_check.sh perf    # one GPU, ~9 min: backward specs against
-#                                       # PyTorch, the MLP blocks against their GEMMs,
-#                                       # the training example's curves
+#   tools/gpu_training_check.sh perf    # one GPU, ~10 min: seeds on the device against
+#                                       # seeds by value, backward specs against PyTorch,
+#                                       # the MLP blocks against their GEMMs, the
+#                                       # training example's curves
 #   tools/gpu_training_check.sh multi   # two GPUs (nvidia-h100-x2): DDP and FSDP2,
 #                                       # tensors on cuda:1
 # Exits non-zero when a test failed or a script did.
@@ -31,6 +32,18 @@ case $what in
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1
     ;;
   perf)
+    echo "== seeds read on the device against seeds by value (the same kernels), in turns"
+    for round in 1 2; do
+      for flag in "" --seeds-on-device; do
+        for chain in gemm_bias_relu_dropout:4096,4096,4096 bias_gelu_dropout_add:16384,4096 \
+                     scaled_masked_softmax_dropout:16384,4096; do
+          build/epifuse bench "examples/chains/${chain%%:*}.json" --shape "${chain#*:}" --no-unfused --no-sweep \
+            --no-cublas --no-tune $flag --json 2>/dev/null |
+            python3 -c "import json,sys; d=json.load(sys.stdin); r=d['results'][0]; print('round $round', '${chain%%:*}', 'device' if d['seeds_on_device'] else 'value ', '%.4f ms' % r['fused']['ms'], '%.1f%% of copy' % (100 * r['fused']['of_copy']))" \
+            | tee -a "$out/seeds_on_device.txt" || status=1
+        done
+      done
+    done
     echo "== backward specs against PyTorch (default tiles through the module)"
     for dt in bf16 f32; do
       timeout 200 python3 tools/perf/backward_vs_torch.py --dtype=$dt --json="$out/backward_vs_torch_$dt.json" \

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/device_runtime.hpp"
 #include "bench/bench.hpp"
 #include "commands.hpp"
 #include "common.hpp"
@@ -23,7 +24,7 @@ struct BenchCliOptions {
   std::vector<std::string> shapes;
   int repeats = 30;
   std::string tile;  ///< --tile
-  bool no_tune = false, no_unfused = false, no_sweep = false, no_cublas = false;
+  bool no_tune = false, no_unfused = false, no_sweep = false, no_cublas = false, seeds_on_device = false;
   double min_of_copy = 0;
   std::string seed = "0", offset = "0";
   std::vector<std::string> variants;
@@ -172,8 +173,20 @@ void bench_command(const BenchCliOptions& opt) {
   bo.sweep = !opt.no_sweep;
   bo.cublas = !opt.no_cublas;
   bo.args = {parse_u64(opt.seed, "--seed"), parse_u64(opt.offset, "--offset")};
+  // --seeds-on-device: every launch reads {seed, 0} from device memory (Note
+  // [Seeds on the device]), as the PyTorch module's launches do; the masks are
+  // the same, the cost of the reads is what it times.
+  std::optional<backend::DeviceMemory> state;
+  if (opt.seeds_on_device) {
+    backend::DeviceRuntime& drv = backend::device_runtime(backend::vendor_of(jit.target()));
+    const std::uint64_t words[2] = {bo.args.seed, 0};
+    state.emplace(drv, sizeof words);
+    drv.copy_to_device(state->ptr(), words, sizeof words);
+    bo.args.rng_state = state->ptr();
+  }
   nlohmann::ordered_json doc;
   doc["chain"] = opt.chain;
+  doc["seeds_on_device"] = opt.seeds_on_device;
   doc["results"] = nlohmann::ordered_json::array();
   for (const Shape& shape : shapes) {
     if (!session().json) std::cerr << fmt::format("epifuse: benchmarking {} ...\n", shape_text(spec, shape));
@@ -230,6 +243,8 @@ void add_bench(CLI::App& app) {
       ->type_name("FILE");
   sub->add_option("--seed", opt->seed, "Dropout seed (uint64)");
   sub->add_option("--offset", opt->offset, "Dropout offset (uint64)");
+  sub->add_flag("--seeds-on-device", opt->seeds_on_device,
+                "Launch with the seed read from device memory (as the PyTorch module does), the same masks");
   add_json_flag(*sub);
   sub->callback([opt] { bench_command(*opt); });
 }
