@@ -98,14 +98,17 @@ def op(chain: Chain, target=None, tile=None, tune=None):
         return _ops[qualified]
     try:
         g = chain.grad()
-    except UserError:
-        g = None  # nothing differentiable: backward raises if asked
+        why = None
+    except UserError as e:
+        g, why = None, str(e)  # nothing differentiable: backward raises if asked
     fwd_chain = g.forward if g is not None else chain
     compiled = fwd_chain.compile(target, tile, tune)
     n_out = len(chain.bindings(1, 1, 1)["outputs"])
     custom = _register(name, compiled, _classes(fwd_chain))
     if g is not None:
         _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, n_out)
+    else:
+        _register_no_grad(qualified, chain.name, why)
 
     draws = _draws(chain)
 
@@ -124,6 +127,18 @@ def op(chain: Chain, target=None, tile=None, tune=None):
     call.compiled = compiled
     _ops[qualified] = call
     return call
+
+
+def _register_no_grad(qualified, chain_name, why):
+    """A chain Chain.grad refuses: a backward through it raises, saying why, where
+    PyTorch's fallback would only warn and leave the gradients None."""
+    def setup_context(ctx, inputs, output):
+        pass
+
+    def backward(ctx, grads):
+        raise UserError(f"{chain_name}: a gradient flows into this op, which cannot differentiate: {why}")
+
+    torch.library.register_autograd(qualified, backward, setup_context=setup_context)
 
 
 def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, n_out):

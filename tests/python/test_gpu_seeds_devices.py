@@ -161,3 +161,13 @@ def test_opcheck_passes_for_example_chains(name):
         args.append(torch.randn(shape, device="cuda", generator=g).to(dtypes[t["dtype"]]).requires_grad_(
             dtypes[t["dtype"]] is torch.float32))
     torch.library.opcheck(f.op, (args, 5, 0, None))
+
+
+def test_a_chain_that_cannot_differentiate_raises_in_backward_instead_of_dropping_the_gradient():
+    c = epifuse.Chain("no_grad_softmax")
+    c.output("y", c.softmax(c.input("x", "f32", grad=False)), "f32")
+    f = epifuse.torch.op(c)
+    x = torch.randn(8, 64, device="cuda", requires_grad=True)
+    y = f(x)
+    with pytest.raises(epifuse.UserError, match="cannot differentiate"):
+        y.sum().backward()
