@@ -444,6 +444,20 @@ int ef_jit_compile(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_
 
 void ef_kernel_free(ef_kernel* kernel) { delete kernel; }
 
+namespace {
+// The device pointers of a launch, as many as `ks` binds (UserError otherwise).
+DeviceBindings bindings_of(const KernelSource& ks, const std::uint64_t* inputs, std::size_t ninputs,
+                           const std::uint64_t* outputs, std::size_t noutputs) {
+  EPIFUSE_CHECK(ninputs == ks.inputs.size() && noutputs == ks.outputs.size(),
+                "{} binds {} inputs and {} outputs, got {} and {}", ks.name, ks.inputs.size(), ks.outputs.size(),
+                ninputs, noutputs);
+  DeviceBindings b;
+  b.inputs.assign(inputs, inputs + ninputs);
+  b.outputs.assign(outputs, outputs + noutputs);
+  return b;
+}
+}  // namespace
+
 int ef_jit_tune(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k,
                 const std::uint64_t* inputs, std::size_t ninputs, const std::uint64_t* outputs, std::size_t noutputs,
                 std::uint64_t seed, std::uint64_t offset, char** result) {
@@ -457,12 +471,7 @@ int ef_jit_tune(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n
     verify(s);
     const Shape shape = make_shape(s, m, n, k);
     const KernelSource& ks = jit->jit->compile(s, shape)->source();  // the bindings every tile shares
-    EPIFUSE_CHECK(ninputs == ks.inputs.size() && noutputs == ks.outputs.size(),
-                  "{} binds {} inputs and {} outputs, got {} and {}", ks.name, ks.inputs.size(), ks.outputs.size(),
-                  ninputs, noutputs);
-    DeviceBindings b;
-    b.inputs.assign(inputs, inputs + ninputs);
-    b.outputs.assign(outputs, outputs + noutputs);
+    const DeviceBindings b = bindings_of(ks, inputs, ninputs, outputs, noutputs);
     const Jit::TuneResult r = jit->jit->tune(s, shape, b, LaunchArgs{seed, offset, 0});
     *result = c_string(Json{{"tile", to_string(r.tile)}, {"ms", r.ms}, {"candidates", r.all.size()}}.dump());
   });
@@ -488,12 +497,7 @@ int launch_with(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t*
     require(jit, "jit");
     require(kernel, "kernel");
     const KernelSource& ks = kernel->kernel->source();
-    EPIFUSE_CHECK(ninputs == ks.inputs.size() && noutputs == ks.outputs.size(),
-                  "{} binds {} inputs and {} outputs, got {} and {}", ks.name, ks.inputs.size(), ks.outputs.size(),
-                  ninputs, noutputs);
-    DeviceBindings b;
-    b.inputs.assign(inputs, inputs + ninputs);
-    b.outputs.assign(outputs, outputs + noutputs);
+    const DeviceBindings b = bindings_of(ks, inputs, ninputs, outputs, noutputs);
     jit->jit->launch(*kernel->kernel, b, Shape{m, n, k}, args, stream);
   });
 }
