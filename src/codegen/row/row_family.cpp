@@ -58,6 +58,11 @@ int count_ops(const KernelSpec& spec, OpKind op) {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// Threads a block for x vectors: whole warps, in [lo, hi] (both multiples of 32).
+int block_threads(std::int64_t x, int lo, int hi) {
+  return static_cast<int>(std::clamp<std::int64_t>(ceil_div(x, 32) * 32, lo, hi));
+}
+
 // Note [Default row tile]
 // The tile a chain gets without `epifuse tune`, from the row's bytes and the
 // device's shared memory (DeviceInfo), in three classes measured apart
@@ -109,20 +114,20 @@ RowTile default_plain_tile(const KernelSpec& spec, const Shape& shape, int vec, 
   t.vec = vec;
   t.persistent = 0;
   if (vectors <= 256 && !ring_only) {
-    t.threads = static_cast<int>(std::clamp<std::int64_t>(vectors, 128, 512));
+    t.threads = block_threads(vectors, 128, 512);
     return t;  // regs -1: resolved by the caller, streaming if the row does not fit
   }
   while (t.cluster < 16 && n * bytes / t.cluster * 3 > shared) t.cluster *= 2;
   const std::int64_t part = vectors / t.cluster;
   if (part * vec * bytes * 3 > shared) {
     // Even 16 blocks' parts leave one ring a multiprocessor: registers across the cluster.
-    t.threads = static_cast<int>(std::clamp<std::int64_t>(part / 4, 128, 1024));
+    t.threads = block_threads(part / 4, 128, 1024);
     t.regs = static_cast<int>(ceil_div(part, t.threads));
     t.persistent = 1;
     if (std::int64_t{t.regs} * vec * full_inputs(spec) > k_register_floats) t.regs = 0;  // refused by the caller
     return t;
   }
-  t.threads = static_cast<int>(std::clamp<std::int64_t>(part / 2, 128, 512));
+  t.threads = block_threads(part / 2, 128, 512);
   t.regs = static_cast<int>(ceil_div(part, t.threads));
   t.ring = 1;
   return t;
@@ -135,7 +140,7 @@ RowTile default_draws_tile(const KernelSpec& spec, const Shape& shape, int vec, 
   t.vec = vec;
   t.cluster = clusters_at_least(ceil_div(vectors, std::int64_t{512} * per_thread));
   const std::int64_t part = vectors / t.cluster;
-  t.threads = static_cast<int>(std::clamp<std::int64_t>(part / per_thread, 128, 512));
+  t.threads = block_threads(part / per_thread, 128, 512);
   t.regs = static_cast<int>(ceil_div(part, t.threads));
   const std::int64_t ring = std::int64_t{t.threads} * vec * t.regs * full_input_bytes(spec);
   const bool two = part * vec >= 8192 && 2 * ring <= shared;
@@ -155,7 +160,7 @@ RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec
   // A row that one block's ring holds takes no cluster (as tile_candidates).
   t.cluster = n * bytes <= 64 * 1024 ? 1 : clusters_at_least(ceil_div(vectors, std::int64_t{widest} * per_thread));
   const std::int64_t part = vectors / t.cluster;
-  t.threads = static_cast<int>(std::clamp<std::int64_t>(part / per_thread, 128, t.cluster == 1 ? 1024 : widest));
+  t.threads = block_threads(part / per_thread, 128, t.cluster == 1 ? 1024 : widest);
   t.regs = static_cast<int>(ceil_div(part, t.threads));
   const std::int64_t ring = std::int64_t{t.threads} * vec * t.regs * bytes;
   t.ring = 2 * ring * 10 <= shared * 6 ? 2 : 1;
