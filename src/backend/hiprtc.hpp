@@ -114,8 +114,9 @@ std::string inline_headers(const std::string& source, const std::vector<Header>&
 /// EPIFUSE_HIPRTC_TIMEOUT_S; CompileError for a source that does not compile, a
 /// child that dies, runs past the timeout, or writes something that is not a
 /// code object for `target`; RuntimeError when no worker can be started. The
-/// worker is EPIFUSE_HIPRTC_WORKER if set, else find_hiprtc_worker for this
-/// process's executable.
+/// worker is EPIFUSE_HIPRTC_WORKER if set, else find_hiprtc_worker for the
+/// shared library holding this code (libepifuse_c.so under Python), then for
+/// this process's executable.
 HiprtcBinary compile_hip_isolated(const std::string& source, const std::string& name, const AmdTarget& target,
                                   const std::vector<std::string>& extra_options = {});
 

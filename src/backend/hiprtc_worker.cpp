@@ -6,6 +6,7 @@
 // The child writes the code object to stdout and hipRTC's log (or an error
 // message) to stderr, and exits 0 (compiled), 3 (the source did not compile),
 // 2 (a bad request or a refused target) or 4 (no hipRTC).
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -49,6 +50,19 @@ std::string worker_path() {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) throw RuntimeError("hipRTC: cannot find the epifuse executable to compile in (set EPIFUSE_HIPRTC_WORKER)");
+  // In a shared library (libepifuse_c.so under Python), the CLI of the same
+  // build or install sits beside the library, not beside the interpreter.
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&worker_path), &info) != 0 && info.dli_fname) {
+    const std::filesystem::path module = std::filesystem::weakly_canonical(info.dli_fname, ec);
+    if (!ec && module != self) {
+      try {
+        return find_hiprtc_worker(module, EPIFUSE_INSTALL_BINDIR).string();
+      } catch (const RuntimeError&) {
+        // Not beside the library: beside the executable, whose error names the paths.
+      }
+    }
+  }
   return find_hiprtc_worker(self, EPIFUSE_INSTALL_BINDIR).string();
 }
 

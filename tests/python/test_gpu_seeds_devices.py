@@ -68,7 +68,10 @@ def test_backward_with_torch_seeds_uses_the_forward_mask():
     z = (x + b).requires_grad_(True)
     torch.nn.functional.gelu(z, approximate="tanh").backward(dy * k / 0.9)
     torch.testing.assert_close(xs.grad, z.grad, rtol=1e-5, atol=1e-5)
-    assert torch.equal(xs.grad == 0, ~k | (z.grad == 0))
+    # Where gelu(x + b) is below half an ulp of the residual, y == r although
+    # kept: the zeros of the gradient are compared where the mask is certain.
+    sure = torch.nn.functional.gelu(x + b, approximate="tanh").abs() > 1e-3
+    assert torch.equal((xs.grad == 0)[sure], (~k | (z.grad == 0))[sure])
 
 
 def test_a_captured_training_step_draws_fresh_masks_at_each_replay():
@@ -103,18 +106,30 @@ def test_a_captured_training_step_draws_fresh_masks_at_each_replay():
         torch.testing.assert_close(gx, z.grad, rtol=1e-5, atol=1e-5)
 
 
-def test_torch_compile_fullgraph_runs_forward_and_backward_with_dropout():
+def test_torch_compile_fullgraph_runs_forward_and_backward_with_dropout(monkeypatch):
     f = bias_gelu_dropout_add()
     x, b, r = inputs()
 
     @torch.compile(fullgraph=True)
     def step(x, b, r):
         y = f(x, b, r)
-        return (y * y).sum()
+        return y, (y * y).sum()
 
+    # The compiled backward regenerates the compiled forward's mask.
     xs = x.clone().requires_grad_(True)
+    y, loss = step(xs, b, r)
+    loss.backward()
+    k = kept(y.detach(), r)
+    z = (x + b).requires_grad_(True)
+    torch.nn.functional.gelu(z, approximate="tanh").backward(2 * y.detach() * k / 0.9)
+    torch.testing.assert_close(xs.grad, z.grad, rtol=1e-4, atol=1e-4)
+    # Inductor draws its own random numbers unless told to fall back to eager's:
+    # then a compiled step and an eager one under one manual_seed draw one mask.
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
+    xs.grad = None
     torch.manual_seed(3)
-    step(xs, b, r).backward()
+    step(xs, b, r)[1].backward()
     torch.manual_seed(3)
     xe = x.clone().requires_grad_(True)
     (lambda y: (y * y).sum())(f(xe, b, r)).backward()
@@ -157,8 +172,7 @@ def test_opcheck_passes_for_example_chains(name):
     g = torch.Generator(device="cuda").manual_seed(7)
     args = []
     for t in b["inputs"]:
-        shape = {"full": (64, 256), "row": (256,), "col": (64,), "scalar": (1,)}[t.get("broadcast", "full")]
-        args.append(torch.randn(shape, device="cuda", generator=g).to(dtypes[t["dtype"]]).requires_grad_(
+        args.append(torch.randn(t["shape"], device="cuda", generator=g).to(dtypes[t["dtype"]]).requires_grad_(
             dtypes[t["dtype"]] is torch.float32))
     torch.library.opcheck(f.op, (args, 5, 0, None))
 
