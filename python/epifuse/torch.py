@@ -129,6 +129,27 @@ def op(chain: Chain, target=None, tile=None, tune=None):
     return call
 
 
+def _without_passthrough(backward):
+    """(kernel chain or None, {output: input}) for a backward spec: outputs that are
+    one of its inputs unchanged (a bias-free Linear's dacc = dy, a residual's
+    gradient) are handed back as that tensor instead of being copied by a kernel; the
+    kernel runs what is left, and none runs when nothing is."""
+    doc = json.loads(backward.to_json())
+    passthrough = {name: o["value"] for name, o in doc["outputs"].items()
+                   if o.get("value", name) in doc["inputs"]
+                   and doc["inputs"][o["value"]]["dtype"] == o["dtype"]}
+    if not passthrough:
+        return backward, {}
+    for name in passthrough:
+        del doc["outputs"][name]
+    if not doc["outputs"]:
+        return None, passthrough
+    read = {a for op in doc.get("ops", []) for a in op.get("args", [])}
+    read |= {o.get("value", name) for name, o in doc["outputs"].items()}
+    doc["inputs"] = {n: i for n, i in doc["inputs"].items() if n in read}
+    return Chain.from_json(json.dumps(doc)), passthrough
+
+
 def _register_no_grad(qualified, chain_name, why):
     """A chain Chain.grad refuses: a backward through it raises, saying why, where
     PyTorch's fallback would only warn and leave the gradients None."""
@@ -143,15 +164,20 @@ def _register_no_grad(qualified, chain_name, why):
 
 def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, n_out):
     fwd_names = compiled.input_names  # GEMM operands first, then the chain's inputs
-    back = g.backward.compile(target, tile, tune)
-    back_op = _register(f"{name}_backward", back, _classes(g.backward))
-    back_names = back.input_names
+    kernel, passthrough = _without_passthrough(g.backward)
+    if kernel is not None:
+        back = kernel.compile(target, tile, tune)
+        back_op = _register(f"{name}_backward", back, _classes(kernel))
+        kernel_names = back.input_names
+        grads_out = [o["name"] for o in kernel.bindings(1, 1, 1)["outputs"]]
+    else:
+        back_op, kernel_names, grads_out = None, [], []
+    back_names = kernel_names + [n for n in passthrough.values() if n not in kernel_names]
     fwd_out_names = [o["name"] for o in g.forward.bindings(1, 1, 1)["outputs"]]
     # The forward's outputs the backward reads: saved tensors and its own outputs.
     keep_outputs = [i for i, o in enumerate(fwd_out_names) if o in back_names]
     out_names = [o["name"] for o in chain.bindings(1, 1, 1)["outputs"]]
     out_index = {f"d{o}": j for j, o in enumerate(out_names)}
-    grads_out = [o["name"] for o in g.backward.bindings(1, 1, 1)["outputs"]]
     ml = chain.doc.get("mainloop")
     kind = ml.get("kind") if isinstance(ml, dict) else "elementwise"
     # What backward reads: forward inputs by name, then the saved outputs.
@@ -166,6 +192,8 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, 
         ctx.seed, ctx.offset = seed, offset
         ctx.out_like = [(o.shape, o.dtype, o.device) for o in output[:n_out]]
         ctx.needs = [t.requires_grad for t in tensors]
+        # The saved outputs get no gradient: autograd would fill zeros for them.
+        ctx.set_materialize_grads(False)
 
     def backward(ctx, grads):
         saved = ctx.saved_tensors
@@ -175,7 +203,7 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, 
             saved = saved[:-1]
         given = dict(zip(keep_inputs, saved[:len(keep_inputs)]))
         given.update(zip([fwd_out_names[i] for i in keep_outputs], saved[len(keep_inputs):]))
-        args = []
+        args = {}
         for n in back_names:
             if n in out_index:
                 j = out_index[n]
@@ -183,10 +211,12 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, 
                 if gr is None:
                     shape, dt, dev = ctx.out_like[j]
                     gr = torch.zeros(shape, dtype=dt, device=dev)
-                args.append(gr.contiguous())
+                args[n] = gr.contiguous()
             else:
-                args.append(given[n])
-        outs = dict(zip(grads_out, back_op(args, ctx.seed, ctx.offset, state)))
+                args[n] = given[n]
+        outs = {o: args[i] for o, i in passthrough.items()}
+        if back_op is not None:
+            outs.update(zip(grads_out, back_op([args[n] for n in kernel_names], ctx.seed, ctx.offset, state)))
         result = []
         for n, need in zip(fwd_names, ctx.needs):
             d = outs.get(f"d{n}")
@@ -205,7 +235,13 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, 
                 acc = acc.to(a.dtype)
                 i = fwd_names.index(bn)
                 if ctx.needs[i]:
-                    result[i] = (a.t() @ acc).to(given[bn].dtype)
+                    b = given[bn]
+                    # In B's own layout: nn.Linear's weight is B column-major, and a
+                    # row-major Aᵀ·dacc would be transposed by a strided copy when
+                    # autograd hands it to the weight.
+                    db = (acc.t() @ a).t() if b.dim() == 2 and b.stride(0) == 1 and b.stride(1) != 1 \
+                        else a.t() @ acc
+                    result[i] = db.to(b.dtype)
                 part = acc @ given[bn].t()
                 da = part if da is None else da + part
             if ctx.needs[0] and da is not None:

@@ -206,6 +206,27 @@ def time_rows(rows, warmup, rounds, failed):
     return times
 
 
+def profile_rows(rows, failed, top):
+    """Prints each row's `top` kernels by GPU time over three steps (torch.profiler):
+    where a row's time goes beyond its GEMMs."""
+    from torch.profiler import ProfilerActivity, profile
+    for name, (prep, step) in rows.items():
+        if name in failed:
+            continue
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                prep()
+                step()
+            torch.cuda.synchronize()
+        events = [e for e in prof.key_averages() if getattr(e, "self_device_time_total", 0) > 0]
+        events.sort(key=lambda e: -e.self_device_time_total)
+        total = sum(e.self_device_time_total for e in events) / 3 / 1e3
+        print(f"  profile {name}: {total:.3f} ms of kernels a step")
+        for e in events[:top]:
+            ms = e.self_device_time_total / 3 / 1e3
+            print(f"    {ms:8.3f} ms {e.count // 3:3d}x  {e.key[:110]}")
+
+
 # ---- the correctness check
 def grads_of(module, forward, x, dy):
     """y and the gradients of x and of each parameter (by name) of forward(x).backward(dy)."""
@@ -307,6 +328,8 @@ def run_config(block, tokens, hidden, ffn, args):
         except Exception as e:  # noqa: BLE001 - a row's failure is reported, not fatal
             failed[name] = first_line(e)
     times = time_rows(rows, args.warmup, args.rounds, failed)
+    if args.profile:
+        profile_rows(rows, failed, args.profile)
 
     base = statistics.median(times["gemms"]) if times.get("gemms") and "gemms" not in failed else None
     results = {}
@@ -378,6 +401,8 @@ def parse(argv=None):
     ap.add_argument("--warmup", type=int, default=3, help="untimed rounds first (compiles happen there)")
     ap.add_argument("--seed", type=int, default=0, help="weights, inputs and dropout masks")
     ap.add_argument("--check", action="store_true", help="exit 1 when epifuse's output or a gradient mismatches")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after timing, print each row's N kernels by GPU time (torch.profiler)")
     ap.add_argument("--json", default=None, metavar="PATH", help="write every number here, per-round times too")
     args = ap.parse_args(argv)
     if not 0.0 <= args.dropout < 1.0:
