@@ -10,6 +10,7 @@
 #                                       # training example's curves
 #   tools/gpu_training_check.sh multi   # two GPUs (nvidia-h100-x2): DDP and FSDP2,
 #                                       # tensors on cuda:1
+# EPIFUSE_COMMIT names the commit where the tree was copied without its git history.
 # Exits non-zero when a test failed or a script did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ what=${1:-tests}
 export EPIFUSE_LIBRARY=$PWD/build/libepifuse_c.so PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
-git rev-parse HEAD 2>/dev/null | tee "$out/commit.txt"
+echo "${EPIFUSE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee "$out/commit.txt"
 
 case $what in
   tests)

@@ -25,6 +25,7 @@ import copy
 import datetime
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -228,7 +229,10 @@ def train(model, pool, args, device):
 
 # ---- reporting
 def git_commit():
-    """HEAD of the checkout holding this script and whether its tree has changes, or None."""
+    """HEAD of the checkout holding this script and whether its tree has changes, or None. A tree
+    copied without its git history names its commit in EPIFUSE_COMMIT instead."""
+    if os.environ.get("EPIFUSE_COMMIT"):
+        return {"sha": os.environ["EPIFUSE_COMMIT"], "dirty": False}
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,

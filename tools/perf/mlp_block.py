@@ -42,6 +42,7 @@ import copy
 import datetime
 import gc
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -361,7 +362,10 @@ def table(res):
 
 # ---- reporting
 def git_commit():
-    """HEAD of the checkout holding this script and whether its tracked files have changes, or None."""
+    """HEAD of the checkout holding this script and whether its tracked files have changes, or None. A tree
+    copied without its git history names its commit in EPIFUSE_COMMIT instead."""
+    if os.environ.get("EPIFUSE_COMMIT"):
+        return {"sha": os.environ["EPIFUSE_COMMIT"], "dirty": False}
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
