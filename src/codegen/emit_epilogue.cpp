@@ -110,16 +110,19 @@ std::string epilogue_body(const KernelPlan& plan) {
   std::string body;
   for (std::size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
-    // A col_sum has no value at one element; the kernels that write one
-    // spell their own body, so one here is dead (no output names it and no op
-    // reads it: the families check that).
+    // A col_sum has no value at one element: its output receives the
+    // operand, which the kernel sums (no op reads it: the families check that).
     if (n.kind != NodeKind::op || is_col_reduction(n.op)) continue;
     const std::string a = fmt::format("v{}", n.args[0].id);
     const std::string b = n.args.size() > 1 ? fmt::format("v{}", n.args[1].id) : std::string();
     body += fmt::format("  const float v{} = {};\n", i, spell(plan, i, n, a, b));
   }
-  for (std::size_t k = 0; k < plan.outputs.size(); ++k)
-    body += fmt::format("  o{} = v{};\n", k, plan.outputs[k].value.id);
+  // A col_sum output receives the col_sum's operand: the term the kernel adds up.
+  for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
+    const Node& n = g.node(plan.outputs[k].value);
+    const bool sum = n.kind == NodeKind::op && is_col_reduction(n.op);
+    body += fmt::format("  o{} = v{};{}\n", k, sum ? n.args[0].id : plan.outputs[k].value.id, sum ? "  // a column term" : "");
+  }
   if (!body.empty() && body.back() == '\n') body.pop_back();
   return body;
 }

@@ -39,7 +39,8 @@ EpilogueContract epilogue_contract(const KernelPlan& plan);
 /// The parameter list after `const <kernel>_params& p`, from the contract.
 std::string epilogue_signature(const KernelPlan& plan, const EpilogueContract& contract);
 /// The body: straight-line SSA (`v<node>`), one line per op node, spelled
-/// from the op table, then one assignment per output.
+/// from the op table, then one assignment per output (a col_sum output gets
+/// its operand: the term the kernel sums over the rows).
 std::string epilogue_body(const KernelPlan& plan);
 
 /// The expression of op node `id` over its operands `v<arg>`, as the body

@@ -1,6 +1,7 @@
 // The registry of kernel families: one line per family (Note [Kernel families]).
 #include <array>
 
+#include "codegen/column_sums.hpp"
 #include "codegen/family.hpp"
 #include "epifuse/errors.hpp"
 #include "ir/op_table.hpp"
@@ -38,13 +39,20 @@ const Node* row_reduction_of(const KernelSpec& spec) {
 }
 
 // Column sums and [N] or [M] outputs: the reference evaluator runs them
-// anywhere; of the GPU families only the elementwise and row families may
-// (each checks what it generates), never a GEMM's epilogue yet.
+// anywhere; of the GPU families the elementwise and row families may (each
+// checks what it generates), and a single GEMM's epilogue may sum columns on
+// its mma.sync tiles (Note [GEMM column sums], gemm/gemm.hpp; the GEMM family
+// refuses its other mainloops). A dual GEMM's epilogue does not.
 static void check_family_shapes(const KernelSpec& spec) {
   if (spec.mainloop.kind == MainloopKind::elementwise) return;
+  if (spec.mainloop.kind == MainloopKind::gemm && has_column_sums(spec)) {
+    column_sum_outputs(spec, "gemm");
+    return;
+  }
   for (const Node& n : spec.graph.nodes())
-    EPIFUSE_CHECK(n.kind != NodeKind::op || !is_col_reduction(n.op),
-                  "col_sum{}: a {} epilogue does not sum columns yet; the CPU reference does (epifuse run --device cpu)",
+    EPIFUSE_CHECK(!is_column_sum(n),
+                  "col_sum{}: a {} epilogue does not sum columns (a single GEMM's mma.sync tiles do); the CPU "
+                  "reference does (epifuse run --device cpu)",
                   n.name.empty() ? "" : fmt::format(" '{}'", n.name), to_string(spec.mainloop.kind));
   for (const Output& o : spec.graph.outputs()) {
     const Broadcast b = spec.graph.node(o.value).broadcast;

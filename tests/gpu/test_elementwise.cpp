@@ -14,6 +14,7 @@
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/reference.hpp"
+#include "column_sum_checks.hpp"
 #include "test_specs.hpp"
 #include "gpu_jit.hpp"
 
@@ -64,38 +65,13 @@ KernelSpec bias_gelu_dropout_add_backward(DType dt, DType dbias_dt, double p = 0
   return s;
 }
 
-bool is_column_sum(const Graph& g, Value v) {
-  const Node& n = g.node(v);
-  return n.kind == NodeKind::op && n.op == OpKind::col_sum;
-}
-
-// The same graph with every col_sum output replaced by its operand as a full
-// f32 output: the terms each column sum adds up.
-KernelSpec column_terms(const KernelSpec& spec) {
-  KernelSpec t;
-  t.precision = spec.precision;
-  const Graph& g = spec.graph;
-  std::vector<Value> map(g.nodes().size());
-  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
-    if (n.kind == NodeKind::input) {
-      map[i] = t.graph.input(n.name, n.dtype, n.broadcast);
-    } else if (n.kind == NodeKind::op && n.op != OpKind::col_sum) {
-      std::vector<Value> args;
-      for (Value a : n.args) args.push_back(map[a.id]);
-      map[i] = t.graph.copy_op(n, args);
-    }
-  }
-  for (const Output& o : g.outputs())
-    if (is_column_sum(g, o.value)) t.graph.output(o.name, map[g.node(o.value).args[0].id], DType::f32);
-  return t;
-}
+using testing::check_column_sum;
+using testing::column_terms;
+using testing::is_column_sum;
 
 // Runs a spec with column sums on the GPU and the reference. Full outputs as
-// check_against_reference does; an [N] output within 1e-5 of the sum of its
-// terms' magnitudes plus M times an f32 output's absolute tolerance (f32), or
-// one ulp of the result and half an ulp of that sum (16-bit: its terms may
-// use the approximate functions, design.md §3).
+// check_against_reference does; an [N] output within check_column_sum's
+// bound (column_sum_checks.hpp), a term's error that of an f32 output.
 // Returns what the GPU wrote.
 TensorMap check_column_sums(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t data_seed,
                             LaunchArgs args = {}, std::optional<TileConfig> tile = std::nullopt,
@@ -115,25 +91,9 @@ TensorMap check_column_sums(Jit& jit, const KernelSpec& spec, const Shape& shape
       CHECK_MESSAGE(c.ok, c.message);
       continue;
     }
-    REQUIRE(g.numel() == shape.n);
-    const HostTensor& term = terms.at(o.name);
-    const double ulp = o.dtype == DType::f32 ? 0x1p-23 : o.dtype == DType::f16 ? 0x1p-10 : 0x1p-7;
-    const double of_terms = o.dtype == DType::f32 ? 1e-5 : ulp / 2;
     // Each term is as exact as an f32 output (its absolute part, for terms
     // near a zero of their function: gelu_tanh_deriv's cancels near -0.75).
-    const double per_term = tolerance_for(DType::f32, spec.precision).atol;
-    std::int64_t bad = 0, first_bad = -1;
-    for (std::int64_t c = 0; c < shape.n; ++c) {
-      double magnitude = 0;
-      for (std::int64_t r = 0; r < shape.m; ++r) magnitude += std::fabs(term.get(r * shape.n + c));
-      const double gv = g.get(c), wv = w.get(c);
-      const bool ok = std::isfinite(gv) && std::fabs(gv - wv) <= of_terms * magnitude + per_term * static_cast<double>(shape.m) + ulp * std::fabs(wv);
-      if (!ok && first_bad < 0) first_bad = c;
-      bad += !ok;
-    }
-    CHECK_MESSAGE(bad == 0, bad << " of " << shape.n << " column sums off; first at column " << first_bad << ": got "
-                                << (first_bad >= 0 ? g.get(first_bad) : 0.0f) << ", want "
-                                << (first_bad >= 0 ? w.get(first_bad) : 0.0f));
+    check_column_sum(g, w, terms.at(o.name), o.dtype, shape, tolerance_for(DType::f32, spec.precision).atol);
   }
   return got;
 }

@@ -1,53 +1,17 @@
 // The column-sum kernel's planning (Note [Column sums] in elementwise.hpp):
-// which outputs are sums, the grid of column tiles x row slices, and the
-// workspace that grid needs.
+// the grid of column tiles x row slices, and the workspace that grid needs.
 #include <algorithm>
 
 #include "codegen/elementwise/elementwise.hpp"
 #include "epifuse/errors.hpp"
-#include "ir/op_table.hpp"
 
 namespace epifuse {
 
 namespace {
 
-std::string node_label(const Node& n) { return n.name.empty() ? std::string() : fmt::format(" '{}'", n.name); }
-
-bool is_column_sum(const Node& n) { return n.kind == NodeKind::op && is_col_reduction(n.op); }
-
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
-
-std::vector<bool> column_sum_outputs(const KernelSpec& spec) {
-  const Graph& g = spec.graph;
-  for (const Node& n : g.nodes())
-    for (Value a : n.args)
-      EPIFUSE_CHECK(!is_column_sum(g.node(a)),
-                    "col_sum{}: the elementwise family writes a col_sum as an [N] output only, and {} reads it; "
-                    "the CPU reference runs this (epifuse run --device cpu)",
-                    node_label(g.node(a)), n.kind == NodeKind::op ? op_info(n.op).name : "a leaf");
-  std::vector<bool> sums;
-  for (const Output& o : g.outputs()) {
-    const Node& n = g.node(o.value);
-    const bool sum = is_column_sum(n);
-    EPIFUSE_CHECK(sum || n.broadcast == Broadcast::full,
-                  "output '{}' is a {} value ({}) that is not a col_sum: the elementwise family writes [M,N] outputs "
-                  "and col_sums; the CPU reference writes this (epifuse run --device cpu)",
-                  o.name, to_string(n.broadcast), n.broadcast == Broadcast::row ? "[N]" : "[M]");
-    sums.push_back(sum);
-  }
-  return sums;
-}
-
-// A col_sum that no output names is dead and emits nothing: the kernel is
-// the plain elementwise one.
-bool has_column_sums(const KernelSpec& spec) {
-  const Graph& g = spec.graph;
-  for (const Output& o : g.outputs())
-    if (is_column_sum(g.node(o.value))) return true;
-  return false;
-}
 
 int column_sum_blocks_per_sm(const ElementwiseTile& resolved) {
   const int most = std::max(1, 2048 / resolved.threads);

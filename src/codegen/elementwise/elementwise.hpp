@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "codegen/column_sums.hpp"
 #include "codegen/epilogue.hpp"
 #include "codegen/family.hpp"
 #include "codegen/kernel_plan.hpp"
@@ -57,13 +58,7 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // multiprocessors, so two launches give the same bits; the final sums run on
 // as many blocks as there are column tiles.
 
-/// What a column-sum kernel's outputs are: `column_sum[k]` is true where
-/// output k is a col_sum's [N] result (the kernel sums its operand), false
-/// where it is a full [M,N] value. UserError for what the family does not
-/// generate: an output of another [N] or [M] value, or a col_sum that an op reads.
-std::vector<bool> column_sum_outputs(const KernelSpec& spec);
-/// Whether `spec` has a col_sum output (the column-sum kernel).
-bool has_column_sums(const KernelSpec& spec);
+// Which outputs are sums: column_sum_outputs and has_column_sums (codegen/column_sums.hpp).
 
 /// The grid of a column-sum kernel: column tiles x row slices.
 struct ColumnGrid {

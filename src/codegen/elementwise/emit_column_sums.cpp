@@ -37,24 +37,6 @@ std::string branch(const ColumnPaths& c, const std::string& vector, const std::s
   return indent + "if (whole) {\n" + vector + indent + "} else {\n" + scalar + indent + "}";
 }
 
-// The chain at one element, as epilogue_body spells it, except that a col_sum
-// output receives the col_sum's operand: the term the kernel adds up.
-std::string column_epilogue_body(const KernelPlan& plan, const std::vector<bool>& sums) {
-  const Graph& g = plan.spec->graph;
-  std::string body;
-  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
-    if (n.kind != NodeKind::op || is_col_reduction(n.op)) continue;
-    body += fmt::format("  const float v{} = {};\n", i, spell_op(plan, i));
-  }
-  for (std::size_t k = 0; k < plan.outputs.size(); ++k) {
-    const Value v = plan.outputs[k].value;
-    body += fmt::format("  o{} = v{};{}\n", k, sums[k] ? g.node(v).args[0].id : v.id, sums[k] ? "  // a column term" : "");
-  }
-  body.pop_back();
-  return body;
-}
-
 void layout_params(const ElementwisePlan& e, const ColumnPaths& c, ParamLayout& layout) {
   layout.add_graph_tensors(*e.plan, 0);
   layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
@@ -255,7 +237,7 @@ KernelSource emit_column_sums(const ElementwisePlan& e) {
       {"description", describe_chain(plan)},
       {"param_fields", layout.fields_text()},
       {"epilogue_signature", epilogue_signature(plan, contract)},
-      {"epilogue_body", column_epilogue_body(plan, sums)},
+      {"epilogue_body", epilogue_body(plan)},
       {"vec", std::to_string(e.tile.vec)},
       {"threads", std::to_string(e.tile.threads)},
       {"min_blocks", std::to_string(column_sum_blocks_per_sm(e.tile))},

@@ -3,6 +3,7 @@
 // only: a, b, in<k>, out<k>, v<node>, d<k>.
 #include <algorithm>
 
+#include "codegen/column_sums.hpp"
 #include "codegen/epilogue.hpp"
 #include "codegen/gemm/gemm.hpp"
 #include "codegen/gemm/gemm_parts.hpp"
@@ -99,6 +100,10 @@ void layout_params(const GemmPlan& g, ParamLayout& layout) {
   if (g.tile.split_k > 1) {
     layout.add(ParamRole::workspace, 0, "tile_flags", "unsigned* tile_flags", 8, 8);
     layout.add(ParamRole::workspace, 1, "partials", "float* partials", 8, 8);
+  }
+  if (has_column_sums(*g.plan->spec)) {  // Note [GEMM column sums]: after split-K's, if any
+    layout.add(ParamRole::workspace, 0, "col_counters", "unsigned* col_counters", 8, 8);
+    layout.add(ParamRole::workspace, 1, "col_partials", "float* col_partials", 8, 8);
   }
 }
 
@@ -320,7 +325,7 @@ std::string emit_element_loads(const GemmPlan& g, const std::string& pad, bool s
 // acc's (acc0's) expression at the element; a dual GEMM's acc1 is the same
 // expression on the array named `acc1` (`quad` -> `quad1`, `acc` -> `acc1`).
 std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, std::string_view accumulator,
-                         const std::string& pad, bool quads) {
+                         const std::string& pad, bool quads, std::string_view column_slot) {
   const KernelPlan& plan = *g.plan;
   const Graph& graph = plan.spec->graph;
   std::string s;
@@ -351,9 +356,17 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, st
     return {};
   });
   s += pad + call + ";\n";
-  for (const TensorPlan& t : plan.outputs)
+  for (const TensorPlan& t : plan.outputs) {
+    if (is_column_sum(graph.node(t.value))) {
+      // Note [GEMM column sums]: the lane's sum over its rows. Unguarded
+      // quads run past the last row too (Note [Unguarded quads]): masked here.
+      s += fmt::format("{}{}{}_s{} += {}_v;  // a column term\n", pad, quads ? "if (row < p.m) " : "", t.field,
+                       column_slot, t.field);
+      continue;
+    }
     s += quads ? fmt::format("{}{}_q[e] = {}_v;\n", pad, t.field, t.field)
                : fmt::format("{}p.{}[at] = ef_from_float<{}>({}_v);\n", pad, t.field, storage_type_name(t.dtype), t.field);
+  }
   s.pop_back();
   return s;
 }
@@ -372,18 +385,22 @@ bool vector_stores(const GemmPlan& g) { return staged_epilogue(g) && g.n4 && g.v
 std::string emit_staged_quads(const GemmPlan& g) {
   if (!vector_stores(g)) return "    constexpr bool guard_elements = true;  // element stores: each checks its bounds";
   std::string s = "    constexpr bool guard_elements = false;  // the quad's store checks them (Note [Unguarded quads])\n";
-  for (const TensorPlan& t : g.plan->outputs) s += fmt::format("    float {}_q[4];\n", t.field);
+  for (const TensorPlan& t : g.plan->outputs)
+    if (!is_column_sum(g.plan->spec->graph.node(t.value))) s += fmt::format("    float {}_q[4];\n", t.field);
   s.pop_back();
   return s;
 }
 
 std::string emit_staged_stores(const GemmPlan& g) {
   if (!vector_stores(g)) return "    // (stored element by element above)";
+  const Graph& graph = g.plan->spec->graph;
   std::string s = "    if (row < p.m && col0 + 3 < p.n) {\n";
-  for (const TensorPlan& t : g.plan->outputs) s += fmt::format("      ef_store4(p.{0} + row * p.n + col0, {0}_q);\n", t.field);
+  for (const TensorPlan& t : g.plan->outputs)
+    if (!is_column_sum(graph.node(t.value))) s += fmt::format("      ef_store4(p.{0} + row * p.n + col0, {0}_q);\n", t.field);
   s += "    } else if (row < p.m) {\n#pragma unroll\n      for (int e = 0; e < 4; ++e)\n        if (col0 + e < p.n) {\n";
   for (const TensorPlan& t : g.plan->outputs)
-    s += fmt::format("          p.{0}[row * p.n + col0 + e] = ef_from_float<{1}>({0}_q[e]);\n", t.field,
+    if (!is_column_sum(graph.node(t.value)))
+      s += fmt::format("          p.{0}[row * p.n + col0 + e] = ef_from_float<{1}>({0}_q[e]);\n", t.field,
                      storage_type_name(t.dtype));
   s += "        }\n    }";
   return s;
@@ -401,7 +418,7 @@ TemplateVars staged_vars(const GemmPlan& g, const EpilogueContract& contract, in
   }
   return {{"staged_draws", emit_staged_draws(g)},
           {"staged_loads", emit_element_loads(g, pad, true)},
-          {"staged_element", emit_element(g, contract, "quad[e]", body, vector_stores(g))},
+          {"staged_element", emit_element(g, contract, "quad[e]", body, vector_stores(g), "[e]")},
           {"staged_quads", emit_staged_quads(g)},
           {"staged_stores", emit_staged_stores(g)}};
 }
@@ -411,7 +428,9 @@ void bind_epilogue_tensors(const GemmPlan& g, KernelSource& ks) {
   const bool quads = vector_stores(g);
   bind_graph_tensors(plan, ks, [&](const TensorPlan& t) {
     const bool output = &t >= plan.outputs.data() && &t < plan.outputs.data() + plan.outputs.size();
-    return quads && output ? 4 * static_cast<int>(size_of(t.dtype)) : 0;
+    // A col_sum's [N] output is stored element by element.
+    const bool column_sum = is_column_sum(plan.spec->graph.node(t.value));
+    return quads && output && !column_sum ? 4 * static_cast<int>(size_of(t.dtype)) : 0;
   });
 }
 
@@ -467,7 +486,8 @@ KernelSource emit_gemm(const GemmPlan& g) {
       {"b_kmajor", g.b_kmajor ? "true" : "false"},
       {"fragment_draws", emit_fragment_draws(g)},
       {"element_loads", emit_element_loads(g)},
-      {"element", emit_element(g, contract, g.simt ? "acc[0][jg * 4 + e]" : "acc[mi][ni][e]", "          ")},
+      {"element", emit_element(g, contract, g.simt ? "acc[0][jg * 4 + e]" : "acc[mi][ni][e]", "          ", false,
+                               "[ni][e & 1]")},
   });
   if (!g.simt) {
     vars.emplace("operand_t", std::string(storage_type_name(plan.spec->mainloop.a)));
@@ -481,6 +501,8 @@ KernelSource emit_gemm(const GemmPlan& g) {
     const bool staged = staged_epilogue(g);
     vars.emplace("staged", staged ? "1" : "0");
     vars.merge(staged_vars(g, contract, 6, staged));
+    vars.emplace("column_sum_decls", emit_column_sum_decls(g, staged));
+    vars.emplace("column_sums", emit_column_sums(g, staged));
   }
   layout.finish(ks);
   const char* templ = g.simt ? "gemm_simt.cu.in" : "gemm_mma.cu.in";

@@ -76,6 +76,29 @@ std::uint32_t wave_shared_bytes(const WaveTile& tile, int operand_bytes, bool du
 /// "gfx..." targets: the wave kernel is their GEMM mainloop (mainloop_wave.cpp).
 bool amd_target(std::string_view target);
 
+// Note [GEMM column sums] (docs/gemm-backward.md §2)
+// A single GEMM's chain may have col_sum outputs (a bias gradient: db =
+// col_sum(dacc)); only the mma.sync mainloop sums them (GemmFamily refuses a
+// wgmma, SIMT or wave tile and a dual GEMM, and on sm_90a a col_sum chain
+// defaults to and tunes over mma.sync tiles). The epilogue hands a col_sum
+// output its operand, and each lane adds its terms over its rows in fp32
+// (masked by row < M): two columns of each fragment, or in the staged
+// epilogue four fixed columns (warp tiles at most 128 columns wide). Lanes
+// sharing columns add in a fixed xor butterfly, the WARPS_M warps sharing
+// columns through the freed ring in warp order, into one partial row of BN
+// floats per tile in the workspace, partials[sum][tile_m][N] (scratch). After
+// __threadfence, atomicAdd on the column tile's counter (zeroed workspace);
+// the last of the tiles_m arrivals adds the rows 0..tiles_m-1 in order, one
+// thread a column, writes the [N] output in its dtype and sets the counter
+// back to zero. With split-K only the last split of a tile gets there (the
+// others return after storing their partial tile). Every addition's order
+// depends only on the tile and the shape, so two launches give the same bits
+// (another tile, which is in the cache key, gives others). A chain without
+// col_sum outputs emits the same bytes as before (emit_gemm_col_sums.cpp).
+
+/// Whether an mma.sync kernel sums columns (it has the col_sum workspace).
+bool gemm_sums_columns(const KernelSource& source);
+
 GemmPlan plan_gemm(const KernelPlan& plan);
 /// templates/gemm_mma.cu.in or, for exact f32, gemm_simt.cu.in (a GemmTile kernel).
 KernelSource emit_gemm(const GemmPlan& plan);

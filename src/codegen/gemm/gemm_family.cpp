@@ -4,6 +4,7 @@
 // twice, as `gemm` and as `dual_gemm` (GemmProblem::dual).
 #include <algorithm>
 
+#include "codegen/column_sums.hpp"
 #include "codegen/family.hpp"
 #include "codegen/gemm/mainloop.hpp"
 #include "epifuse/errors.hpp"
@@ -12,6 +13,20 @@ namespace epifuse {
 
 namespace {
 
+// Note [GEMM column sums] (gemm.hpp): only the mma.sync mainloop sums columns;
+// a chain with a col_sum output that would run on another is refused here,
+// naming the mainloop and why.
+void refuse_column_sums(const KernelSpec& spec, std::string_view mainloop) {
+  const Node* n = first_column_sum(spec);
+  if (!n) return;
+  throw UserError(fmt::format("col_sum{}: the {} does not sum columns yet; a GEMM chain with a col_sum runs on the "
+                              "mma.sync mainloop (f16, bf16 or tf32 operands on sm_80 and later, gemm tiles); the "
+                              "CPU reference runs it anywhere (epifuse run --device cpu)",
+                              n->name.empty() ? "" : fmt::format(" '{}'", n->name), mainloop));
+}
+
+constexpr std::string_view k_simt_mainloop = "SIMT mainloop of exact f32 GEMMs (\"math\": \"tf32\" runs on mma.sync)";
+
 class GemmFamily final : public KernelFamily {
  public:
   explicit GemmFamily(MainloopKind kind) : kind_(kind) {}
@@ -19,7 +34,8 @@ class GemmFamily final : public KernelFamily {
 
   // A requested tile goes to the mainloop of its type; untuned, AMD targets
   // take the wave kernel, sm_90a the wgmma one where it applies, the rest
-  // SIMT (exact f32) or mma.sync. On NVIDIA a wave tile is asked for by name
+  // SIMT (exact f32) or mma.sync. A chain with a col_sum output runs on
+  // mma.sync only (Note [GEMM column sums]): the others refuse it. On NVIDIA a wave tile is asked for by name
   // (the GPU suite runs its FMA form there).
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
                           std::string_view target, const DeviceInfo& device) const override {
@@ -27,10 +43,12 @@ class GemmFamily final : public KernelFamily {
     EPIFUSE_CHECK(ml.a == ml.b, "gemm: A and B must have one dtype, got a={} b={}", to_string(ml.a), to_string(ml.b));
     const GemmProblem p = problem(spec, shape, target, device);
     if (requested && std::holds_alternative<WaveTile>(*requested)) {
+      refuse_column_sums(spec, fmt::format("wave mainloop (tile {})", to_string(*requested)));
       wave_mainloop().check(*requested, p);
       return *requested;
     }
     if (amd_target(target)) {
+      refuse_column_sums(spec, fmt::format("AMD wave mainloop ({})", target));
       const TileConfig t = *wave_mainloop().heuristic(p);
       EPIFUSE_CHECK(!requested, "tile {}: AMD targets take wave tiles (mBMxBNxBKwWMxWNgGROUP.OP, e.g. {})",
                     to_string(*requested), to_string(t));
@@ -38,10 +56,13 @@ class GemmFamily final : public KernelFamily {
       return t;
     }
     if (requested && std::holds_alternative<WgmmaTile>(*requested)) {
+      refuse_column_sums(spec, fmt::format("wgmma mainloop (tile {})", to_string(*requested)));
       wgmma_mainloop().check(*requested, p);
       return *requested;
     }
-    if (!requested)
+    const bool sums = has_column_sums(spec);
+    if (sums && gemm_is_simt(ml)) refuse_column_sums(spec, k_simt_mainloop);
+    if (!requested && !sums)  // a col_sum chain takes mma.sync on sm_90a too
       if (std::optional<TileConfig> w = wgmma_mainloop().heuristic(p)) return *w;
     const GemmMainloop& sync = sync_mainloop(ml);
     TileConfig tile;
@@ -68,12 +89,19 @@ class GemmFamily final : public KernelFamily {
   // AMD: the wave tiles. Exact f32: the SIMT tiles. On sm_90a the wgmma tiles
   // first (docs/hopper.md), then the mma.sync ones: the tuner picks mma.sync
   // where a problem is too small to fill the GPU; above wgmma_only's size
-  // wgmma tiles alone.
+  // wgmma tiles alone. A chain with a col_sum: mma.sync tiles alone.
   std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
                                           const DeviceInfo& device) const override {
     const GemmProblem p = problem(spec, shape, target, device);
-    if (amd_target(target)) return wave_mainloop().candidates(p);
-    if (gemm_is_simt(spec.mainloop)) return simt_mainloop().candidates(p);
+    if (amd_target(target)) {
+      refuse_column_sums(spec, fmt::format("AMD wave mainloop ({})", target));
+      return wave_mainloop().candidates(p);
+    }
+    if (gemm_is_simt(spec.mainloop)) {
+      refuse_column_sums(spec, k_simt_mainloop);
+      return simt_mainloop().candidates(p);
+    }
+    if (has_column_sums(spec)) return mma_mainloop().candidates(p);  // Note [GEMM column sums]
     std::vector<TileConfig> out = wgmma_mainloop().candidates(p);
     if (!out.empty() && wgmma_only(p)) return out;
     const std::vector<TileConfig> sync = mma_mainloop().candidates(p);

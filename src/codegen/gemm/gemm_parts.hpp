@@ -27,9 +27,10 @@ std::string emit_staged_draws(const GemmPlan& g);
 /// The loads of an element's epilogue inputs at (row, col), clamped into the tensor.
 std::string emit_element_loads(const GemmPlan& g, const std::string& pad = "        ", bool staged = false);
 /// One element: its own draws, the epilogue call, its stores (or, with
-/// `quads`, the value into `<out>_q[e]` for a four-element store).
+/// `quads`, the value into `<out>_q[e]` for a four-element store); a col_sum
+/// output's term is added into `<out>_s<column_slot>` (Note [GEMM column sums]).
 std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, std::string_view accumulator,
-                         const std::string& pad, bool quads = false);
+                         const std::string& pad, bool quads = false, std::string_view column_slot = {});
 /// Whether the staged epilogue stores four outputs at once (N % 4 == 0, aligned outputs).
 bool vector_stores(const GemmPlan& g);
 /// The `<out>_q[4]` arrays of a four-element store, and the stores.
@@ -44,5 +45,13 @@ TemplateVars staged_vars(const GemmPlan& g, const EpilogueContract& contract, in
 /// stored four at a time where vector_stores(g) (aligned to four elements,
 /// else the general kernel).
 void bind_epilogue_tensors(const GemmPlan& g, KernelSource& ks);
+
+/// Note [GEMM column sums] (emit_gemm_col_sums.cpp): the lanes' sums of each
+/// col_sum output, declared after the mainloop (a line of its own each, or
+/// nothing without col_sum outputs), and the code after the epilogue that
+/// combines them into the [N] outputs. `staged`: the staged epilogue's lanes
+/// (four consecutive columns), else the fragments' (two columns of each).
+std::string emit_column_sum_decls(const GemmPlan& g, bool staged);
+std::string emit_column_sums(const GemmPlan& g, bool staged);
 
 }  // namespace epifuse

@@ -2,6 +2,7 @@
 // (GemmTile, templates/gemm_mma.cu.in, docs/gemm.md), split-K included.
 #include <algorithm>
 
+#include "codegen/column_sums.hpp"
 #include "codegen/gemm/mainloop.hpp"
 #include "epifuse/errors.hpp"
 
@@ -75,6 +76,9 @@ class MmaMainloop final : public GemmMainloop {
                     "products; at most 64x32 (128)", t.str(), t.bm / t.warps_m, t.bn / t.warps_n, 2 * mi * ni * 4);
       EPIFUSE_CHECK(t.split_k == 1, "dual_gemm tile {}: a dual GEMM has no split-K", t.str());
     }
+    if (has_column_sums(p.spec))  // Note [GEMM column sums]: a staged lane's four columns are fixed
+      EPIFUSE_CHECK(t.bn / t.warps_n <= 128, "gemm tile {}: a chain with a col_sum needs warp tiles at most 128 "
+                    "columns wide (BN / warps_n), got {}", t.str(), t.bn / t.warps_n);
     const std::uint32_t bytes = gemm_block_shared_bytes(t, operand_bytes(p), p.dual);
     EPIFUSE_CHECK(bytes <= p.device.shared_per_block,
                   "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(), bytes,
@@ -89,8 +93,11 @@ class MmaMainloop final : public GemmMainloop {
   std::vector<TileConfig> candidates(const GemmProblem& p) const override {
     std::vector<TileConfig> out = p.dual ? dual_candidates() : single_candidates(p);
     // tf32 tiles hold twice the bytes: keep those that fit.
+    const bool sums = has_column_sums(p.spec);
     std::erase_if(out, [&](const TileConfig& c) {
-      return gemm_block_shared_bytes(std::get<GemmTile>(c), operand_bytes(p), p.dual) > p.device.shared_per_block;
+      const GemmTile& t = std::get<GemmTile>(c);
+      return gemm_block_shared_bytes(t, operand_bytes(p), p.dual) > p.device.shared_per_block ||
+             (sums && t.bn / t.warps_n > 128);
     });
     return out;
   }
@@ -99,12 +106,26 @@ class MmaMainloop final : public GemmMainloop {
     return gemm_tile_geometry(std::get<GemmTile>(source.tile), shape, source.shared_bytes);
   }
 
-  // Split-K: one flag per output tile (zeroed), one BM x BN fp32 partial per tile.
+  // Split-K: one flag per output tile (zeroed), one BM x BN fp32 partial per
+  // tile. Column sums after them (Note [GEMM column sums]): one arrival
+  // counter per column tile (zeroed), and a partial row of N floats per row
+  // tile for each col_sum (sized for every output: an upper bound, as the
+  // elementwise family's).
   WorkspaceNeeds workspace(const KernelSource& source, const Shape& shape) const override {
     const GemmTile& t = std::get<GemmTile>(source.tile);
-    if (t.split_k == 1) return {};
-    const std::int64_t tiles = tiles_of(shape, t.bm, t.bn);
-    return {static_cast<std::size_t>(tiles) * 4, static_cast<std::size_t>(tiles) * t.bm * t.bn * 4};
+    WorkspaceNeeds w;
+    if (t.split_k > 1) {
+      const std::int64_t tiles = tiles_of(shape, t.bm, t.bn);
+      w.zeroed = static_cast<std::size_t>(tiles) * 4;
+      w.scratch = static_cast<std::size_t>(tiles) * t.bm * t.bn * 4;
+    }
+    if (gemm_sums_columns(source)) {
+      const auto tiles_m = static_cast<std::size_t>((shape.m + t.bm - 1) / t.bm);
+      const auto tiles_n = static_cast<std::size_t>((shape.n + t.bn - 1) / t.bn);
+      w.zeroed += tiles_n * 4;
+      w.scratch += source.outputs.size() * tiles_m * static_cast<std::size_t>(shape.n) * 4;
+    }
+    return w;
   }
 
   KernelSource emit(const GemmPlan& g) const override { return emit_gemm(g); }

@@ -1,0 +1,112 @@
+// Note [GEMM column sums] (gemm.hpp): the col_sum outputs of an mma.sync
+// kernel (templates/gemm_mma.cu.in's column_sum_decls and column_sums). A
+// chain without col_sum outputs gets empty text here, so its kernel is the
+// same bytes as before column sums existed.
+#include <algorithm>
+
+#include "codegen/column_sums.hpp"
+#include "codegen/gemm/gemm_parts.hpp"
+#include "epifuse/errors.hpp"
+
+namespace epifuse {
+
+namespace {
+
+// The outputs that are col_sums, in output order: their index among the sums
+// is their row block in the partials workspace.
+std::vector<const TensorPlan*> column_sum_plans(const GemmPlan& g) {
+  const KernelPlan& plan = *g.plan;
+  std::vector<const TensorPlan*> out;
+  for (const TensorPlan& t : plan.outputs)
+    if (is_column_sum(plan.spec->graph.node(t.value))) out.push_back(&t);
+  return out;
+}
+
+// One sum's lanes into colbuf[warp % WARPS_M][BN]. The lanes that hold the
+// same columns add in a fixed xor butterfly: fragment lanes with the same
+// lane % 4 (offsets 4, 8, 16), staged lanes with the same lane % (WTN / 4)
+// (offsets WTN / 4 .. 16; none when a warp row is 128 columns).
+std::string lanes_into_colbuf(const std::string& f, bool staged) {
+  if (staged)
+    return fmt::format(
+        "#pragma unroll\n    for (int e = 0; e < 4; ++e)\n#pragma unroll\n"
+        "      for (int o = WTN / 4; o < 32; o *= 2) {0}_s[e] += __shfl_xor_sync(0xffffffffu, {0}_s[e], o);\n"
+        "    __syncthreads();  // the shared memory is free (the staged tiles, the previous sum's row)\n"
+        "    if (lane < WTN / 4)\n#pragma unroll\n"
+        "      for (int e = 0; e < 4; ++e) colbuf[(warp % WARPS_M) * BN + wn + lane * 4 + e] = {0}_s[e];\n",
+        f);
+  return fmt::format(
+      "#pragma unroll\n    for (int ni = 0; ni < NI; ++ni)\n#pragma unroll\n      for (int j = 0; j < 2; ++j)\n#pragma unroll\n"
+      "        for (int o = 4; o < 32; o *= 2) {0}_s[ni][j] += __shfl_xor_sync(0xffffffffu, {0}_s[ni][j], o);\n"
+      "    __syncthreads();  // the shared memory is free (the ring, the previous sum's row)\n"
+      "    if (lane < 4)\n#pragma unroll\n      for (int ni = 0; ni < NI; ++ni)\n#pragma unroll\n"
+      "        for (int j = 0; j < 2; ++j) colbuf[(warp % WARPS_M) * BN + wn + ni * 8 + lane * 2 + j] = {0}_s[ni][j];\n",
+      f);
+}
+
+}  // namespace
+
+bool gemm_sums_columns(const KernelSource& source) {
+  return std::any_of(source.params.begin(), source.params.end(),
+                     [](const ParamField& f) { return f.role == ParamRole::workspace && f.name == "col_counters"; });
+}
+
+std::string emit_column_sum_decls(const GemmPlan& g, bool staged) {
+  std::string s;
+  for (const TensorPlan* t : column_sum_plans(g))
+    s += fmt::format("\n  float {}_s{} = {{}};  // a col_sum: this lane's sums over its rows (Note [GEMM column sums])",
+                     t->field, staged ? "[4]" : "[NI][2]");
+  return s;
+}
+
+std::string emit_column_sums(const GemmPlan& g, bool staged) {
+  const std::vector<const TensorPlan*> sums = column_sum_plans(g);
+  if (sums.empty()) return {};
+  std::string s =
+      "\n"
+      "  // Note [GEMM column sums]: each col_sum's partial row of this tile into\n"
+      "  // partials[sum][tile_m][N] (the warps sharing columns in warp order), then\n"
+      "  // in the last of the column tile's tiles_m blocks the rows in order 0..tiles_m-1.\n"
+      "  {\n"
+      "    const long long tile_m = m0 / BM, tile_n = n0 / BN;\n"
+      "    // After split-K's flags and partial tiles in the workspace, if any.\n"
+      "    unsigned* counter = p.col_counters + (SPLIT_K > 1 ? tiles_m * tiles_n : 0) + tile_n;\n"
+      "    float* partials = p.col_partials + (SPLIT_K > 1 ? tiles_m * tiles_n * (BM * BN) : 0);\n"
+      "    static_assert(WARPS_M * BN * 4 <= STAGES * STAGE_BYTES, \"a partial row of each warp row fits the ring\");\n"
+      "    float* colbuf = reinterpret_cast<float*>(smem);  // [WARPS_M][BN]\n";
+  for (std::size_t q = 0; q < sums.size(); ++q) {
+    s += fmt::format("    // {}, sum {}\n", sums[q]->field, q);
+    s += lanes_into_colbuf(sums[q]->field, staged);
+    s += fmt::format(
+        "    __syncthreads();\n"
+        "    for (int c = threadIdx.x; c < BN; c += THREADS) {{\n"
+        "      float t = colbuf[c];\n"
+        "#pragma unroll\n      for (int w = 1; w < WARPS_M; ++w) t += colbuf[w * BN + c];\n"
+        "      if (n0 + c < p.n) partials[({} * tiles_m + tile_m) * p.n + n0 + c] = t;\n"
+        "    }}\n",
+        q);
+  }
+  s += "    __threadfence();  // the partial rows are visible before the arrival counts\n"
+       "    __syncthreads();\n"
+       "    unsigned* last = reinterpret_cast<unsigned*>(smem);  // colbuf's reads are done\n"
+       "    if (threadIdx.x == 0) *last = atomicAdd(counter, 1u) + 1ull == (unsigned long long)tiles_m ? 1u : 0u;\n"
+       "    __syncthreads();\n"
+       "    if (*last == 0u) return;\n"
+       "    __threadfence();  // every other block's partial rows are read after its arrival\n"
+       "    for (int c = threadIdx.x; c < BN && n0 + c < p.n; c += THREADS) {\n";
+  for (std::size_t q = 0; q < sums.size(); ++q) {
+    const TensorPlan& t = *sums[q];
+    s += fmt::format(
+        "      {{\n        float t = 0.0f;\n"
+        "#pragma unroll 4\n"
+        "        for (long long r = 0; r < tiles_m; ++r) t += __ldcg(partials + ({0} * tiles_m + r) * p.n + n0 + c);\n"
+        "        p.{1}[n0 + c] = ef_from_float<{2}>(t);\n      }}\n",
+        q, t.field, storage_type_name(t.dtype));
+  }
+  s += "    }\n"
+       "    if (threadIdx.x == 0) *counter = 0u;  // the zeroed workspace stays zero\n"
+       "  }";
+  return s;
+}
+
+}  // namespace epifuse

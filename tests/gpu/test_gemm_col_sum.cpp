@@ -1,0 +1,151 @@
+// GPU tier for col_sum outputs in a GEMM's epilogue (Note [GEMM column sums],
+// src/codegen/gemm/gemm.hpp; docs/gemm-backward.md §2): the bias gradient of
+// a dgrad epilogue and of a bias chain, on every mma.sync tile candidate, the
+// fragment and staged epilogues, split-K, ragged shapes, f16, bf16 and tf32
+// operands, against the reference evaluator on random non-zero data; two
+// launches give the same bits. Skips without a GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <optional>
+
+#include "column_sum_checks.hpp"
+#include "epifuse/codegen.hpp"
+#include "epifuse/compare.hpp"
+#include "epifuse/jit.hpp"
+#include "epifuse/reference.hpp"
+#include "gemm_checks.hpp"
+#include "gpu_jit.hpp"
+
+using namespace epifuse;
+
+namespace {
+
+using testing::check_column_sum;
+using testing::column_terms;
+using testing::gemm_tolerance;
+using testing::gpu_jit;
+using testing::is_column_sum;
+
+// y = acc + bias (bias a row vector), db = col_sum(y): a linear layer's output
+// and its bias gradient's shape of work.
+KernelSpec bias_chain(DType dt, GemmMath math = GemmMath::exact, DType db = DType::f32) {
+  KernelSpec s;
+  s.mainloop = {MainloopKind::gemm, dt, dt, Layout::row, Layout::row, math};
+  Graph& g = s.graph;
+  const Value h = g.add(g.accumulator(0), g.input("bias", dt, Broadcast::row));
+  g.output("y", h, dt);
+  g.output("db", g.col_sum(h), db);
+  return s;
+}
+
+// The dgrad epilogue of bias + GELU-tanh: dacc = dy_acc * gelu_tanh_deriv(saved),
+// db = col_sum(dacc), with `saved` the forward's pre-activation (a full input).
+KernelSpec dgrad_chain(DType dt, GemmMath math = GemmMath::exact, DType db = DType::f32, Layout a = Layout::row,
+                       Layout b = Layout::col) {
+  KernelSpec s;
+  s.mainloop = {MainloopKind::gemm, dt, dt, a, b, math};
+  Graph& g = s.graph;
+  const Value dacc = g.mul(g.accumulator(0), g.unary(OpKind::gelu_tanh_deriv, g.input("saved", dt)));
+  g.output("dacc", dacc, dt);
+  g.output("db", g.col_sum(dacc), db);
+  return s;
+}
+
+// f32 operands run as tf32 (exact f32 is the SIMT mainloop's, which refuses a col_sum).
+GemmMath math_of(DType dt) { return dt == DType::f32 ? GemmMath::tf32 : GemmMath::exact; }
+
+// Runs `spec` on the GPU and the reference: full outputs within the
+// accumulator's bound (times 1.13, |gelu_tanh_deriv|'s peak, for the dgrad
+// chain), each column sum within check_column_sum's bound with a term's error
+// the accumulator's. Returns what the GPU wrote.
+TensorMap check_gemm_column_sums(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t seed,
+                                 std::optional<TileConfig> tile = std::nullopt) {
+  const TensorMap inputs = make_inputs(spec, shape, seed);
+  const TensorMap want = evaluate(spec, shape, inputs, {});
+  TensorMap got = run_on_device(jit, spec, shape, inputs, {}, tile);
+  const TensorMap terms = evaluate(column_terms(spec), shape, inputs, {});
+  const double accumulator = static_cast<double>(shape.k) * std::ldexp(1.0, -21) * 4.0 * 1.13;
+  for (const Output& o : spec.graph.outputs()) {
+    INFO("output " << o.name << " shape " << shape.m << "x" << shape.n << "x" << shape.k << " "
+                   << to_string(spec.mainloop.a) << " tile " << (tile ? to_string(*tile) : "default"));
+    if (is_column_sum(spec.graph, o.value)) {
+      check_column_sum(got.at(o.name), want.at(o.name), terms.at(o.name), o.dtype, shape, accumulator);
+      continue;
+    }
+    Tolerance t = gemm_tolerance(o.dtype, shape);
+    t.atol += accumulator;
+    const Comparison c = compare(got.at(o.name), want.at(o.name), t);
+    CHECK_MESSAGE(c.ok, c.message);
+  }
+  return got;
+}
+
+bool same_bits(const HostTensor& a, const HostTensor& b) { return a.dtype == b.dtype && a.bytes == b.bytes; }
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("gemm col_sum: the bias chain and the dgrad chain, f16, bf16 and tf32, ragged shapes") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9100;
+    for (DType dt : {DType::bf16, DType::f16, DType::f32})
+      for (const Shape& s : {Shape{67, 200, 96}, Shape{1000, 520, 64}, Shape{1, 8, 16}, Shape{130, 70, 33}}) {
+        check_gemm_column_sums(*jit, bias_chain(dt, math_of(dt)), s, ++seed);
+        check_gemm_column_sums(*jit, dgrad_chain(dt, math_of(dt)), s, ++seed);
+      }
+    // A 16-bit [N] output, and the other layouts.
+    check_gemm_column_sums(*jit, dgrad_chain(DType::bf16, GemmMath::exact, DType::bf16), {200, 136, 96}, ++seed);
+    for (Layout a : {Layout::row, Layout::col})
+      for (Layout b : {Layout::row, Layout::col})
+        check_gemm_column_sums(*jit, dgrad_chain(DType::f16, GemmMath::exact, DType::f32, a, b), {67, 200, 96}, ++seed);
+  }
+
+  TEST_CASE("gemm col_sum: every mma.sync tile candidate, split-K included") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9200;
+    for (DType dt : {DType::bf16, DType::f32}) {
+      const KernelSpec spec = dgrad_chain(dt, math_of(dt));
+      // The last: few tiles and a long K, so the split-K candidates are tried.
+      for (const Shape& s : {Shape{67, 200, 96}, Shape{300, 264, 96}, Shape{256, 256, 1024}})
+        for (const TileConfig& tile : tile_candidates(spec, s, jit->target())) {
+          REQUIRE(std::holds_alternative<GemmTile>(tile));
+          check_gemm_column_sums(*jit, spec, s, ++seed, tile);
+        }
+    }
+  }
+
+  TEST_CASE("gemm col_sum: more than 256 row tiles") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    // 313 row tiles of 32 rows: the last block adds 313 partial rows.
+    check_gemm_column_sums(*jit, bias_chain(DType::bf16), {10000, 96, 32}, 9301, GemmTile{32, 32, 64, 2, 2, 4, 8});
+  }
+
+  TEST_CASE("gemm col_sum: 4096^2 dgrad with the default tile") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    check_gemm_column_sums(*jit, dgrad_chain(DType::bf16), {4096, 4096, 256}, 9302);
+  }
+
+  TEST_CASE("gemm col_sum: two launches give the same bits") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const KernelSpec spec = dgrad_chain(DType::bf16);
+    for (const Shape& s : {Shape{1000, 520, 64}, Shape{256, 256, 1024}}) {
+      for (const TileConfig& tile : {TileConfig{GemmTile{128, 256, 32, 2, 4, 4, 8}}, TileConfig{GemmTile{64, 64, 32, 2, 2, 4, 8}},
+                                     TileConfig{GemmTile{64, 64, 64, 2, 2, 3, 8, 2}}}) {
+        INFO("shape " << s.m << "x" << s.n << "x" << s.k << " tile " << to_string(tile));
+        const TensorMap inputs = make_inputs(spec, s, 9400);
+        const TensorMap first = run_on_device(*jit, spec, s, inputs, {}, tile);
+        // Another kernel on the same stream in between writes the shared scratch workspace.
+        run_on_device(*jit, bias_chain(DType::bf16), s, make_inputs(bias_chain(DType::bf16), s, 9401), {}, tile);
+        const TensorMap second = run_on_device(*jit, spec, s, inputs, {}, tile);
+        CHECK(same_bits(first.at("db"), second.at("db")));
+        CHECK(same_bits(first.at("dacc"), second.at("dacc")));
+      }
+    }
+  }
+}
