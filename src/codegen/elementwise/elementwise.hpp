@@ -57,6 +57,9 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // grid, which depends only on the shape, the tile and the GPU's
 // multiprocessors, so two launches give the same bits; the final sums run on
 // as many blocks as there are column tiles.
+// A GEMM's epilogue sums columns in the same way over its output tiles
+// (Note [GEMM column sums], gemm/gemm.hpp): a partial row per row tile, the
+// last block of a column tile adding them in order.
 
 // Which outputs are sums: column_sum_outputs and has_column_sums (codegen/column_sums.hpp).
 
