@@ -33,13 +33,40 @@ int operand_bytes(const GemmProblem& p) { return static_cast<int>(size_of(p.spec
 // ones for small problems (a 64x128 GEMM is launch-bound). The tuner's picks
 // on an H100 (docs/perf/gemm.md): 32x32 tiles of 4 warps up to 256^2 outputs,
 // 64x64 tiles of 8 warps up to 512^2, 64x64 of 4 warps up to 2048^2, 128x256
-// with a 4-deep ring above. tf32 fragments of MN-major tiles are read word by
-// word: 64x32 warp tiles keep those kernels clear of spills.
-GemmTile single_heuristic(const Shape& s, GemmMath math) {
+// with a 4-deep ring above.
+//
+// tf32 (Note [Default GEMM tile]; on sm_90a the MN-major tf32 operands wgmma
+// cannot read): its fragments of MN-major tiles are read word by word, so a
+// tile's mainloop is long and the grid wants every SM busy. Over the H200
+// sweep the 128x256 tile (64x64 warp tiles) ran 1.07-1.09x ahead of 128x128
+// wherever the device's shared memory holds its ring; under a wave of tiles,
+// split-K until the splits fill one (1.10-1.48x ahead of the unsplit tiles).
+// The dual GEMM keeps the rules above tf32's (no sweep of its tf32 tiles yet).
+GemmTile single_heuristic(const GemmProblem& p) {
+  const Shape& s = p.shape;
+  if (p.spec.mainloop.math == GemmMath::tf32 && !p.dual) {
+    // The first of these whose ring the device's shared memory holds.
+    const auto fitting = [&](std::initializer_list<GemmTile> tiles) {
+      for (const GemmTile& t : tiles)
+        if (gemm_block_shared_bytes(t, 4, false) <= p.device.shared_per_block) return t;
+      return GemmTile{64, 64, 32, 2, 2, 3, 8};
+    };
+    const std::int64_t sms = std::max(p.device.multiprocessors, 1);
+    GemmTile t = s.m <= 64 ? GemmTile{64, 64, 64, 2, 2, 3, 8}
+                           : fitting({GemmTile{128, 128, 32, 2, 4, 6, 8}, GemmTile{128, 128, 32, 2, 4, 3, 8}});
+    const std::int64_t tiles = tiles_of(s, t.bm, t.bn);
+    if (tiles >= sms)
+      return fitting({GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 128, 32, 2, 4, 4, 8},
+                      GemmTile{128, 128, 32, 2, 4, 3, 8}});
+    // Fill 90% of a wave (64x64 tiles: two), with at least 16 BK steps a split.
+    const std::int64_t want = t.bm == 64 ? 2 * sms : sms * 9 / 10;
+    while (t.split_k < 4 && tiles * t.split_k < want && s.k >= 32LL * t.bk * t.split_k) t.split_k *= 2;
+    return t;
+  }
   if (s.m * s.n <= 256 * 256) return {32, 32, 64, 2, 2, 4, 8};
   if (s.m * s.n <= 512 * 512) return {64, 64, 32, 2, 4, 4, 8};
   if (s.m * s.n <= 2048 * 2048) return {64, 64, 64, 2, 2, 3, 8};
-  if (math == GemmMath::tf32) return {128, 128, 32, 2, 4, 4, 8};
+  if (p.spec.mainloop.math == GemmMath::tf32) return {128, 128, 32, 2, 4, 4, 8};
   return {128, 256, 32, 2, 4, 4, 8};
 }
 
@@ -86,8 +113,7 @@ class MmaMainloop final : public GemmMainloop {
   }
 
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
-    const GemmTile t = single_heuristic(p.shape, p.spec.mainloop.math);
-    return p.dual ? dual_heuristic(t, p.spec.mainloop.math) : t;
+    return p.dual ? dual_heuristic(single_heuristic(p), p.spec.mainloop.math) : single_heuristic(p);
   }
 
   std::vector<TileConfig> candidates(const GemmProblem& p) const override {

@@ -12,14 +12,25 @@ namespace epifuse {
 
 namespace {
 
-// On sm_90a f16/bf16 problems from this many outputs up take wgmma tiles
-// untuned; from the second, only wgmma tiles are tuned. From 2048^2 outputs
+// On sm_90a problems from this many outputs up take wgmma tiles untuned (from
+// 512^2 outputs an h128x64 tile ran 1.38-1.71x ahead of the mma.sync default,
+// Note [Default GEMM tile]); from the second, only wgmma tiles are tuned. From 2048^2 outputs
 // (128 tiles of 128x256 and more) the wgmma tiles beat every mma.sync one by
 // a quarter or more (H100: 721 against 453 TFLOP/s at 4096^3, 745 against 646
 // at 8192^3; docs/perf/gemm.md), so only they are compiled: the tuner's NVRTC time
 // stays within its budget.
-constexpr std::int64_t k_wgmma_min_outputs = 1024 * 1024;
+constexpr std::int64_t k_wgmma_min_outputs = 512 * 1024;
 constexpr std::int64_t k_wgmma_only_outputs = 2048 * 2048;
+// Fewer rows leave most of a 128-row tile idle: mma.sync's 16- and 32-row
+// tiles win there (M = 16: 32x32 mma.sync tiles fastest, Note [Default GEMM tile]).
+constexpr std::int64_t k_wgmma_min_rows = 64;
+
+// The share of one wave's slots that `tiles` blocks of one tile an SM keep
+// busy over the waves they take: 1 for whole waves.
+double wave_fill(std::int64_t tiles, std::int64_t sms) {
+  const std::int64_t waves = (tiles + sms - 1) / sms;
+  return static_cast<double>(tiles) / static_cast<double>(waves * sms);
+}
 
 bool wgmma_target(std::string_view target) { return target == "sm_90a"; }
 
@@ -81,19 +92,27 @@ class WgmmaMainloop final : public GemmMainloop {
                   wgmma_shared_bytes(t, p.dual), p.device.shared_per_block);
   }
 
-  // 128x256 where those tiles fill the GPU, else 128x128 with a deeper ring.
-  // Dual: the cooperative 128x64 tile under a wave of 128x128 tiles; above,
-  // the ping-pong 128x64 tile (for tf32 the tuner's pick at 4096^3 and 6%
-  // ahead of the cooperative 128x128 at (8192, 8192, 4096): docs/perf/gemm.md).
+  // Note [Default GEMM tile]: measured, not modelled in detail. Over 67
+  // shapes on an H200 (docs/perf/default-tiles.md) the ping-pong 128x128 tile
+  // was the fastest single-GEMM candidate, or within 4% of it, wherever the
+  // 128x128 tiles fill a wave of the SMs (the 128x256 default it replaced ran
+  // 1.05-1.16x behind at 4096^3, 8192^3 and the wide-N shapes); the dual
+  // GEMM's ping-pong 128x64 was the fastest or tied. Under a wave the tile
+  // that fills more of one wave's slots wins (h128x64 at 1024^3: 1.38x ahead
+  // of 128x128, whose 64 tiles leave half the SMs idle); where both fill alike,
+  // the wider one (fewer bytes of L2 a FLOP).
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
-    if (!wgmma_applies(p) || p.shape.m * p.shape.n < k_wgmma_min_outputs) return std::nullopt;
+    if (!wgmma_applies(p) || p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs)
+      return std::nullopt;
     const int bk = wgmma_bk(p.spec.mainloop);
-    const int sms = p.device.multiprocessors;
-    if (p.dual) {
-      if (tiles_of(p.shape, 128, 128) < sms) return WgmmaTile{128, 64, bk, 6, 8};
-      return WgmmaTile{128, 64, bk, 6, 8, 1, 1};
+    const std::int64_t sms = std::max(p.device.multiprocessors, 1);
+    const std::int64_t wide = tiles_of(p.shape, 128, 128), narrow = tiles_of(p.shape, 128, 64);
+    if (wide < sms) {
+      const bool narrow_fills_more = wave_fill(narrow, sms) > wave_fill(wide, sms) + 0.05;
+      if (p.dual) return narrow_fills_more ? WgmmaTile{128, 64, bk, 6, 8} : WgmmaTile{128, 128, bk, 4, 8};
+      return narrow_fills_more ? WgmmaTile{128, 64, bk, 8, 8} : WgmmaTile{128, 128, bk, 6, 8};
     }
-    return tiles_of(p.shape, 128, 256) >= sms ? WgmmaTile{128, 256, bk, 4, 8} : WgmmaTile{128, 128, bk, 6, 8};
+    return p.dual ? WgmmaTile{128, 64, bk, 6, 8, 1, 1} : WgmmaTile{128, 128, bk, 6, 8, 1, 1};
   }
 
   // The dual GEMM's hold two accumulators a thread: 64 + 64 a consumer thread.

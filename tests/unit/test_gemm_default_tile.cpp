@@ -1,0 +1,99 @@
+// The GEMM families' default tile (Note [Default GEMM tile]): the tile a chain
+// gets without `epifuse tune`, pinned for the shapes of the sweep behind it
+// (docs/perf/default-tiles.md) on an H100's properties and on a smaller GPU's.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "codegen/family.hpp"
+#include "epifuse/codegen.hpp"
+#include "epifuse/device_info.hpp"
+
+using namespace epifuse;
+
+namespace {
+
+KernelSpec bias_gelu(DType t, Layout b, MainloopKind kind = MainloopKind::gemm) {
+  KernelSpec spec;
+  spec.mainloop = {kind, t, t, Layout::row, b};
+  if (t == DType::f32) spec.mainloop.math = GemmMath::tf32;
+  Graph& g = spec.graph;
+  if (kind == MainloopKind::dual_gemm) {
+    g.output("y", g.mul(g.silu(g.accumulator(0)), g.accumulator(1)), t);
+  } else {
+    g.output("y", g.gelu_tanh(g.add(g.accumulator(0), g.input("bias", t, Broadcast::row))), t);
+  }
+  return spec;
+}
+
+std::string default_tile(const KernelSpec& spec, const Shape& shape, const DeviceInfo& device,
+                         std::string_view target = "sm_90a") {
+  return to_string(family_for(spec).resolve_tile(spec, shape, std::nullopt, target, device));
+}
+
+}  // namespace
+
+TEST_SUITE("unit") {
+  TEST_CASE("GEMM default tile: ping-pong 128x128 from a wave of tiles, the fuller wave below") {
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    REQUIRE(h100.multiprocessors == 132);
+    for (const Layout b : {Layout::row, Layout::col}) {
+      const KernelSpec spec = bias_gelu(DType::bf16, b);
+      CHECK(default_tile(spec, {4096, 4096, 4096}, h100) == "h128x128x64s6g8p");
+      CHECK(default_tile(spec, {16384, 16384, 4096}, h100) == "h128x128x64s6g8p");
+      CHECK(default_tile(spec, {2048, 16384, 256}, h100) == "h128x128x64s6g8p");
+      // 64 tiles of 128x128 against 128 of 128x64: the narrow tile fills the wave.
+      CHECK(default_tile(spec, {1024, 1024, 1024}, h100) == "h128x64x64s8g8");
+      CHECK(default_tile(spec, {4096, 256, 4096}, h100) == "h128x64x64s8g8");
+      CHECK(default_tile(spec, {128, 4096, 4096}, h100) == "h128x64x64s8g8");
+      CHECK(default_tile(spec, {512, 1024, 1024}, h100) == "h128x64x64s8g8");
+      // 128 tiles of 128x128 fill a wave as well as 256 of 128x64: the wider one.
+      CHECK(default_tile(spec, {256, 8192, 2048}, h100) == "h128x128x64s6g8");
+      // Fewer than 64 rows: mma.sync's small tiles.
+      CHECK(default_tile(spec, {16, 4096, 4096}, h100) == "32x32x64w2x2s4g8");
+      // Below 512^2 outputs: mma.sync as before.
+      CHECK(default_tile(spec, {256, 1024, 1024}, h100) == "64x64x32w2x4s4g8");
+      // Another architecture: mma.sync tiles.
+      CHECK(default_tile(spec, {4096, 4096, 4096}, h100, "sm_80") == "128x256x32w2x4s4g8");
+    }
+    // A GPU with half the SMs: 64 tiles of 128x128 are most of its wave.
+    DeviceInfo half = h100;
+    half.multiprocessors = 66;
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {1024, 1024, 1024}, half) == "h128x128x64s6g8");
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {2048, 1024, 1024}, half) == "h128x128x64s6g8p");
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {512, 1024, 1024}, half) == "h128x64x64s8g8");
+  }
+
+  TEST_CASE("GEMM default tile: the dual GEMM") {
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    const KernelSpec swiglu = bias_gelu(DType::bf16, Layout::col, MainloopKind::dual_gemm);
+    CHECK(default_tile(swiglu, {16384, 11008, 4096}, h100) == "h128x64x64s6g8p");
+    CHECK(default_tile(swiglu, {1024, 1024, 1024}, h100) == "h128x64x64s6g8");
+    // 86 tiles of 128x128 or 172 of 128x64: the same share of the waves.
+    CHECK(default_tile(swiglu, {128, 11008, 4096}, h100) == "h128x128x64s4g8");
+    CHECK(default_tile(swiglu, {16, 4096, 4096}, h100) == "32x32x64w2x2s4g8");
+  }
+
+  TEST_CASE("GEMM default tile: tf32 on mma.sync (MN-major B), split-K under a wave") {
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    const KernelSpec tf32 = bias_gelu(DType::f32, Layout::row);
+    CHECK(default_tile(tf32, {8192, 8192, 8192}, h100) == "128x256x32w2x4s4g8");
+        CHECK(default_tile(tf32, {256, 8192, 2048}, h100) == "128x128x32w2x4s6g8");
+    CHECK(default_tile(tf32, {1024, 1024, 1024}, h100) == "128x128x32w2x4s6g8k2");
+    CHECK(default_tile(tf32, {128, 4096, 4096}, h100) == "128x128x32w2x4s6g8k4");
+    CHECK(default_tile(tf32, {16, 4096, 4096}, h100) == "64x64x64w2x2s3g8k4");
+    // K too short to split: at least 16 BK steps a split.
+    CHECK(default_tile(tf32, {1024, 1024, 512}, h100) == "128x128x32w2x4s6g8");
+    // GPUs whose shared memory holds less: the largest ring that fits (the
+    // 128 KiB of 128x128 in 4 stages once failed on sm_86's 99 KiB).
+    DeviceInfo a100 = h100;
+    a100.shared_per_block = 163 * 1024;
+    CHECK(default_tile(tf32, {8192, 8192, 8192}, a100, "sm_80") == "128x128x32w2x4s4g8");
+    DeviceInfo small = h100;
+    small.shared_per_block = 99 * 1024;
+    CHECK(default_tile(tf32, {8192, 8192, 8192}, small, "sm_86") == "128x128x32w2x4s3g8");
+    CHECK(default_tile(tf32, {1024, 1024, 1024}, small, "sm_86") == "128x128x32w2x4s3g8k2");
+    // K-major tf32 takes wgmma, with the 16-bit rule.
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {8192, 8192, 8192}, h100) == "h128x128x32s6g8p");
+  }
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""The default tile against the tuned one and cuBLAS, over a sweep of GEMM shapes
+(docs/perf/default-tiles.md).
+
+    python3 tools/perf/default_vs_tuned.py [--configs NAME,...] [--out DIR] [--quick]
+
+For each chain configuration (the chains `epifuse.nn` builds: nn.Linear's column-major
+weight unless the name says `brow`) and each shape M,N,K:
+  - `epifuse bench --no-tune --json`: the default tile, its time, cuBLAS's GEMM alone and
+    cuBLASLt's fused epilogue where the chain has that form, timed in turns in one process;
+  - `epifuse tune --json`: every candidate timed in turns (first round, 9 batches), so the
+    default's time over the fastest candidate's comes from one process and one method.
+Prints one line per shape as it goes and writes DIR/<config>.json (whole, after each
+config) and DIR/summary.txt. Needs a GPU, build/epifuse and the Python module
+(EPIFUSE_LIBRARY or build/).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "python"))
+os.environ.setdefault("EPIFUSE_LIBRARY", str(ROOT / "build" / "libepifuse_c.so"))
+
+from epifuse.layers import gated_chain, linear_chain  # noqa: E402
+
+EPIFUSE = str(ROOT / "build" / "epifuse")
+
+# M from 16 to 16384, N and K from 256 to 16384, square and rectangular; the MLP
+# layers of the training benches (tokens x FFN x hidden and back) among them.
+SHAPES = [
+    (16, 4096, 4096), (128, 4096, 4096), (256, 8192, 2048), (512, 1024, 1024),
+    (512, 16384, 4096), (1024, 1024, 1024), (2048, 2048, 2048), (2048, 16384, 256),
+    (4096, 256, 4096), (4096, 4096, 4096), (8192, 2048, 8192), (8192, 8192, 2048),
+    (8192, 8192, 8192), (16384, 1024, 4096), (16384, 4096, 16384), (16384, 16384, 4096),
+]
+QUICK = [(1024, 1024, 1024), (4096, 4096, 4096), (16384, 4096, 16384)]
+DUAL_SHAPES = [
+    (16, 4096, 4096), (128, 11008, 4096), (512, 2048, 2048), (1024, 1024, 1024),
+    (2048, 5632, 2048), (4096, 4096, 4096), (4096, 11008, 4096), (8192, 5632, 2048),
+    (8192, 11008, 4096), (16384, 11008, 4096), (16384, 2048, 8192), (16384, 4096, 1024),
+]
+
+
+def row_b(chain_json):
+    d = json.loads(chain_json)
+    d["mainloop"]["b_layout"] = "row"
+    return json.dumps(d)
+
+
+CONFIGS = {
+    "bf16_bias_gelu": lambda: linear_chain("bf16", True, "gelu_tanh").to_json(),
+    "f16_bias_gelu_brow": lambda: row_b(linear_chain("f16", True, "gelu_tanh").to_json()),
+    "bf16_bias_relu_dropout": lambda: linear_chain("bf16", True, "relu", 0.1).to_json(),
+    "tf32_gemm_brow": lambda: row_b(linear_chain("f32", False, None, tf32=True).to_json()),
+    "bf16_swiglu": lambda: gated_chain("bf16", "silu").to_json(),
+}
+
+
+def cli(args):
+    p = subprocess.run([EPIFUSE, *args, "--json"], capture_output=True, text=True)
+    try:
+        return json.loads(p.stdout)
+    except json.JSONDecodeError:
+        return {"error": {"kind": "no JSON", "message": (p.stderr or p.stdout)[-2000:]}}
+
+
+def measure(chain_path, shape):
+    s = ",".join(map(str, shape))
+    bench = cli(["bench", chain_path, "--shape", s, "--no-tune", "--no-unfused", "--no-sweep"])
+    tune = cli(["tune", chain_path, "--shape", s])
+    row = {"shape": list(shape)}
+    if "error" in bench or "error" in tune:
+        row["error"] = bench.get("error") or tune.get("error")
+        return row
+    b = bench["results"][0]
+    rows = b["gemm"]["rows"]
+    row["device"] = b["device"]
+    row["default_tile"] = b["fused"]["tile"]
+    row["default_of_cublas"] = rows["fused"]["of_cublas"]
+    if "cublaslt_epilogue" in rows:
+        row["cublaslt_epilogue_of_cublas"] = rows["cublaslt_epilogue"]["of_cublas"]
+    t = tune["results"][0]
+    cands = {c["tile"]: c["ms"] for c in t["candidates"]}
+    best_tile = min(cands, key=cands.get)
+    row["tuned_tile"] = t["tile"]
+    row["fastest_first_round"] = best_tile
+    row["candidates"] = cands
+    row["default_over_best"] = cands[row["default_tile"]] / cands[best_tile] if row["default_tile"] in cands else None
+    return row
+
+
+def line(cfg, r):
+    if "error" in r:
+        return f"{cfg:24} {str(tuple(r['shape'])):22} error: {r['error'].get('message', '')[:160]}"
+    dob = r["default_over_best"]
+    lt = r.get("cublaslt_epilogue_of_cublas")
+    return (f"{cfg:24} {str(tuple(r['shape'])):22} default {r['default_tile']:20} {r['default_of_cublas']:.3f}x cuBLAS"
+            f"  default/best {'  n/a' if dob is None else f'{dob:.3f}'} (best {r['fastest_first_round']})"
+            + (f"  cuBLASLt epi {lt:.3f}x" if lt else ""))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated: " + ", ".join(CONFIGS))
+    ap.add_argument("--out", default="default_vs_tuned", help="output folder")
+    ap.add_argument("--quick", action="store_true", help="three shapes a configuration")
+    opt = ap.parse_args()
+    out = Path(opt.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for cfg in opt.configs.split(","):
+            if cfg not in CONFIGS:
+                sys.exit(f"default_vs_tuned: unknown configuration {cfg!r}; known: {', '.join(CONFIGS)}")
+            path = f"{tmp}/{cfg}.json"
+            Path(path).write_text(CONFIGS[cfg]())
+            shapes = QUICK if opt.quick else DUAL_SHAPES if "swiglu" in cfg else SHAPES
+            rows = []
+            for shape in shapes:
+                t0 = time.time()
+                r = measure(path, shape)
+                r["seconds"] = round(time.time() - t0, 1)
+                rows.append(r)
+                summary.append(line(cfg, r))
+                print(summary[-1], flush=True)
+            tmp_out = out / f".{cfg}.json.tmp"
+            tmp_out.write_text(json.dumps({"config": cfg, "chain": json.loads(CONFIGS[cfg]()), "results": rows}, indent=1))
+            tmp_out.replace(out / f"{cfg}.json")
+    ratios = [float(s.split("default/best ")[1].split()[0]) for s in summary if "default/best " in s
+              and "n/a" not in s.split("default/best ")[1][:5]]
+    if ratios:
+        within5 = sum(r <= 1.05 for r in ratios)
+        within10 = sum(r <= 1.10 for r in ratios)
+        summary.append(f"shapes {len(ratios)}: default within 5% of the fastest at {within5} "
+                       f"({100 * within5 / len(ratios):.0f}%), within 10% at {within10}; worst {max(ratios):.3f}")
+        print(summary[-1])
+    (out / "summary.txt").write_text("\n".join(summary) + "\n")
+
+
+if __name__ == "__main__":
+    main()
