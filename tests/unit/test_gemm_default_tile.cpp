@@ -82,8 +82,10 @@ TEST_SUITE("unit") {
     CHECK(default_tile(tf32, {1024, 1024, 1024}, h100) == "128x128x32w2x4s6g8k2");
     CHECK(default_tile(tf32, {128, 4096, 4096}, h100) == "128x128x32w2x4s6g8k4");
     CHECK(default_tile(tf32, {16, 4096, 4096}, h100) == "64x64x64w2x2s3g8k4");
-    // K too short to split: at least 16 BK steps a split.
-    CHECK(default_tile(tf32, {1024, 1024, 512}, h100) == "128x128x32w2x4s6g8");
+    // 32 tiles split in 4 where K leaves 8 BK steps a split, else in 2 or not at all.
+    CHECK(default_tile(tf32, {512, 1024, 1024}, h100) == "128x128x32w2x4s6g8k4");
+    CHECK(default_tile(tf32, {512, 1024, 512}, h100) == "128x128x32w2x4s6g8k2");
+    CHECK(default_tile(tf32, {512, 1024, 256}, h100) == "128x128x32w2x4s6g8");
     // GPUs whose shared memory holds less: the largest ring that fits (the
     // 128 KiB of 128x128 in 4 stages once failed on sm_86's 99 KiB).
     DeviceInfo a100 = h100;

@@ -58,9 +58,9 @@ GemmTile single_heuristic(const GemmProblem& p) {
     if (tiles >= sms)
       return fitting({GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 128, 32, 2, 4, 4, 8},
                       GemmTile{128, 128, 32, 2, 4, 3, 8}});
-    // Fill 90% of a wave (64x64 tiles: two), with at least 16 BK steps a split.
+    // Fill 90% of a wave (64x64 tiles: two), with at least 8 BK steps a split.
     const std::int64_t want = t.bm == 64 ? 2 * sms : sms * 9 / 10;
-    while (t.split_k < 4 && tiles * t.split_k < want && s.k >= 32LL * t.bk * t.split_k) t.split_k *= 2;
+    while (t.split_k < 4 && tiles * t.split_k < want && s.k >= 16LL * t.bk * t.split_k) t.split_k *= 2;
     return t;
   }
   if (s.m * s.n <= 256 * 256) return {32, 32, 64, 2, 2, 4, 8};
