@@ -23,6 +23,13 @@ const Node* first_column_sum(const KernelSpec& spec) {
 
 bool has_column_sums(const KernelSpec& spec) { return first_column_sum(spec) != nullptr; }
 
+int column_sum_count(const KernelSpec& spec) {
+  const Graph& g = spec.graph;
+  int n = 0;
+  for (const Output& o : g.outputs()) n += is_column_sum(g.node(o.value)) ? 1 : 0;
+  return n;
+}
+
 std::vector<bool> column_sum_outputs(const KernelSpec& spec, std::string_view family) {
   const Graph& g = spec.graph;
   for (const Node& n : g.nodes())

@@ -13,6 +13,8 @@ namespace epifuse {
 bool is_column_sum(const Node& n);
 /// Whether `spec` has a col_sum output (a col_sum no output names is dead).
 bool has_column_sums(const KernelSpec& spec);
+/// How many outputs are col_sums.
+int column_sum_count(const KernelSpec& spec);
 /// The first col_sum output's node (nullptr when there is none).
 const Node* first_column_sum(const KernelSpec& spec);
 /// What a column-sum kernel's outputs are: `column_sum[k]` is true where

@@ -129,3 +129,9 @@ __device__ __forceinline__ void ef_tma_load_2d_multicast(unsigned smem, const ef
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
       : "memory");
 }
+/// Named barrier `id` (1..15; 0 is __syncthreads') over `threads` threads, a
+/// multiple of 32: the consumer warps of one tile meet without the producer
+/// (Note [GEMM column sums]).
+__device__ __forceinline__ void ef_named_barrier_sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}

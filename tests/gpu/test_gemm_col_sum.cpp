@@ -3,7 +3,9 @@
 // a dgrad epilogue and of a bias chain, on every mma.sync tile candidate, the
 // fragment and staged epilogues, split-K, ragged shapes, f16, bf16 and tf32
 // operands, against the reference evaluator on random non-zero data; two
-// launches give the same bits. Skips without a GPU.
+// launches give the same bits. On an sm_90a GPU the same for every wgmma
+// candidate (persistent blocks, cooperative, cluster and ping-pong tiles) and
+// its general (mma.sync) kernel. Skips without a GPU.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -25,6 +27,7 @@ using testing::check_column_sum;
 using testing::column_terms;
 using testing::gemm_tolerance;
 using testing::gpu_jit;
+using testing::hopper_jit;
 using testing::is_column_sum;
 
 // y = acc + bias (bias a row vector), db = col_sum(y): a linear layer's output
@@ -60,10 +63,10 @@ GemmMath math_of(DType dt) { return dt == DType::f32 ? GemmMath::tf32 : GemmMath
 // chain), each column sum within check_column_sum's bound with a term's error
 // the accumulator's. Returns what the GPU wrote.
 TensorMap check_gemm_column_sums(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t seed,
-                                 std::optional<TileConfig> tile = std::nullopt) {
+                                 std::optional<TileConfig> tile = std::nullopt, std::size_t misalign = 0) {
   const TensorMap inputs = make_inputs(spec, shape, seed);
   const TensorMap want = evaluate(spec, shape, inputs, {});
-  TensorMap got = run_on_device(jit, spec, shape, inputs, {}, tile);
+  TensorMap got = run_on_device(jit, spec, shape, inputs, {}, tile, misalign);
   const TensorMap terms = evaluate(column_terms(spec), shape, inputs, {});
   const double accumulator = static_cast<double>(shape.k) * std::ldexp(1.0, -21) * 4.0 * 1.13;
   for (const Output& o : spec.graph.outputs()) {
@@ -82,6 +85,14 @@ TensorMap check_gemm_column_sums(Jit& jit, const KernelSpec& spec, const Shape& 
 }
 
 bool same_bits(const HostTensor& a, const HostTensor& b) { return a.dtype == b.dtype && a.bytes == b.bytes; }
+
+// The wgmma candidates of a col_sum chain on sm_90a: at 4096^2 the tuner
+// tries wgmma tiles alone, so these are all of them.
+std::vector<TileConfig> wgmma_candidates(const KernelSpec& spec) {
+  std::vector<TileConfig> out = tile_candidates(spec, {4096, 4096, 256}, "sm_90a");
+  for (const TileConfig& t : out) REQUIRE(std::holds_alternative<WgmmaTile>(t));
+  return out;
+}
 
 }  // namespace
 
@@ -109,11 +120,10 @@ TEST_SUITE("gpu") {
     for (DType dt : {DType::bf16, DType::f32}) {
       const KernelSpec spec = dgrad_chain(dt, math_of(dt));
       // The last: few tiles and a long K, so the split-K candidates are tried.
+      // (On sm_90a the wgmma candidates come first: the gpu_sm90 cases below.)
       for (const Shape& s : {Shape{67, 200, 96}, Shape{300, 264, 96}, Shape{256, 256, 1024}})
-        for (const TileConfig& tile : tile_candidates(spec, s, jit->target())) {
-          REQUIRE(std::holds_alternative<GemmTile>(tile));
-          check_gemm_column_sums(*jit, spec, s, ++seed, tile);
-        }
+        for (const TileConfig& tile : tile_candidates(spec, s, jit->target()))
+          if (std::holds_alternative<GemmTile>(tile)) check_gemm_column_sums(*jit, spec, s, ++seed, tile);
     }
   }
 
@@ -147,5 +157,62 @@ TEST_SUITE("gpu") {
         CHECK(same_bits(first.at("dacc"), second.at("dacc")));
       }
     }
+  }
+}
+
+TEST_SUITE("gpu_sm90") {
+  TEST_CASE("gemm col_sum sm90: every wgmma candidate, f16, bf16 and tf32, ragged M and N, persistent blocks") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9500;
+    for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+      const KernelSpec spec = dgrad_chain(dt, math_of(dt));
+      const std::vector<TileConfig> tiles = wgmma_candidates(spec);
+      CHECK(tiles.size() == 7);
+      // Compile each shape class's kernels in parallel: N % 4 == 0 (16-bit
+      // dacc: the fragment epilogue) and N % 4 != 0 (the staged one).
+      (void)jit->compile_all(spec, {1000, 520, 64}, tiles);
+      (void)jit->compile_all(spec, {300, 130, 96}, tiles);
+      for (const TileConfig& tile : tiles)
+        // Ragged M and N; N % 4 != 0 and K not a multiple of BK; more tiles
+        // than SMs, so a block (a ping-pong warpgroup) sums several tiles.
+        for (const Shape& s : {Shape{1000, 520, 64}, Shape{300, 130, 96}, Shape{2056, 2000, 72}})
+          check_gemm_column_sums(*jit, spec, s, ++seed, tile);
+    }
+    // The bias chain (B row-major) on 16-bit operands, and a 16-bit [N] output.
+    for (const TileConfig& tile : wgmma_candidates(bias_chain(DType::bf16)))
+      check_gemm_column_sums(*jit, bias_chain(DType::bf16), {1000, 520, 64}, ++seed, tile);
+    check_gemm_column_sums(*jit, dgrad_chain(DType::bf16, GemmMath::exact, DType::bf16), {1000, 520, 64}, ++seed,
+                           WgmmaTile{128, 128, 64, 6, 8, 1, 1});
+    // A misaligned launch of a wgmma key runs its general kernel (mma.sync), with its own workspace.
+    check_gemm_column_sums(*jit, dgrad_chain(DType::bf16), {1000, 520, 64}, ++seed, WgmmaTile{128, 256, 64, 4, 8}, 1);
+  }
+
+  TEST_CASE("gemm col_sum sm90: more than 256 row tiles on every wgmma candidate") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    // 258 row tiles of 256 rows (515 of 128); N of 72 against BN 64..256.
+    std::uint64_t seed = 9600;
+    const KernelSpec spec = dgrad_chain(DType::bf16);
+    for (const TileConfig& tile : wgmma_candidates(spec)) check_gemm_column_sums(*jit, spec, {65800, 72, 64}, ++seed, tile);
+  }
+
+  TEST_CASE("gemm col_sum sm90: two launches give the same bits on every wgmma candidate") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    const KernelSpec spec = dgrad_chain(DType::bf16);
+    const KernelSpec other = bias_chain(DType::bf16);
+    for (const Shape& s : {Shape{1000, 520, 64}, Shape{2056, 2000, 72}, Shape{65800, 72, 64}})
+      for (const TileConfig& tile : wgmma_candidates(spec)) {
+        INFO("shape " << s.m << "x" << s.n << "x" << s.k << " tile " << to_string(tile));
+        const TensorMap inputs = make_inputs(spec, s, 9700);
+        const TensorMap first = run_on_device(*jit, spec, s, inputs, {}, tile);
+        // Another col_sum kernel with the same tile on the same stream in
+        // between: the shared scratch workspace holds its partial rows.
+        run_on_device(*jit, other, s, make_inputs(other, s, 9701), {}, tile);
+        const TensorMap second = run_on_device(*jit, spec, s, inputs, {}, tile);
+        CHECK(same_bits(first.at("db"), second.at("db")));
+        CHECK(same_bits(first.at("dacc"), second.at("dacc")));
+      }
   }
 }

@@ -1,12 +1,14 @@
 // col_sum outputs in a GEMM's epilogue without a GPU (Note [GEMM column sums],
 // src/codegen/gemm/gemm.hpp): which mainloop and tiles a chain gets on each
-// NVIDIA target, the workspace, what the emitted kernel holds, and the
-// refusals of the mainloops that do not sum columns.
+// NVIDIA target (mma.sync, and wgmma on sm_90a), the workspace, the wgmma
+// kernel's shared memory, what the emitted kernels hold, and the refusals of
+// the mainloops that do not sum columns.
 #include <doctest/doctest.h>
 
 #include <string>
 
 #include "codegen/family.hpp"
+#include "codegen/gemm/gemm.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
@@ -41,9 +43,9 @@ int count(const std::string& text, const std::string& what) {
 }  // namespace
 
 TEST_SUITE("unit") {
-  TEST_CASE("gemm col_sum: the mma.sync mainloop on every NVIDIA target, sm_90a included") {
+  TEST_CASE("gemm col_sum: mma.sync on sm_80 and sm_86, and on sm_90a the tiles any chain gets") {
     const KernelSpec spec = spec_from_json_text(k_bias_chain);
-    for (const char* target : {"sm_80", "sm_86", "sm_90a"})
+    for (const char* target : {"sm_80", "sm_86"})
       for (const Shape& shape : {Shape{256, 256, 64}, Shape{4096, 4096, 256}, Shape{67, 200, 96}}) {
         INFO(target << " " << shape.m << "x" << shape.n << "x" << shape.k);
         const KernelSource ks = emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, target);
@@ -56,13 +58,51 @@ TEST_SUITE("unit") {
           CHECK(t.bn / t.warps_n <= 128);
         }
       }
-    // The same chain without its col_sum keeps wgmma on sm_90a at 4096^2.
+    // On sm_90a the chain and the same chain without its col_sum get the same
+    // default tile and the same candidates: wgmma from 1024^2 outputs (below,
+    // mma.sync), wgmma alone from 2048^2.
     KernelSpec plain;
     plain.mainloop = spec.mainloop;
     plain.graph.output("y", plain.graph.add(plain.graph.accumulator(0), plain.graph.input("bias", DType::bf16, Broadcast::row)),
                        DType::bf16);
-    CHECK(std::holds_alternative<WgmmaTile>(
-        emit_kernel(plain, {4096, 4096, 256}, std::nullopt, KernelPath::fastest, "sm_90a").tile));
+    for (const Shape& shape : {Shape{256, 256, 64}, Shape{4096, 4096, 256}, Shape{1024, 1024, 64}, Shape{67, 200, 96}}) {
+      INFO("sm_90a " << shape.m << "x" << shape.n << "x" << shape.k);
+      const TileConfig tile = emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, "sm_90a").tile;
+      CHECK(tile == emit_kernel(plain, shape, std::nullopt, KernelPath::fastest, "sm_90a").tile);
+      CHECK(std::holds_alternative<WgmmaTile>(tile) == (shape.m * shape.n >= 1024 * 1024));
+      const std::vector<TileConfig> candidates = tile_candidates(spec, shape, "sm_90a");
+      CHECK(candidates == tile_candidates(plain, shape, "sm_90a"));
+      int wgmma = 0;
+      for (const TileConfig& c : candidates) wgmma += std::holds_alternative<WgmmaTile>(c) ? 1 : 0;
+      CHECK(wgmma == 7);  // every wgmma candidate: cooperative, cluster and ping-pong
+      CHECK((wgmma == static_cast<int>(candidates.size())) == (shape.m * shape.n >= 2048 * 2048));
+    }
+    CHECK(std::get<WgmmaTile>(emit_kernel(spec, {4096, 4096, 256}, std::nullopt, KernelPath::fastest, "sm_90a").tile) ==
+          WgmmaTile{128, 256, 64, 4, 8});
+  }
+
+  TEST_CASE("gemm col_sum: the wgmma kernel's colbuf in its shared memory, and the tiles that no longer fit") {
+    // A row of BN floats per consumer warp (8) and col_sum, and two flags.
+    const WgmmaTile big{128, 256, 64, 4, 8};
+    CHECK(wgmma_shared_bytes(big, false, 1) == wgmma_shared_bytes(big) + 8 * 256 * 4 + 16);
+    CHECK(wgmma_shared_bytes(big, false, 2) == wgmma_shared_bytes(big) + 2 * 8 * 256 * 4 + 16);
+    CHECK(wgmma_shared_bytes(big, false, 0) == wgmma_shared_bytes(big));
+    const KernelSpec one = dgrad(DType::bf16);
+    const KernelSource ks = emit_kernel(one, {4096, 4096, 256}, TileConfig{big}, KernelPath::fastest, "sm_90a");
+    CHECK(ks.shared_bytes == wgmma_shared_bytes(big, false, 1));
+    CHECK(ks.shared_bytes <= 227u * 1024u);  // one col_sum fits beside the largest ring
+    // Two col_sums: the 4-stage 128x256 rings no longer fit. The default
+    // gives up a stage, the tuner leaves them out, a request is refused.
+    KernelSpec two = dgrad(DType::bf16);
+    two.graph.output("acc_sum", two.graph.col_sum(two.graph.accumulator(0)), DType::f32);
+    CHECK(wgmma_shared_bytes(big, false, 2) > 227u * 1024u);
+    CHECK(std::get<WgmmaTile>(emit_kernel(two, {4096, 4096, 256}, std::nullopt, KernelPath::fastest, "sm_90a").tile) ==
+          WgmmaTile{128, 256, 64, 3, 8});
+    const std::vector<TileConfig> candidates = tile_candidates(two, {4096, 4096, 256}, "sm_90a");
+    CHECK(candidates.size() == 5);
+    for (const TileConfig& c : candidates) CHECK(std::get<WgmmaTile>(c).bn != 256);
+    CHECK_THROWS_WITH_AS(emit_kernel(two, {4096, 4096, 256}, TileConfig{big}, KernelPath::fastest, "sm_90a"),
+                         doctest::Contains("bytes of shared memory, more than the 232448 a block can have"), UserError);
   }
 
   TEST_CASE("gemm col_sum: the workspace holds a counter per column tile and a partial row per row tile") {
@@ -82,6 +122,21 @@ TEST_SUITE("unit") {
     const WorkspaceNeeds ws = family.workspace(sk, {256, 256, 1024});
     CHECK(ws.zeroed == 16 * 4 + 4 * 4);
     CHECK(ws.scratch == 16 * 64 * 64 * 4 + ks.outputs.size() * 4 * 256 * 4);
+    // The wgmma kernel's: no split-K, tiles of its own; its general path (a
+    // misaligned launch) is the mma.sync fallback tile's kernel, counted in that tile.
+    const Shape big{5000, 520, 64};
+    for (const WgmmaTile& w : {WgmmaTile{128, 256, 64, 4, 8}, WgmmaTile{128, 128, 64, 6, 8, 1, 1}}) {
+      const KernelSource wk = emit_kernel(spec, big, TileConfig{w}, KernelPath::fastest, "sm_90a");
+      const WorkspaceNeeds ww = family.workspace(wk, big);
+      const std::size_t wtiles_m = (5000 + w.bm - 1) / w.bm, wtiles_n = (520 + w.bn - 1) / w.bn;
+      CHECK(ww.zeroed == wtiles_n * 4);
+      CHECK(ww.scratch == wk.outputs.size() * wtiles_m * 520 * 4);
+      const KernelSource general = emit_kernel(spec, big, TileConfig{w}, KernelPath::general, "sm_90a");
+      CHECK(general.text.find("mma.sync") != std::string::npos);
+      const WorkspaceNeeds wg = family.workspace(general, big);
+      CHECK(wg.zeroed == (520 + 127) / 128 * 4);
+      CHECK(wg.scratch == general.outputs.size() * ((5000 + 127) / 128) * 520 * 4);
+    }
     // No col_sum, no workspace (the plain kernel's).
     const KernelSource plain = emit_kernel(spec_from_json_text(R"({"epifuse":1,"mainloop":{"kind":"gemm","a":"bf16","b":"bf16"},
       "outputs":{"y":{"dtype":"bf16","value":"acc"}}})"), shape, TileConfig{t});
@@ -111,6 +166,46 @@ TEST_SUITE("unit") {
     CHECK(count(staged, "float out0_q[4];") == 1);
   }
 
+  TEST_CASE("gemm col_sum: the wgmma kernel sums columns on the fragment and the staged epilogues") {
+    // bf16 dacc and f32 db, N % 4 == 0: the fragment epilogue (only [M,N] outputs count).
+    const Shape shape{4096, 4096, 256};
+    for (int pingpong : {0, 1}) {
+      INFO("pingpong " << pingpong);
+      const WgmmaTile t{128, 128, 64, 6, 8, 1, pingpong};
+      const std::string fragment = emit_kernel(dgrad(DType::bf16), shape, TileConfig{t}, KernelPath::fastest, "sm_90a").text;
+      CHECK(count(fragment, "FRAGMENT_EPILOGUE = true;") == 1);
+      CHECK(count(fragment, "float out1_s[16] = {};") == 1);
+      CHECK(count(fragment, "if (row < p.m) out1_s[f * 2 + e] += out1_v;") == 1);
+      // By halves: xor 4, 8 and 16 over the fragment's 16 sums, 8, 4 and 2 kept.
+      CHECK(count(fragment, "for (int i = 0; i < 8; ++i) {") == 1);
+      CHECK(count(fragment, "__shfl_xor_sync(0xffffffffu, give, 4);") == 1);
+      CHECK(count(fragment, "__shfl_xor_sync(0xffffffffu, give, 16);") == 2);  // the staged branch's too
+      CHECK(count(fragment, "float out1_s[4] = {};") == 1);  // the staged branch, compiled out
+      CHECK(count(fragment, "ef_named_barrier_sync(1 + team, TEAM);") == 3);
+      CHECK(count(fragment, "atomicAdd(counter, 1u)") == 1);
+      CHECK(count(fragment, "p.out1[n0 + c] = ef_from_float<float>(t);") == 1);
+      CHECK(count(fragment, "constexpr int COL_SUMS = 1;") == 1);
+      CHECK(count(fragment, "unsigned* col_counters;") == 1);
+      CHECK(count(fragment, "return;") == 0);  // persistent: a block goes on to its next tile
+      CHECK(fragment.find("p.out1[at]") == std::string::npos);
+    }
+    // tf32 (f32 dacc): the staged epilogue, four fixed columns a lane, xor 8 and 16.
+    const std::string staged =
+        emit_kernel(dgrad(DType::f32, GemmMath::tf32), shape, std::nullopt, KernelPath::fastest, "sm_90a").text;
+    CHECK(count(staged, "FRAGMENT_EPILOGUE = false;") == 1);
+    CHECK(count(staged, "float out1_s[4] = {};") == 1);
+    CHECK(count(staged, "if (row < p.m) out1_s[e] += out1_v;") == 1);
+    CHECK(count(staged, "__shfl_xor_sync(0xffffffffu, give, 8);") == 1);
+    CHECK(count(staged, "__shfl_xor_sync(0xffffffffu, give, 4);") == 0);
+    CHECK(count(staged, "*at = mi == 0 ? out1_s[0] : *at + out1_s[0];") == 1);
+    CHECK(staged.find("out1_q") == std::string::npos);
+    // Ragged N (N % 4 != 0): element stores, each term guarded by its row and column.
+    const std::string ragged = emit_kernel(dgrad(DType::bf16), {4096, 4090, 256}, std::nullopt, KernelPath::fastest,
+                                           "sm_90a").text;
+    CHECK(count(ragged, "FRAGMENT_EPILOGUE = false;") == 1);
+    CHECK(count(ragged, "              out1_s[e] += out1_v;  // a column term") == 1);
+  }
+
   TEST_CASE("gemm col_sum: a chain without col_sum emits no column-sum code") {
     const KernelSpec plain = spec_from_json_text(R"({"epifuse":1,"mainloop":{"kind":"gemm","a":"bf16","b":"bf16"},
       "inputs":{"bias":{"dtype":"bf16","broadcast":"row"}},"ops":[{"name":"h","op":"add","args":["acc","bias"]}],
@@ -121,13 +216,17 @@ TEST_SUITE("unit") {
       CHECK(text.find("column sums") == std::string::npos);
       CHECK(text.find("ef_cp_async_wait<0>();\n\n") != std::string::npos);
     }
+    for (const WgmmaTile& t : {WgmmaTile{128, 256, 64, 4, 8}, WgmmaTile{128, 128, 64, 6, 8, 1, 1}}) {
+      const KernelSource ks = emit_kernel(plain, {4096, 4096, 256}, TileConfig{t}, KernelPath::fastest, "sm_90a");
+      CHECK(ks.text.find("colbuf") == std::string::npos);
+      CHECK(ks.text.find("col_counters") == std::string::npos);
+      CHECK(ks.shared_bytes == wgmma_shared_bytes(t));
+    }
   }
 
   TEST_CASE("gemm col_sum: the other mainloops refuse it, naming why") {
     const KernelSpec spec = spec_from_json_text(k_bias_chain);
     const Shape shape{256, 256, 64};
-    CHECK_THROWS_WITH_AS(emit_kernel(spec, shape, TileConfig{WgmmaTile{}}, KernelPath::fastest, "sm_90a"),
-                         doctest::Contains("col_sum 'db': the wgmma mainloop (tile h"), UserError);
     CHECK_THROWS_WITH_AS(emit_kernel(spec, shape, TileConfig{WaveTile{}}, KernelPath::fastest, "sm_80"),
                          doctest::Contains("col_sum 'db': the wave mainloop"), UserError);
     CHECK_THROWS_WITH_AS(emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, "gfx90a"),

@@ -62,8 +62,9 @@ std::vector<GoldenCase> golden_cases() {
   c.push_back({"dual_wgmma_gating_sm90a.cu", load_spec(kExamples / "gating.json"), {4096, 4096, 4096}, std::nullopt,
                KernelPath::fastest, "sm_90a"});
   // A dgrad epilogue with its bias gradient (Note [GEMM column sums]): the
-  // fragment epilogue on sm_80, and on sm_90a the mma.sync staged epilogue
-  // that a col_sum chain takes instead of wgmma.
+  // mma.sync fragment epilogue on sm_80 and its staged one on sm_90a (a
+  // requested tile), and the wgmma kernel a col_sum chain takes by default on
+  // sm_90a (the fragment epilogue: bf16 dacc beside the f32 db).
   const KernelSpec dgrad = spec_from_json_text(R"({"epifuse":1,"name":"dgrad_gelu_bias",
     "mainloop":{"kind":"gemm","a":"bf16","b":"bf16","b_layout":"col"},"inputs":{"saved":{"dtype":"bf16"}},
     "ops":[{"name":"d","op":"gelu_tanh_deriv","args":["saved"]},{"name":"dacc","op":"mul","args":["acc","d"]},
@@ -71,7 +72,9 @@ std::vector<GoldenCase> golden_cases() {
     "outputs":{"dacc":{"dtype":"bf16","value":"dacc"},"db":{"dtype":"f32"}}})");
   c.push_back({"gemm_mma_dgrad_col_sum_sm80.cu", dgrad, {1000, 520, 64}, GemmTile{64, 64, 32, 2, 2, 4, 8},
                KernelPath::fastest, "sm_80"});
-  c.push_back({"gemm_mma_dgrad_col_sum_sm90a.cu", dgrad, {4096, 4096, 256}, std::nullopt, KernelPath::fastest,
+  c.push_back({"gemm_mma_dgrad_col_sum_sm90a.cu", dgrad, {4096, 4096, 256}, GemmTile{128, 256, 32, 2, 4, 4, 8},
+               KernelPath::fastest, "sm_90a"});
+  c.push_back({"gemm_wgmma_dgrad_col_sum_sm90a.cu", dgrad, {4096, 4096, 256}, std::nullopt, KernelPath::fastest,
                "sm_90a"});
   c.push_back({"gemm_mfma_bias_relu_gfx90a.hip", load_spec(kExamples / "gemm_bias_relu.json"), {256, 256, 256},
                std::nullopt, KernelPath::fastest, "gfx90a"});

@@ -1,5 +1,8 @@
 // Note [GEMM column sums] (gemm.hpp): the col_sum outputs of an mma.sync
-// kernel (templates/gemm_mma.cu.in's column_sum_decls and column_sums). A
+// kernel (templates/gemm_mma.cu.in's column_sum_decls and column_sums) and of
+// a wgmma one (templates/gemm_sm90.cu.in's column_sum_setup,
+// staged_column_decls, staged_column_chunk and column_sums; the fragment
+// epilogue's text takes the same chunk code). A
 // chain without col_sum outputs gets empty text here, so its kernel is the
 // same bytes as before column sums existed.
 #include <algorithm>
@@ -106,6 +109,128 @@ std::string emit_column_sums(const GemmPlan& g, bool staged) {
   s += "    }\n"
        "    if (threadIdx.x == 0) *counter = 0u;  // the zeroed workspace stays zero\n"
        "  }";
+  return s;
+}
+
+// The wgmma kernel (templates/gemm_sm90.cu.in) is persistent: a block walks
+// many tiles, so nothing here returns, and the consumer warps on one tile
+// (all eight cooperative, one warpgroup's four ping-pong) meet at a named
+// barrier without the producer warpgroup.
+
+std::string emit_wgmma_column_setup(const GemmPlan& g) {
+  const std::size_t sums = column_sum_plans(g).size();
+  if (sums == 0) return {};
+  return fmt::format(
+      "\n  // Note [GEMM column sums]: colbuf[sum][consumer warp][BN], each warp's partial row of its\n"
+      "  // tile; col_last[team]: whether this block's team added the column tile's last row tile.\n"
+      "  constexpr int COL_SUMS = {};\n"
+      "  float* const colbuf = staging + 8 * STAGE_WARP_FLOATS;\n"
+      "  unsigned* const col_last = reinterpret_cast<unsigned*>(colbuf + COL_SUMS * 8 * BN);",
+      sums);
+}
+
+std::string emit_wgmma_chunk_decls(const GemmPlan& g, bool fragment) {
+  std::string s;
+  for (const TensorPlan* t : column_sum_plans(g))
+    s += fmt::format("\n        float {}_s[{}] = {{}};  // a col_sum: this lane's sums over its rows of the chunk", t->field,
+                     fragment ? 16 : 4);
+  return s;
+}
+
+// After a chunk, the lanes that hold the same columns (fragment: the 8 with
+// one lane % 4, 16 sums each, [f * 2 + e] for column 8f + 2(lane % 4) + e;
+// staged: the 4 with one lane % 8, 4 sums each) add by halves: at each xor
+// step a lane keeps the half of its sums that its lane bit picks and adds
+// the partner's copy of that half (8 + 4 + 2 shuffles for a fragment chunk,
+// where a full butterfly takes 48). Each lane ends with whole sums of its
+// own columns (fragment: 2 of column group f = 4 b2 + 2 b3 + b4 of its lane
+// bits; staged: column e = 2 b3 + b4 of its quad), which it alone stores into
+// the warp's colbuf row (row block 0's chunks) or adds to it (the later ones,
+// in chunk order): no barrier.
+std::string emit_wgmma_chunk_sums(const GemmPlan& g, bool fragment) {
+  const std::vector<const TensorPlan*> sums = column_sum_plans(g);
+  std::string s;
+  for (std::size_t q = 0; q < sums.size(); ++q) {
+    const std::string& f = sums[q]->field;
+    s += fmt::format("\n        // Note [GEMM column sums]: sum {}, {}: the lanes sharing columns add by halves.", q, f);
+    for (int o = fragment ? 4 : 8, n = fragment ? 8 : 2; o < 32; o *= 2, n /= 2)
+      s += fmt::format(
+          "\n#pragma unroll\n"
+          "        for (int i = 0; i < {1}; ++i) {{\n"
+          "          const float keep = (lane & {2}) ? {0}_s[{1} + i] : {0}_s[i], give = (lane & {2}) ? {0}_s[i] : {0}_s[{1} + i];\n"
+          "          {0}_s[i] = keep + __shfl_xor_sync(0xffffffffu, give, {2});\n"
+          "        }}",
+          f, n, o);
+    if (fragment)
+      s += fmt::format(
+          "\n#pragma unroll\n"
+          "        for (int e = 0; e < 2; ++e) {{\n"
+          "          const int col = c * 64 + ((lane >> 2 & 1) * 4 + (lane >> 3 & 1) * 2 + (lane >> 4 & 1)) * 8 + (lane & 3) * 2 + e;\n"
+          "          float* const at = colbuf + ({1} * 8 + threadIdx.x / 32 - 4) * BN + col;\n"
+          "          *at = mi == 0 ? {0}_s[e] : *at + {0}_s[e];\n"
+          "        }}",
+          f, q);
+    else
+      s += fmt::format(
+          "\n        {{\n"
+          "          const int col = c * CHUNK + (lane & 7) * 4 + (lane >> 3 & 1) * 2 + (lane >> 4 & 1);\n"
+          "          float* const at = colbuf + ({1} * 8 + threadIdx.x / 32 - 4) * BN + col;\n"
+          "          *at = mi == 0 ? {0}_s[0] : *at + {0}_s[0];\n"
+          "        }}",
+          f, q);
+  }
+  return s;
+}
+
+std::string emit_wgmma_column_sums(const GemmPlan& g) {
+  const std::vector<const TensorPlan*> sums = column_sum_plans(g);
+  if (sums.empty()) return {};
+  std::string s =
+      "\n"
+      "    // Note [GEMM column sums]: the team's warp rows, in warp order, into this tile's\n"
+      "    // partial row of partials[sum][tile_m][N]; in the last of the column tile's tiles_m\n"
+      "    // arrivals, the rows in order 0..tiles_m-1 into the [N] output. A cluster's\n"
+      "    // rank-1 block may get a row tile past M: it neither writes a row nor arrives.\n"
+      "    if (m0 < p.m) {\n"
+      "      constexpr int TEAM = PINGPONG ? 128 : 256;  // the threads on this tile\n"
+      "      const int team = PINGPONG ? wg : 0, tid = PINGPONG ? (int)threadIdx.x % 128 : (int)threadIdx.x - 128;\n"
+      "      const int w0 = PINGPONG ? 4 * wg : 0;  // the team's first consumer warp\n"
+      "      const long long tile_m = m0 / BM, tile_n = n0 / BN;\n"
+      "      unsigned* const counter = p.col_counters + tile_n;\n"
+      "      ef_named_barrier_sync(1 + team, TEAM);  // every warp's rows are in colbuf\n"
+      "      for (int c = tid; c < BN; c += TEAM) {\n";
+  for (std::size_t q = 0; q < sums.size(); ++q)
+    s += fmt::format(
+        "        {{  // {1}, sum {0}\n"
+        "          float t = colbuf[({0} * 8 + w0) * BN + c];\n"
+        "#pragma unroll\n"
+        "          for (int w = 1; w < TEAM / 32; ++w) t += colbuf[({0} * 8 + w0 + w) * BN + c];\n"
+        "          if (n0 + c < p.n) p.col_partials[({0}LL * tiles_m + tile_m) * p.n + n0 + c] = t;\n"
+        "        }}\n",
+        q, sums[q]->field);
+  s += "      }\n"
+       "      __threadfence();  // the partial rows are visible before the arrival counts\n"
+       "      // colbuf's reads are done (the next tile's chunks may write it), and so are\n"
+       "      // the reads of col_last[team] of the tile before (the team's last barrier).\n"
+       "      ef_named_barrier_sync(1 + team, TEAM);\n"
+       "      if (tid == 0) col_last[team] = atomicAdd(counter, 1u) + 1u == (unsigned)tiles_m ? 1u : 0u;\n"
+       "      ef_named_barrier_sync(1 + team, TEAM);\n"
+       "      if (col_last[team] != 0u) {\n"
+       "        __threadfence();  // every other tile's partial rows are read after its arrival\n"
+       "        for (int c = tid; c < BN && n0 + c < p.n; c += TEAM) {\n";
+  for (std::size_t q = 0; q < sums.size(); ++q) {
+    const TensorPlan& t = *sums[q];
+    s += fmt::format(
+        "          {{\n            float t = 0.0f;\n"
+        "#pragma unroll 4\n"
+        "            for (long long r = 0; r < tiles_m; ++r) t += __ldcg(p.col_partials + ({0}LL * tiles_m + r) * p.n + n0 + c);\n"
+        "            p.{1}[n0 + c] = ef_from_float<{2}>(t);\n          }}\n",
+        q, t.field, storage_type_name(t.dtype));
+  }
+  s += "        }\n"
+       "        if (tid == 0) *counter = 0u;  // the zeroed workspace stays zero\n"
+       "      }\n"
+       "    }";
   return s;
 }
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/column_sums.hpp"
 #include "codegen/epilogue.hpp"
 #include "codegen/gemm/gemm.hpp"
 #include "codegen/gemm/gemm_parts.hpp"
@@ -13,15 +14,18 @@
 
 namespace epifuse {
 
-std::uint32_t wgmma_shared_bytes(const WgmmaTile& t, bool dual) {
+std::uint32_t wgmma_shared_bytes(const WgmmaTile& t, bool dual, int column_sums) {
   const auto stages = static_cast<std::uint32_t>(t.stages);
   // ring (A, B; a dual GEMM's B1 too), alignment slack, barriers, and the
   // epilogue's staging: 8 consumer warps x 16 rows x (32 + 4) floats (a dual
   // GEMM stages its two accumulators one after the other through it).
   const auto b_rows = static_cast<std::uint32_t>(t.bn) * (dual ? 2u : 1u);
   // A stage's rows are 128 bytes of K (BK 64 of 16-bit, 32 of tf32).
+  // Column sums (Note [GEMM column sums]): a row of BN floats per consumer
+  // warp and sum, and two arrival flags (one per ping-pong warpgroup).
+  const auto sums = static_cast<std::uint32_t>(column_sums);
   return stages * (static_cast<std::uint32_t>(t.bm) + b_rows) * 128u + 1024u +
-         16u * stages + 16u + 8u * 16u * 36u * 4u;
+         16u * stages + 16u + 8u * 16u * 36u * 4u + (sums > 0 ? sums * 8u * static_cast<std::uint32_t>(t.bn) * 4u + 16u : 0u);
 }
 
 namespace {
@@ -68,22 +72,34 @@ std::string wgmma_function(const GemmPlan& g) {
 // (docs/perf/gemm.md): GEMM alone 1.05 -> 1.03x cuBLAS at 4096^3, bias+GELU 1.13 -> 1.10x.
 // Dropout chains keep the staged quads (lane pairs sharing Philox calls here were slower,
 // 1.15 -> 1.17x at 4096^3: docs/perf/gemm.md, tried and rejected).
+// Only [M,N] outputs count: a dgrad's dacc with its col_sum db keeps this path
+// (Note [GEMM column sums]), the sum taken on the fragments.
+const TensorPlan* full_output(const KernelPlan& plan) {
+  const TensorPlan* out = nullptr;
+  for (const TensorPlan& t : plan.outputs) {
+    if (is_column_sum(plan.spec->graph.node(t.value))) continue;
+    if (out) return nullptr;
+    out = &t;
+  }
+  return out;
+}
+
 bool fragment_epilogue(const GemmPlan& g) {
   const KernelPlan& plan = *g.plan;
-  return g.wgmma && !g.dual && vector_stores(g) && plan.dropouts.empty() && plan.outputs.size() == 1 &&
-         size_of(plan.outputs[0].dtype) == 2;
+  const TensorPlan* out = full_output(plan);
+  return g.wgmma && !g.dual && vector_stores(g) && plan.dropouts.empty() && out && size_of(out->dtype) == 2;
 }
 
 std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contract) {
   if (!fragment_epilogue(g)) return "      // (not this kernel's: Note [Fragment epilogue])";
-  const std::string out = g.plan->outputs[0].field;
+  const std::string out = full_output(*g.plan)->field;
   const std::string pad(14, ' ');
   return fmt::format(R"(      unsigned short* const st16 = reinterpret_cast<unsigned short*>(staging + (threadIdx.x / 32 - 4) * STAGE_WARP_FLOATS);
       // 16-byte stores where rows start 16-byte aligned; else 8-byte halves (N % 4 == 0).
       const bool v16 = (p.n & 7) == 0 && (reinterpret_cast<unsigned long long>(p.{0}) & 15) == 0;
 #pragma unroll 1
       for (int u = 0; u < MI * (BN / 64); ++u) {{
-        const int mi = u / (BN / 64), c = u % (BN / 64);
+        const int mi = u / (BN / 64), c = u % (BN / 64);{3}
         float ch[8][4];
         fragment_chunk(ch, acc, u);
         __syncwarp();  // the previous chunk's reads of the staging area are done
@@ -101,7 +117,7 @@ std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contra
             }}
             *reinterpret_cast<unsigned*>(st16 + ((lane >> 2) + h * 8) * F16_SROW + f * 8 + (lane & 3) * 2) =
                 ef_pack2(p.{0}, {0}_q[0], {0}_q[1]);
-          }}
+          }}{4}
         __syncwarp();
 #pragma unroll
         for (int i = 0; i < 4; ++i) {{
@@ -120,7 +136,8 @@ std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contra
         }}
       }})",
                      out, emit_element_loads(g, pad, true),
-                     emit_element(g, contract, "ch[f][2 * h + e]", pad, true));
+                     emit_element(g, contract, "ch[f][2 * h + e]", pad, true, "[f * 2 + e]"),
+                     emit_wgmma_chunk_decls(g, true), emit_wgmma_chunk_sums(g, true));
 }
 
 }  // namespace
@@ -141,8 +158,13 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
   layout.add(ParamRole::opaque, g.b_kmajor ? b_kmajor_map : b_nmajor_map, "tma_b", "ef_tensor_map tma_b", 128, 64);
   if (g.dual)
     layout.add(ParamRole::opaque, g.b_kmajor ? b1_kmajor_map : b1_nmajor_map, "tma_b1", "ef_tensor_map tma_b1", 128, 64);
+  const int sums = column_sum_count(*plan.spec);
+  if (sums > 0) {  // Note [GEMM column sums]: as the mma.sync kernel's (no split-K here)
+    layout.add(ParamRole::workspace, 0, "col_counters", "unsigned* col_counters", 8, 8);
+    layout.add(ParamRole::workspace, 1, "col_partials", "float* col_partials", 8, 8);
+  }
   ks.requires_alignment = true;
-  ks.shared_bytes = wgmma_shared_bytes(t, g.dual);
+  ks.shared_bytes = wgmma_shared_bytes(t, g.dual, sums);
   const EpilogueContract contract = epilogue_contract(plan);
   TemplateVars vars = common_vars(plan, contract, layout);
   vars.insert({
@@ -165,6 +187,10 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
   vars.merge(staged_vars(g, contract, 12));
   vars.emplace("fragment_epilogue", fragment_epilogue(g) ? "true" : "false");
   vars.emplace("fragment_body", emit_fragment_body(g, contract));
+  vars.emplace("column_sum_setup", emit_wgmma_column_setup(g));
+  vars.emplace("staged_column_decls", emit_wgmma_chunk_decls(g, false));
+  vars.emplace("staged_column_chunk", emit_wgmma_chunk_sums(g, false));
+  vars.emplace("column_sums", emit_wgmma_column_sums(g));
   layout.finish(ks);
   ks.text = render_template(embedded_template("gemm_sm90.cu.in"), vars, "gemm_sm90.cu.in");
   return ks;

@@ -53,8 +53,9 @@ std::uint32_t gemm_block_shared_bytes(const GemmTile& tile, int operand_bytes, b
 bool gemm_is_simt(const Mainloop& mainloop);
 
 /// Dynamic shared memory of a wgmma tile: the ring (1024-byte aligned, so
-/// 1 KiB of slack) and its full and empty mbarriers.
-std::uint32_t wgmma_shared_bytes(const WgmmaTile& tile, bool dual = false);
+/// 1 KiB of slack), its full and empty mbarriers, the epilogue's staging, and
+/// with `column_sums` col_sum outputs their colbuf rows (Note [GEMM column sums]).
+std::uint32_t wgmma_shared_bytes(const WgmmaTile& tile, bool dual = false, int column_sums = 0);
 /// The mma.sync tile that runs a wgmma key's general (any-alignment) path.
 inline constexpr GemmTile k_wgmma_fallback_tile{128, 128, 32, 2, 4, 4, 8};
 /// ParamField::index of the tensor-map parameters: which operand, which layout.
@@ -78,25 +79,37 @@ bool amd_target(std::string_view target);
 
 // Note [GEMM column sums] (docs/gemm-backward.md §2)
 // A single GEMM's chain may have col_sum outputs (a bias gradient: db =
-// col_sum(dacc)); only the mma.sync mainloop sums them (GemmFamily refuses a
-// wgmma, SIMT or wave tile and a dual GEMM, and on sm_90a a col_sum chain
-// defaults to and tunes over mma.sync tiles). The epilogue hands a col_sum
-// output its operand, and each lane adds its terms over its rows in fp32
-// (masked by row < M): two columns of each fragment, or in the staged
-// epilogue four fixed columns (warp tiles at most 128 columns wide). Lanes
-// sharing columns add in a fixed xor butterfly, the WARPS_M warps sharing
-// columns through the freed ring in warp order, into one partial row of BN
-// floats per tile in the workspace, partials[sum][tile_m][N] (scratch). After
-// __threadfence, atomicAdd on the column tile's counter (zeroed workspace);
-// the last of the tiles_m arrivals adds the rows 0..tiles_m-1 in order, one
-// thread a column, writes the [N] output in its dtype and sets the counter
-// back to zero. With split-K only the last split of a tile gets there (the
-// others return after storing their partial tile). Every addition's order
-// depends only on the tile and the shape, so two launches give the same bits
-// (another tile, which is in the cache key, gives others). A chain without
-// col_sum outputs emits the same bytes as before (emit_gemm_col_sums.cpp).
+// col_sum(dacc)); the mma.sync and wgmma mainloops sum them (GemmFamily
+// refuses a SIMT or wave tile and a dual GEMM; on sm_90a a col_sum chain takes
+// wgmma tiles as any chain does, mma.sync where wgmma does not apply and as
+// the general kernel). The epilogue hands a col_sum output its operand, and
+// each lane adds its terms over its rows in fp32 (masked by row < M).
+//  - mma.sync: two columns of each fragment, or in the staged epilogue four
+//    fixed columns (warp tiles at most 128 columns wide). Lanes sharing
+//    columns add in a fixed xor butterfly, the WARPS_M warps sharing columns
+//    through the freed ring in warp order.
+//  - wgmma (persistent: a block walks many tiles): per epilogue chunk, the
+//    staged quads' four columns (lanes sharing them: xor 8, 16) or the
+//    fragments' two of each 8 (xor 4, 8, 16), added by halves (each xor step
+//    keeps half of a lane's sums), then one lane a column adds into its
+//    warp's row of `colbuf` (after the staging area, a row of BN floats per
+//    consumer warp and sum), chunk after chunk in order. At the
+//    tile's end the warps on the tile (8 cooperative, a warpgroup's 4
+//    ping-pong) meet at a named barrier and add their rows in warp order.
+// Either way one partial row of BN floats per tile goes to the workspace,
+// partials[sum][tile_m][N] (scratch). After __threadfence, atomicAdd on the
+// column tile's counter (zeroed workspace); the last of the tiles_m arrivals
+// adds the rows 0..tiles_m-1 in order, one thread a column, writes the [N]
+// output in its dtype and sets the counter back to zero (an mma.sync block
+// then returns, a wgmma team goes on to its next tile). With split-K only
+// the last split of a tile gets there (the others return after storing their
+// partial tile). Every addition's order depends only on the tile and the
+// shape, never on which block took a tile or when, so two launches give the
+// same bits (another tile, which is in the cache key, gives others). A chain
+// without col_sum outputs emits the same bytes as before
+// (emit_gemm_col_sums.cpp).
 
-/// Whether an mma.sync kernel sums columns (it has the col_sum workspace).
+/// Whether a GEMM kernel (mma.sync or wgmma) sums columns (it has the col_sum workspace).
 bool gemm_sums_columns(const KernelSource& source);
 
 GemmPlan plan_gemm(const KernelPlan& plan);

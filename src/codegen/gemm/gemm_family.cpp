@@ -13,15 +13,15 @@ namespace epifuse {
 
 namespace {
 
-// Note [GEMM column sums] (gemm.hpp): only the mma.sync mainloop sums columns;
-// a chain with a col_sum output that would run on another is refused here,
-// naming the mainloop and why.
+// Note [GEMM column sums] (gemm.hpp): the mma.sync and wgmma mainloops sum
+// columns; a chain with a col_sum output that would run on another is refused
+// here, naming the mainloop and why.
 void refuse_column_sums(const KernelSpec& spec, std::string_view mainloop) {
   const Node* n = first_column_sum(spec);
   if (!n) return;
   throw UserError(fmt::format("col_sum{}: the {} does not sum columns yet; a GEMM chain with a col_sum runs on the "
-                              "mma.sync mainloop (f16, bf16 or tf32 operands on sm_80 and later, gemm tiles); the "
-                              "CPU reference runs it anywhere (epifuse run --device cpu)",
+                              "mma.sync mainloop (f16, bf16 or tf32 operands on sm_80 and later, gemm tiles) or the "
+                              "wgmma one (sm_90a); the CPU reference runs it anywhere (epifuse run --device cpu)",
                               n->name.empty() ? "" : fmt::format(" '{}'", n->name), mainloop));
 }
 
@@ -35,8 +35,8 @@ class GemmFamily final : public KernelFamily {
   // A requested tile goes to the mainloop of its type; untuned, AMD targets
   // take the wave kernel, sm_90a the wgmma one where it applies, the rest
   // SIMT (exact f32) or mma.sync. A chain with a col_sum output runs on
-  // mma.sync only (Note [GEMM column sums]): the others refuse it. On NVIDIA a wave tile is asked for by name
-  // (the GPU suite runs its FMA form there).
+  // mma.sync or wgmma (Note [GEMM column sums]): the others refuse it. On
+  // NVIDIA a wave tile is asked for by name (the GPU suite runs its FMA form there).
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
                           std::string_view target, const DeviceInfo& device) const override {
     const Mainloop& ml = spec.mainloop;
@@ -56,13 +56,11 @@ class GemmFamily final : public KernelFamily {
       return t;
     }
     if (requested && std::holds_alternative<WgmmaTile>(*requested)) {
-      refuse_column_sums(spec, fmt::format("wgmma mainloop (tile {})", to_string(*requested)));
       wgmma_mainloop().check(*requested, p);
       return *requested;
     }
-    const bool sums = has_column_sums(spec);
-    if (sums && gemm_is_simt(ml)) refuse_column_sums(spec, k_simt_mainloop);
-    if (!requested && !sums)  // a col_sum chain takes mma.sync on sm_90a too
+    if (gemm_is_simt(ml)) refuse_column_sums(spec, k_simt_mainloop);
+    if (!requested)
       if (std::optional<TileConfig> w = wgmma_mainloop().heuristic(p)) return *w;
     const GemmMainloop& sync = sync_mainloop(ml);
     TileConfig tile;
@@ -89,7 +87,7 @@ class GemmFamily final : public KernelFamily {
   // AMD: the wave tiles. Exact f32: the SIMT tiles. On sm_90a the wgmma tiles
   // first (docs/hopper.md), then the mma.sync ones: the tuner picks mma.sync
   // where a problem is too small to fill the GPU; above wgmma_only's size
-  // wgmma tiles alone. A chain with a col_sum: mma.sync tiles alone.
+  // wgmma tiles alone. A chain with a col_sum alike (both sum columns).
   std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
                                           const DeviceInfo& device) const override {
     const GemmProblem p = problem(spec, shape, target, device);
@@ -101,7 +99,6 @@ class GemmFamily final : public KernelFamily {
       refuse_column_sums(spec, k_simt_mainloop);
       return simt_mainloop().candidates(p);
     }
-    if (has_column_sums(spec)) return mma_mainloop().candidates(p);  // Note [GEMM column sums]
     std::vector<TileConfig> out = wgmma_mainloop().candidates(p);
     if (!out.empty() && wgmma_only(p)) return out;
     const std::vector<TileConfig> sync = mma_mainloop().candidates(p);

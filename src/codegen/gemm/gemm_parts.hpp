@@ -53,5 +53,15 @@ void bind_epilogue_tensors(const GemmPlan& g, KernelSource& ks);
 /// (four consecutive columns), else the fragments' (two columns of each).
 std::string emit_column_sum_decls(const GemmPlan& g, bool staged);
 std::string emit_column_sums(const GemmPlan& g, bool staged);
+/// The same for the wgmma kernel (templates/gemm_sm90.cu.in): colbuf's and
+/// col_last's pointers after the staging area; a chunk's sums declared, and
+/// after the chunk combined into the warp's colbuf row (`fragment`: the
+/// fragment epilogue's chunks of 64 columns, else the staged ones of CHUNK);
+/// at the tile's end, the team's rows into the partials and the last
+/// arrival's [N] outputs. Empty text without col_sum outputs.
+std::string emit_wgmma_column_setup(const GemmPlan& g);
+std::string emit_wgmma_chunk_decls(const GemmPlan& g, bool fragment);
+std::string emit_wgmma_chunk_sums(const GemmPlan& g, bool fragment);
+std::string emit_wgmma_column_sums(const GemmPlan& g);
 
 }  // namespace epifuse

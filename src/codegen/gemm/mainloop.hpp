@@ -50,6 +50,10 @@ const GemmMainloop& wave_mainloop();   // mainloop_wave.cpp, templates/gemm_wave
 inline std::int64_t tiles_of(const Shape& s, std::int64_t bm, std::int64_t bn) {
   return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
 }
+/// Note [GEMM column sums]: adds a kernel's col_sum workspace, with tiles of
+/// bm x bn, to `w`: a counter per column tile to `zeroed`, a partial row of N
+/// floats per row tile and output to `scratch` (every output: an upper bound).
+void add_column_sum_workspace(WorkspaceNeeds& w, const KernelSource& source, const Shape& shape, int bm, int bn);
 /// The launch of a GemmTile kernel (SIMT and mma.sync alike): a block a tile, a split-K slice a grid row.
 LaunchGeometry gemm_tile_geometry(const GemmTile& t, const Shape& shape, unsigned shared_bytes);
 

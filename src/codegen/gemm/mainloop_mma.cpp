@@ -145,12 +145,7 @@ class MmaMainloop final : public GemmMainloop {
       w.zeroed = static_cast<std::size_t>(tiles) * 4;
       w.scratch = static_cast<std::size_t>(tiles) * t.bm * t.bn * 4;
     }
-    if (gemm_sums_columns(source)) {
-      const auto tiles_m = static_cast<std::size_t>((shape.m + t.bm - 1) / t.bm);
-      const auto tiles_n = static_cast<std::size_t>((shape.n + t.bn - 1) / t.bn);
-      w.zeroed += tiles_n * 4;
-      w.scratch += source.outputs.size() * tiles_m * static_cast<std::size_t>(shape.n) * 4;
-    }
+    if (gemm_sums_columns(source)) add_column_sum_workspace(w, source, shape, t.bm, t.bn);
     return w;
   }
 
@@ -202,6 +197,13 @@ class MmaMainloop final : public GemmMainloop {
 };
 
 }  // namespace
+
+void add_column_sum_workspace(WorkspaceNeeds& w, const KernelSource& source, const Shape& shape, int bm, int bn) {
+  const auto tiles_m = static_cast<std::size_t>((shape.m + bm - 1) / bm);
+  const auto tiles_n = static_cast<std::size_t>((shape.n + bn - 1) / bn);
+  w.zeroed += tiles_n * 4;
+  w.scratch += source.outputs.size() * tiles_m * static_cast<std::size_t>(shape.n) * 4;
+}
 
 const GemmMainloop& mma_mainloop() {
   static const MmaMainloop mainloop;

@@ -5,6 +5,7 @@
 // (k_wgmma_fallback_tile) as its general kernel.
 #include <algorithm>
 
+#include "codegen/column_sums.hpp"
 #include "codegen/gemm/mainloop.hpp"
 #include "epifuse/errors.hpp"
 
@@ -54,6 +55,12 @@ bool wgmma_applies(const GemmProblem& p) {
          s.m <= coord && s.n <= coord && s.k <= coord && tiles_of(s, 128, 64) <= coord;
 }
 
+// The block's dynamic shared memory for this problem: col_sum outputs add
+// their colbuf rows (Note [GEMM column sums]).
+std::uint32_t shared_bytes(const WgmmaTile& t, const GemmProblem& p) {
+  return wgmma_shared_bytes(t, p.dual, column_sum_count(p.spec));
+}
+
 class WgmmaMainloop final : public GemmMainloop {
  public:
   void check(const TileConfig& tile, const GemmProblem& p) const override {
@@ -87,9 +94,9 @@ class WgmmaMainloop final : public GemmMainloop {
                   "gemm tile {}: the cluster is 1, or 2 (each block copies half of B: half its columns, or with BN 64 "
                   "and B row-major half its k rows)",
                   t.str());
-    EPIFUSE_CHECK(wgmma_shared_bytes(t, p.dual) <= p.device.shared_per_block,
+    EPIFUSE_CHECK(shared_bytes(t, p) <= p.device.shared_per_block,
                   "gemm tile {}: needs {} bytes of shared memory, more than the {} a block can have", t.str(),
-                  wgmma_shared_bytes(t, p.dual), p.device.shared_per_block);
+                  shared_bytes(t, p), p.device.shared_per_block);
   }
 
   // Note [Default GEMM tile]: measured, not modelled in detail. Over 67
@@ -107,26 +114,36 @@ class WgmmaMainloop final : public GemmMainloop {
     const int bk = wgmma_bk(p.spec.mainloop);
     const std::int64_t sms = std::max(p.device.multiprocessors, 1);
     const std::int64_t wide = tiles_of(p.shape, 128, 128), narrow = tiles_of(p.shape, 128, 64);
+    WgmmaTile t = p.dual ? WgmmaTile{128, 64, bk, 6, 8, 1, 1} : WgmmaTile{128, 128, bk, 6, 8, 1, 1};
     if (wide < sms) {
       const bool narrow_fills_more = wave_fill(narrow, sms) > wave_fill(wide, sms) + 0.05;
-      if (p.dual) return narrow_fills_more ? WgmmaTile{128, 64, bk, 6, 8} : WgmmaTile{128, 128, bk, 4, 8};
-      return narrow_fills_more ? WgmmaTile{128, 64, bk, 8, 8} : WgmmaTile{128, 128, bk, 6, 8};
+      if (p.dual) t = narrow_fills_more ? WgmmaTile{128, 64, bk, 6, 8} : WgmmaTile{128, 128, bk, 4, 8};
+      else t = narrow_fills_more ? WgmmaTile{128, 64, bk, 8, 8} : WgmmaTile{128, 128, bk, 6, 8};
     }
-    return p.dual ? WgmmaTile{128, 64, bk, 6, 8, 1, 1} : WgmmaTile{128, 128, bk, 6, 8, 1, 1};
+    // Column sums' colbuf rows take shared memory: the ring gives up stages.
+    while (t.stages > 2 && shared_bytes(t, p) > p.device.shared_per_block) --t.stages;
+    if (shared_bytes(t, p) > p.device.shared_per_block) return std::nullopt;
+    return t;
   }
 
   // The dual GEMM's hold two accumulators a thread: 64 + 64 a consumer thread.
   // The ping-pong tiles (each warpgroup a whole 128x64 or 64x128 dual tile)
   // come last.
+  // Tiles that do not fit the block's shared memory (column sums' colbuf
+  // rows beside the largest rings) are left out.
   std::vector<TileConfig> candidates(const GemmProblem& p) const override {
     if (!wgmma_applies(p)) return {};
     const int bk = wgmma_bk(p.spec.mainloop);
+    std::vector<TileConfig> out;
     if (p.dual)
-      return {WgmmaTile{128, 128, bk, 4, 8}, WgmmaTile{128, 128, bk, 4, 8, 2}, WgmmaTile{128, 64, bk, 6, 8},
-              WgmmaTile{128, 64, bk, 6, 8, 1, 1}, WgmmaTile{64, 128, bk, 5, 8, 1, 1}};
-    return {WgmmaTile{128, 256, bk, 4, 8}, WgmmaTile{128, 256, bk, 4, 8, 2}, WgmmaTile{256, 128, bk, 4, 8},
-            WgmmaTile{256, 128, bk, 4, 8, 2}, WgmmaTile{128, 128, bk, 6, 8}, WgmmaTile{128, 128, bk, 6, 8, 1, 1},
-            WgmmaTile{128, 64, bk, 8, 8}};
+      out = {WgmmaTile{128, 128, bk, 4, 8}, WgmmaTile{128, 128, bk, 4, 8, 2}, WgmmaTile{128, 64, bk, 6, 8},
+             WgmmaTile{128, 64, bk, 6, 8, 1, 1}, WgmmaTile{64, 128, bk, 5, 8, 1, 1}};
+    else
+      out = {WgmmaTile{128, 256, bk, 4, 8}, WgmmaTile{128, 256, bk, 4, 8, 2}, WgmmaTile{256, 128, bk, 4, 8},
+             WgmmaTile{256, 128, bk, 4, 8, 2}, WgmmaTile{128, 128, bk, 6, 8}, WgmmaTile{128, 128, bk, 6, 8, 1, 1},
+             WgmmaTile{128, 64, bk, 8, 8}};
+    std::erase_if(out, [&](const TileConfig& c) { return shared_bytes(std::get<WgmmaTile>(c), p) > p.device.shared_per_block; });
+    return out;
   }
 
   // Persistent: one block per SM (the ring takes its shared memory), each
@@ -143,6 +160,19 @@ class WgmmaMainloop final : public GemmMainloop {
     g.block[0] = 384;
     g.shared_bytes = source.shared_bytes;
     return g;
+  }
+
+  // Column sums (Note [GEMM column sums]): a counter per column tile (zeroed)
+  // and a partial row per row tile and output (scratch), as mma.sync's; the
+  // general path is the fallback tile's mma.sync kernel, counted in its tiles.
+  WorkspaceNeeds workspace(const KernelSource& source, const Shape& shape) const override {
+    WorkspaceNeeds w;
+    if (!gemm_sums_columns(source)) return w;
+    const WgmmaTile& t = std::get<WgmmaTile>(source.tile);
+    const bool fallback = source.path != KernelPath::fastest;
+    add_column_sum_workspace(w, source, shape, fallback ? k_wgmma_fallback_tile.bm : t.bm,
+                             fallback ? k_wgmma_fallback_tile.bn : t.bn);
+    return w;
   }
 
   KernelSource emit(const GemmPlan& g) const override { return emit_gemm_sm90(g); }
