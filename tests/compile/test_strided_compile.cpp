@@ -1,10 +1,12 @@
 // Compile tier for strided GEMM operands (Note [Strided operands]): NVRTC must
 // accept the variants with ld fields for sm_80 and sm_90a: mma.sync (the
 // 16-byte and the element path), SIMT f32, wgmma and its mma.sync general
-// kernel, single and dual GEMMs, every operand strided. Skips with a visible
-// line without NVRTC.
+// kernel, single and dual GEMMs, every operand strided; hipRTC the wave
+// kernel's for gfx90a (MFMA) and gfx1030 (the FMA form). Skips with a visible
+// line without NVRTC or hipRTC.
 #include <doctest/doctest.h>
 
+#include "backend/hiprtc.hpp"
 #include "backend/nvrtc.hpp"
 #include "epifuse/jit.hpp"
 
@@ -74,5 +76,28 @@ TEST_SUITE("compile") {
       }
     }
     CHECK(compiled == 2 * (2 * 4 * 2 + 3) + 3);
+  }
+
+  TEST_CASE("strided GEMM operands compile for gfx90a and gfx1030 (the wave kernel)" * doctest::test_suite("hiprtc")) {
+    if (!backend::hiprtc_or_null()) {
+      MESSAGE("hipRTC tests skipped: " << backend::hiprtc_unavailable_reason());
+      return;
+    }
+    int compiled = 0;
+    for (const char* target : {"gfx90a", "gfx1030"}) {
+      Jit jit(target);
+      for (MainloopKind kind : {MainloopKind::gemm, MainloopKind::dual_gemm})
+        for (Layout b : {Layout::row, Layout::col}) {
+          const KernelSpec spec = gemm(DType::f16, Layout::row, b, kind);
+          for (const Shape& s : {strided(spec, {256, 512, 1024}, 8), strided(spec, {65, 130, 33}, 3)}) {
+            INFO(target << " " << to_string(kind) << " b " << to_string(b) << " " << s.m << "x" << s.n << "x" << s.k);
+            auto kernel = jit.compile(spec, s);
+            CHECK(kernel->binary().size() > 4);
+            CHECK(kernel->source().text.find("p.lda") != std::string::npos);
+            ++compiled;
+          }
+        }
+    }
+    CHECK(compiled == 16);
   }
 }
