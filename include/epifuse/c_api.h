@@ -126,6 +126,16 @@ const char* ef_jit_target(const ef_jit* jit);
  * or default tile, else a tile string ("h128x256x64s4g8"). */
 int ef_jit_compile(ef_jit* jit, const ef_spec* spec, int64_t m, int64_t n, int64_t k, const char* tile,
                    ef_kernel** out);
+/* ef_jit_compile for strided GEMM operands (docs/strided-batched.md): ld[i] is
+ * the leading dimension of input i in ef_kernel_bindings' order (GEMM operands
+ * first: a, b or a, b0, b1), the elements between its stored rows (a
+ * column-major operand's columns); 0, or the dense rows' length, is dense.
+ * Only GEMM operands take one yet; an ld below the rows' length is
+ * EF_USER_ERROR naming the operand. The kernel is a strided variant for each
+ * operand with an ld (the flag is in the cache key, the value is not), and
+ * launches with an ld of the same kind (ef_launch's ld). nld 0: ef_jit_compile. */
+int ef_jit_compile_ld(ef_jit* jit, const ef_spec* spec, int64_t m, int64_t n, int64_t k, const int64_t* ld,
+                      size_t nld, const char* tile, ef_kernel** out);
 void ef_kernel_free(ef_kernel* kernel);
 /* Times every tile candidate of the kernel for (m, n, k) on the given device
  * buffers (pointers in ef_kernel_bindings' order, which every tile of a shape
@@ -165,6 +175,12 @@ typedef struct ef_launch {
    * offset): a launch captured in a CUDA graph then draws what the graph
    * writes there at each replay. */
   uint64_t rng_state;
+  /* NULL and 0, or the leading dimensions of the inputs as ef_jit_compile_ld
+   * takes them: a launch of a strided kernel gives each strided operand's ld
+   * (its value may change from launch to launch, its kind may not). Appended:
+   * a caller that zeroes the record keeps launching dense kernels unchanged. */
+  const int64_t* ld;
+  size_t nld;
 } ef_launch;
 int ef_launch_record(const ef_launch* launch);
 

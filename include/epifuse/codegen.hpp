@@ -38,6 +38,8 @@ enum class ParamRole : std::uint8_t {
   opaque,       ///< `size` bytes the family fills at launch (a CUtensorMap, 64-byte aligned)
   workspace,    ///< device pointer to launch scratch (KernelFamily::workspace): index 0 the
                 ///< zeroed part (zero at launch, and the kernel leaves it zero), 1 the rest
+  ld,           ///< int64 leading dimension of input `index`, a strided GEMM operand
+                ///< (Shape::lda, ldb, ldb1 for inputs 0, 1, 2)
 };
 
 /// One field of a generated kernel's parameter struct (passed by value).

@@ -149,7 +149,9 @@ class Jit {
 /// Host-tensor convenience (examples, tests, `epifuse run`): uploads inputs,
 /// poisons outputs (all bits set: NaN), launches, downloads the outputs.
 /// `misalign_elements` shifts every device pointer by that many elements off
-/// its allocation's 256-byte alignment (tests of the scalar path).
+/// its allocation's 256-byte alignment (tests of the scalar path). A GEMM
+/// operand the shape gives an ld (Shape::lda, ldb, ldb1) is uploaded with its
+/// rows ld elements apart and the gaps poisoned (Note [Strided operands]).
 TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
                         const TensorMap& inputs, const LaunchArgs& args,
                         const std::optional<TileConfig>& tile = std::nullopt,

@@ -31,8 +31,14 @@ struct Mainloop {
 enum class Precision : std::uint8_t { accurate, fast };
 
 /// Problem shape: elementwise uses M, N (leading dims folded into M); GEMM kinds M, N, K.
+/// GEMM kinds may also give an operand's leading dimension (docs/strided-batched.md):
+/// elements between its rows as stored (A row-major: K columns, col-major: M; B
+/// row-major: N, col-major: K), at least that many. 0, or exactly that many, is the
+/// dense operand and its kernel; any other ld is a strided variant (the flag, not the
+/// value, is in the cache key: `gemm_shape_class`).
 struct Shape {
   std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t lda = 0, ldb = 0, ldb1 = 0;  ///< A, B (a dual GEMM's B0), a dual GEMM's B1; 0: dense
   friend bool operator==(const Shape&, const Shape&) = default;
 };
 
@@ -52,8 +58,17 @@ struct KernelSpec {
 void verify(const KernelSpec& spec);
 
 /// Validates a shape against a spec: positive, K present for GEMM kinds, and no
-/// dimension absurd (each <= 2^40, M*N <= 2^48).
+/// dimension absurd (each <= 2^40, M*N <= 2^48); an operand's ld (GEMM kinds
+/// only, B1 a dual GEMM's only) at least its rows' length, UserError naming it.
 void verify_shape(const KernelSpec& spec, const Shape& shape);
+
+/// GEMM operand `operand` (0: A, 1: B or B0, 2: B1) as stored: its rows' length
+/// when dense (A row-major K, col-major M; B row-major N, col-major K), the ld
+/// the shape gives it (that length where it gives 0), and whether it is strided
+/// (an ld other than 0 and that length: a kernel variant with an ld field).
+std::int64_t gemm_operand_extent(const Mainloop& mainloop, const Shape& shape, int operand);
+std::int64_t gemm_operand_ld(const Mainloop& mainloop, const Shape& shape, int operand);
+bool gemm_operand_strided(const Mainloop& mainloop, const Shape& shape, int operand);
 
 /// Canonical printer: one line per node, with names. Used by `epifuse validate`.
 std::string print(const KernelSpec& spec);

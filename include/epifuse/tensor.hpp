@@ -39,6 +39,12 @@ using TensorMap = std::map<std::string, HostTensor>;
 /// full [M,N], row [N], col [M], scalar [] (numpy 0-d).
 std::vector<std::int64_t> operand_shape(Broadcast b, const Shape& shape);
 
+/// The bytes of `dense`, stored rows of `row` elements, laid out with rows `ld`
+/// elements apart and every byte between them 0xFF (NaN in every dtype): a
+/// strided GEMM operand's device buffer (Note [Strided operands]). `dense`
+/// itself where ld == row.
+std::vector<std::byte> strided_rows(const HostTensor& dense, std::int64_t row, std::int64_t ld);
+
 /// Random, non-zero values in [-range, range] (|v| >= range/64), already
 /// representable in `dtype`; a pure function of `seed`.
 HostTensor random_tensor(DType dtype, std::vector<std::int64_t> shape, std::uint64_t seed,

@@ -83,6 +83,8 @@ _SIGNATURES = {
     "ef_jit_free": ([_voidp], None),
     "ef_jit_target": ([_voidp], _charp),
     "ef_jit_compile": ([_voidp, _voidp, _c.c_int64, _c.c_int64, _c.c_int64, _charp, _c.POINTER(_voidp)], _c.c_int),
+    "ef_jit_compile_ld": ([_voidp, _voidp, _c.c_int64, _c.c_int64, _c.c_int64, _c.POINTER(_c.c_int64), _c.c_size_t,
+                           _charp, _c.POINTER(_voidp)], _c.c_int),
     "ef_kernel_free": ([_voidp], None),
     "ef_kernel_bindings": ([_voidp, _c.POINTER(_voidp)], _c.c_int),
     "ef_jit_launch": ([_voidp, _voidp, _c.POINTER(_c.c_uint64), _c.c_size_t, _c.POINTER(_c.c_uint64), _c.c_size_t,
@@ -95,7 +97,8 @@ class LaunchRecord(ctypes.Structure):
     _fields_ = [("jit", _voidp), ("kernel", _voidp), ("inputs", _c.POINTER(_c.c_uint64)), ("ninputs", _c.c_size_t),
                 ("outputs", _c.POINTER(_c.c_uint64)), ("noutputs", _c.c_size_t), ("m", _c.c_int64),
                 ("n", _c.c_int64), ("k", _c.c_int64), ("seed", _c.c_uint64), ("offset", _c.c_uint64),
-                ("stream", _voidp), ("rng_state", _c.c_uint64)]
+                ("stream", _voidp), ("rng_state", _c.c_uint64), ("ld", _c.POINTER(_c.c_int64)),
+                ("nld", _c.c_size_t)]
 
 
 _SIGNATURES["ef_launch_record"] = ([_voidp], _c.c_int)

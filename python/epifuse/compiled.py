@@ -103,13 +103,19 @@ class Compiled:
             j = self._jits[device] = Handle(h, lib.ef_jit_free)
         return j.h
 
-    def kernel(self, mnk, device=0):
+    def kernel(self, mnk, device=0, lds=None):
         """The kernel for (M, N, K) loaded on GPU `device`, and its bindings' order:
-        (Handle, inputs, outputs)."""
+        (Handle, inputs, outputs). `lds`: each input's leading dimension in binding
+        order, 0 dense (a strided GEMM operand's kernel variant, docs/strided-batched.md)."""
         h = ctypes.c_void_p()
         start = time.perf_counter()
-        check(lib.ef_jit_compile(self.jit(device), self.chain._h, mnk[0], mnk[1], mnk[2], text(self.tile, "tile"),
-                                ctypes.byref(h)))
+        if lds and any(lds):
+            arr = (ctypes.c_int64 * len(lds))(*lds)
+            check(lib.ef_jit_compile_ld(self.jit(device), self.chain._h, mnk[0], mnk[1], mnk[2], arr, len(lds),
+                                        text(self.tile, "tile"), ctypes.byref(h)))
+        else:
+            check(lib.ef_jit_compile(self.jit(device), self.chain._h, mnk[0], mnk[1], mnk[2], text(self.tile, "tile"),
+                                    ctypes.byref(h)))
         took = time.perf_counter() - start
         if took > LOG_SECONDS:
             target = lib.ef_jit_target(self.jit(device)).decode()

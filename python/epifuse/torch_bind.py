@@ -18,20 +18,24 @@ _U64_MAX = _lib.U64_MAX
 class _Launch:
     """What a call with shapes seen before needs, prepared once."""
     __slots__ = ("kernel", "order", "outputs", "ins", "outs", "mnk", "lead", "expect", "record", "address", "index",
-                 "device")
+                 "device", "lds")
 
 
-def _prepare(compiled, tensors, device):
+def _prepare(compiled, tensors, device, lds):
     mnk, lead = compiled._shape([tuple(t.shape) for t in tensors])
     b = compiled._check_shapes([tuple(t.shape) for t in tensors], mnk, lead)
     if compiled.tune and mnk[0] * mnk[1] > 0 and not torch.cuda.is_current_stream_capturing():
-        _tune(compiled, tensors, mnk, lead, b, device)  # under capture (it waits for the GPU): the default tile
-    kernel, kb_inputs, kb_outputs = compiled.kernel(mnk, device.index)
+        _tune(compiled, tensors, mnk, lead, b, device, lds)  # under capture (it waits for the GPU): the default tile
     names = compiled.input_names
+    # Strided operands (Note [Strided operands]): their kernel variant, each operand's
+    # ld in the kernel's binding order, where the GEMM operands come first.
+    operand_lds = [lds[names.index(n)] for n in _layouts(compiled)] if any(lds) else None
+    kernel, kb_inputs, kb_outputs = compiled.kernel(mnk, device.index, operand_lds)
     l = _Launch()
+    l.order = [names.index(n) for n in kb_inputs]
+    l.lds = None if operand_lds is None else (ctypes.c_int64 * len(operand_lds))(*operand_lds)
     l.kernel, l.mnk, l.lead = kernel, mnk, lead
     l.index, l.device = device.index, device
-    l.order = [names.index(n) for n in kb_inputs]
     shapes = _output_shapes(b, lead)
     dtypes = dict(compiled._outputs)
     l.outputs = [(shapes[n], _DTYPES[dtypes[n]]) for n in kb_outputs]
@@ -44,6 +48,8 @@ def _prepare(compiled, tensors, device):
     r.jit, r.kernel, r.inputs, r.ninputs = compiled.jit(device.index), kernel.h, l.ins, len(l.ins)
     r.outputs, r.noutputs = l.outs, len(l.outs)
     r.m, r.n, r.k = mnk
+    if l.lds is not None:
+        r.ld, r.nld = l.lds, len(l.lds)
     l.address = ctypes.addressof(r)
     return l
 
@@ -58,11 +64,16 @@ def _output_shapes(b, lead):
     return shapes
 
 
-def _tune(compiled, tensors, mnk, lead, b, device):
+def _tune(compiled, tensors, mnk, lead, b, device, lds):
     """compile(tune=True): the tile candidates timed on these tensors, once per shape and
-    device, into scratch outputs, after the work queued on torch's stream."""
+    device, into scratch outputs, after the work queued on torch's stream. Strided
+    operands are timed as their dense copies: the tile is the dense shape's, so a view
+    and its copy run the same tile and give the same bits."""
     kernel, kb_inputs, kb_outputs = compiled.kernel(mnk, device.index)  # the binding order every tile shares
     names = compiled.input_names
+    if any(lds):
+        layouts = _layouts(compiled)
+        tensors = [_dense_copy(t, layouts.get(n)) if ld else t for (n, _), t, ld in zip(compiled._inputs, tensors, lds)]
     shapes, dtypes = _output_shapes(b, lead), dict(compiled._outputs)
     scratch = [torch.empty(shapes[n], dtype=_DTYPES[dtypes[n]], device=device) for n in kb_outputs]
     torch.cuda.synchronize(device)
@@ -74,8 +85,38 @@ def _layouts(compiled):
     return compiled.layouts()
 
 
+def _dense_copy(t, layout):
+    """A strided operand's dense copy in its layout (a column-major one stays the transpose of a contiguous tensor)."""
+    return t.t().contiguous().t() if layout == "col" else t.contiguous()
+
+
+def _operand_ld(compiled, name, layout, t):
+    """A GEMM operand's leading dimension as `t` stores it: 0 when dense, else the
+    elements between its rows (a column-major operand's columns), which the kernel
+    reads in place (Note [Strided operands]). UserError naming the operand for any
+    view whose innermost stride is not 1."""
+    if layout == "col":  # the transpose of [N, K] rows: strides (1, ld)
+        if t.dim() == 2 and t.t().is_contiguous():
+            return 0
+        if t.dim() == 2 and t.stride(0) == 1 and t.stride(1) >= t.shape[0]:
+            return t.stride(1)
+        raise _lib.UserError(f"{compiled.chain.name}: the chain reads '{name}' column-major: pass the transpose of "
+                             "a tensor with contiguous rows (e.g. weight.t() of an nn.Linear, or of a slice "
+                             f"weight[:, :k]), got shape {tuple(t.shape)} with strides {tuple(t.stride())}")
+    if t.is_contiguous():
+        return 0
+    if t.dim() == 2 and t.stride(1) == 1 and t.stride(0) >= t.shape[1]:
+        return t.stride(0)
+    raise _lib.UserError(f"{compiled.chain.name}: input '{name}' has shape {tuple(t.shape)} and strides "
+                         f"{tuple(t.stride())}: a GEMM operand's view must be 2-D with innermost stride 1 "
+                         "(e.g. x[:, :k]); call .contiguous() first")
+
+
 def _check(compiled, tensors, device):
+    """Checks every input (UserError naming the first bad one); returns each one's
+    leading dimension in input order, 0 for dense (only GEMM operands may be strided)."""
     layouts = _layouts(compiled)
+    lds = []
     for (name, dtype), t in zip(compiled._inputs, tensors):
         if not isinstance(t, torch.Tensor):
             raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is a {type(t).__name__}; mix no "
@@ -84,13 +125,14 @@ def _check(compiled, tensors, device):
             raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is on {t.device}, the others on {device}")
         if t.dtype != _DTYPES[dtype]:
             raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is {t.dtype}, the chain reads {dtype}")
-        if layouts.get(name) == "col":
-            if t.dim() != 2 or not t.t().is_contiguous():
-                raise _lib.UserError(f"{compiled.chain.name}: the chain reads '{name}' column-major: pass the "
-                                     "transpose of a contiguous tensor (e.g. weight.t() of an nn.Linear)")
-        elif not t.is_contiguous():
+        if name in layouts:
+            lds.append(_operand_ld(compiled, name, layouts[name], t))
+            continue
+        if not t.is_contiguous():
             raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is not contiguous (strides "
                                  f"{tuple(t.stride())}); call .contiguous() first")
+        lds.append(0)
+    return lds
 
 
 try:
@@ -172,9 +214,9 @@ def _first_call(compiled, tensors):
                              "CUDA devices (NumPy arrays run on the CPU reference)")
     if device.index is None:  # a tensor's device always has its index; a bare "cuda" is the current one
         device = torch.device("cuda", torch.cuda.current_device())
-    _check(compiled, tensors, device)
+    lds = _check(compiled, tensors, device)
     key = (device.index, tuple([t.shape for t in tensors]))
     l = compiled._launches.get(key)
     if l is None or [(t.dtype, t.stride()) for t in tensors] != l.expect:
-        l = compiled._launches[key] = _prepare(compiled, tensors, device)
+        l = compiled._launches[key] = _prepare(compiled, tensors, device, lds)
     return l

@@ -8,10 +8,18 @@ namespace epifuse::bench_detail {
 
 DeviceTensors upload(const KernelSource& ks, const TensorMap& inputs, const KernelSpec& spec, const Shape& shape) {
   DeviceTensors t;
-  for (const std::string& name : ks.inputs) {
-    const HostTensor& h = inputs.at(name);
-    t.buffers.emplace_back(h.bytes.size());
-    t.buffers.back().upload(h.bytes.data(), h.bytes.size());
+  const std::size_t operands = spec.mainloop.kind == MainloopKind::gemm        ? 2
+                               : spec.mainloop.kind == MainloopKind::dual_gemm ? 3
+                                                                               : 0;
+  for (std::size_t i = 0; i < ks.inputs.size(); ++i) {
+    const HostTensor& h = inputs.at(ks.inputs[i]);
+    // A strided operand (`epifuse bench --ld`, Note [Strided operands]): its rows ld apart.
+    const auto op = static_cast<int>(i);
+    const std::vector<std::byte> bytes =
+        i < operands ? strided_rows(h, gemm_operand_extent(spec.mainloop, shape, op), gemm_operand_ld(spec.mainloop, shape, op))
+                     : h.bytes;
+    t.buffers.emplace_back(bytes.size());
+    t.buffers.back().upload(bytes.data(), bytes.size());
     t.bindings.inputs.push_back(t.buffers.back().ptr());
   }
   add_outputs(t, spec, shape);

@@ -152,6 +152,24 @@ Shape make_shape(const KernelSpec& spec, std::int64_t m, std::int64_t n, std::in
   return shape;
 }
 
+// Note [Strided operands]: ld[i] is input i's leading dimension (GEMM operands
+// first, 0 dense); only the operands take one yet.
+Shape with_lds(const KernelSpec& spec, Shape shape, const std::int64_t* ld, std::size_t nld) {
+  require_array(ld, nld, "ld");
+  const std::size_t operands = spec.mainloop.kind == MainloopKind::gemm        ? 2
+                               : spec.mainloop.kind == MainloopKind::dual_gemm ? 3
+                                                                               : 0;
+  for (std::size_t i = 0; i < nld; ++i) {
+    EPIFUSE_CHECK(ld[i] == 0 || i < operands,
+                  "ld[{}] = {}: only GEMM operands (the first {} inputs) take a leading dimension", i, ld[i], operands);
+    if (i == 0) shape.lda = ld[i];
+    if (i == 1) shape.ldb = ld[i];
+    if (i == 2) shape.ldb1 = ld[i];
+  }
+  verify_shape(spec, shape);
+  return shape;
+}
+
 Json tensor_json(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) {
   return {{"name", name}, {"dtype", std::string(to_string(dtype))}, {"shape", shape}};
 }
@@ -442,6 +460,21 @@ int ef_jit_compile(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_
   });
 }
 
+int ef_jit_compile_ld(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k,
+                      const std::int64_t* ld, std::size_t nld, const char* tile, ef_kernel** out) {
+  return guarded([&] {
+    require(jit, "jit");
+    require(spec, "spec");
+    require(out, "out");
+    const KernelSpec s = snapshot(spec);
+    verify(s);
+    const Shape shape = with_lds(s, make_shape(s, m, n, k), ld, nld);
+    std::optional<TileConfig> t;
+    if (tile && *tile) t = parse_tile(tile);
+    *out = new ef_kernel{jit->jit->compile(s, shape, t)};
+  });
+}
+
 void ef_kernel_free(ef_kernel* kernel) { delete kernel; }
 
 namespace {
@@ -490,7 +523,7 @@ int ef_kernel_bindings(const ef_kernel* kernel, char** out) {
 namespace {
 int launch_with(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t* inputs, std::size_t ninputs,
                 const std::uint64_t* outputs, std::size_t noutputs, std::int64_t m, std::int64_t n, std::int64_t k,
-                const LaunchArgs& args, void* stream) {
+                const LaunchArgs& args, void* stream, const std::int64_t* ld = nullptr, std::size_t nld = 0) {
   return guarded([&] {
     require_array(inputs, ninputs, "inputs");
     require_array(outputs, noutputs, "outputs");
@@ -498,7 +531,17 @@ int launch_with(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t*
     require(kernel, "kernel");
     const KernelSource& ks = kernel->kernel->source();
     const DeviceBindings b = bindings_of(ks, inputs, ninputs, outputs, noutputs);
-    jit->jit->launch(*kernel->kernel, b, Shape{m, n, k}, args, stream);
+    Shape shape{m, n, k};
+    if (nld > 0) {  // the dense launch stays off this path (the Python module's hot path)
+      require_array(ld, nld, "ld");
+      const std::size_t operands = std::min<std::size_t>(nld, 3);
+      for (std::size_t i = 0; i < nld; ++i)
+        EPIFUSE_CHECK(ld[i] == 0 || i < 3, "ld[{}] = {}: only GEMM operands take a leading dimension", i, ld[i]);
+      if (operands > 0) shape.lda = ld[0];
+      if (operands > 1) shape.ldb = ld[1];
+      if (operands > 2) shape.ldb1 = ld[2];
+    }
+    jit->jit->launch(*kernel->kernel, b, shape, args, stream);
   });
 }
 }  // namespace
@@ -512,7 +555,7 @@ int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_
 int ef_launch_record(const ef_launch* l) {
   if (!l) return guarded([] { throw UserError("launch is NULL"); });
   return launch_with(l->jit, l->kernel, l->inputs, l->ninputs, l->outputs, l->noutputs, l->m, l->n, l->k,
-                LaunchArgs{l->seed, l->offset, l->rng_state}, l->stream);
+                LaunchArgs{l->seed, l->offset, l->rng_state}, l->stream, l->ld, l->nld);
 }
 
 }  // extern "C"

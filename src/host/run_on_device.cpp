@@ -38,8 +38,16 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
     buffers.emplace_back(drv, bytes + shift + 16);
     return buffers.back().ptr() + shift;
   };
-  for (const std::string& name : ks.inputs) {
-    const HostTensor t = to_device_layout(spec, name, inputs.at(name));
+  const std::size_t operands = spec.mainloop.kind == MainloopKind::gemm        ? 2
+                               : spec.mainloop.kind == MainloopKind::dual_gemm ? 3
+                                                                               : 0;
+  for (std::size_t i = 0; i < ks.inputs.size(); ++i) {
+    const std::string& name = ks.inputs[i];
+    HostTensor t = to_device_layout(spec, name, inputs.at(name));
+    if (i < operands) {  // Note [Strided operands]: rows ld apart, the gaps poisoned so a read shows
+      const auto op = static_cast<int>(i);
+      t.bytes = strided_rows(t, gemm_operand_extent(spec.mainloop, shape, op), gemm_operand_ld(spec.mainloop, shape, op));
+    }
     const std::uint64_t ptr = place(t.bytes.size(), size_of(t.dtype));
     drv.copy_to_device(ptr, t.bytes.data(), t.bytes.size());
     bindings.inputs.push_back(ptr);

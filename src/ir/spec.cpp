@@ -51,6 +51,53 @@ void verify(const KernelSpec& spec) {
     EPIFUSE_CHECK(has_full_input, "an elementwise kernel needs at least one full [M,N] input");
 }
 
+std::int64_t gemm_operand_extent(const Mainloop& ml, const Shape& s, int operand) {
+  if (operand == 0) return ml.a_layout == Layout::row ? s.k : s.m;
+  return ml.b_layout == Layout::col ? s.k : s.n;
+}
+
+namespace {
+std::int64_t given_ld(const Shape& s, int operand) { return operand == 0 ? s.lda : operand == 1 ? s.ldb : s.ldb1; }
+}  // namespace
+
+std::int64_t gemm_operand_ld(const Mainloop& ml, const Shape& s, int operand) {
+  const std::int64_t ld = given_ld(s, operand);
+  return ld == 0 ? gemm_operand_extent(ml, s, operand) : ld;
+}
+
+bool gemm_operand_strided(const Mainloop& ml, const Shape& s, int operand) {
+  const std::int64_t ld = given_ld(s, operand);
+  return ld != 0 && ld != gemm_operand_extent(ml, s, operand);
+}
+
+namespace {
+
+// Note [Strided operands] (docs/strided-batched.md): an operand's ld is the
+// elements between its stored rows; below the rows' length they would overlap.
+void verify_operand_lds(const KernelSpec& spec, const Shape& s) {
+  const MainloopKind kind = spec.mainloop.kind;
+  EPIFUSE_CHECK(kind != MainloopKind::elementwise || (s.lda == 0 && s.ldb == 0 && s.ldb1 == 0),
+                "shape: a leading dimension (ld) is for GEMM operands; an elementwise chain has none");
+  EPIFUSE_CHECK(kind == MainloopKind::dual_gemm || s.ldb1 == 0,
+                "shape: ld of b1 given, but only a dual GEMM has a B1");
+  const auto names = names::gemm_operand_names(kind);
+  for (int i = 0; i < static_cast<int>(names.size()); ++i) {
+    const std::int64_t ld = given_ld(s, i), extent = gemm_operand_extent(spec.mainloop, s, i);
+    const bool row_major = i == 0 ? spec.mainloop.a_layout == Layout::row : spec.mainloop.b_layout == Layout::row;
+    const char* what = i == 0 ? (row_major ? "K" : "M") : (row_major ? "N" : "K");
+    EPIFUSE_CHECK(ld >= 0 && ld <= limits::k_max_dim, "shape: operand '{}': ld {} must be between 0 (dense) and 2^40",
+                  names[i], ld);
+    EPIFUSE_CHECK(ld == 0 || ld >= extent,
+                  "shape: operand '{}': ld {} is less than its rows' {} elements ({}, {}-major): rows would overlap",
+                  names[i], ld, extent, what, row_major ? "row" : "column");
+    const std::int64_t rows = i == 0 ? (row_major ? s.m : s.k) : (row_major ? s.k : s.n);
+    EPIFUSE_CHECK(ld == 0 || rows <= limits::k_max_elements / ld,
+                  "shape: operand '{}': {} rows of ld {} exceed the limit of 2^48 elements", names[i], rows, ld);
+  }
+}
+
+}  // namespace
+
 void verify_shape(const KernelSpec& spec, const Shape& s) {
   using limits::k_max_dim;
   using limits::k_max_elements;
@@ -68,6 +115,7 @@ void verify_shape(const KernelSpec& spec, const Shape& s) {
   EPIFUSE_CHECK(!gemm || s.k == 0 || (s.m <= k_max_elements / s.k && s.n <= k_max_elements / s.k),
                 "shape: the operands A [M,K] and B [K,N] exceed the limit of 2^48 = {} elements, got M={} N={} K={}",
                 k_max_elements, s.m, s.n, s.k);
+  verify_operand_lds(spec, s);
 }
 
 namespace {

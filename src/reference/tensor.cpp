@@ -1,4 +1,5 @@
 // HostTensor storage and deterministic random operands.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -6,6 +7,17 @@
 #include "epifuse/tensor.hpp"
 
 namespace epifuse {
+
+std::vector<std::byte> strided_rows(const HostTensor& dense, std::int64_t row, std::int64_t ld) {
+  if (ld == row || row <= 0) return dense.bytes;
+  const std::size_t es = size_of(dense.dtype), width = static_cast<std::size_t>(row) * es,
+                    pitch = static_cast<std::size_t>(ld) * es, rows = dense.bytes.size() / width;
+  std::vector<std::byte> out(rows * pitch, std::byte{0xFF});
+  for (std::size_t r = 0; r < rows; ++r)
+    std::copy_n(dense.bytes.begin() + static_cast<std::ptrdiff_t>(r * width), width,
+                out.begin() + static_cast<std::ptrdiff_t>(r * pitch));
+  return out;
+}
 
 HostTensor HostTensor::zeros(DType dtype, std::vector<std::int64_t> shape) {
   HostTensor t;

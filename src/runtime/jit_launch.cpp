@@ -41,6 +41,18 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
       case ParamRole::rng_state: put(f, std::uint64_t{args.rng_state}); break;
       case ParamRole::scalar: put(f, ks.scalars[f.index]); break;
       case ParamRole::vector_flag: flag = params + f.offset; break;
+      case ParamRole::ld: {  // Note [Strided operands]: every row's start aligned as the pointer must be
+        const Mainloop& ml = kernel.spec->mainloop;
+        const std::int64_t ld = gemm_operand_ld(ml, shape, static_cast<int>(f.index));
+        const std::int64_t extent = gemm_operand_extent(ml, shape, static_cast<int>(f.index));
+        EPIFUSE_CHECK(ld >= extent, "launch: operand '{}': ld {} is less than its rows' {} elements",
+                      ks.inputs[f.index], ld, extent);
+        const int need = ks.input_alignment[f.index];
+        const auto bytes = static_cast<std::int64_t>(size_of(f.index == 0 ? ml.a : ml.b));
+        if (need && (ld * bytes) % need) aligned = false;
+        put(f, ld);
+        break;
+      }
       case ParamRole::workspace: {
         if (!scratch) scratch = workspace(stream, kernel.family->workspace(ks, shape));
         put(f, f.index == 0 ? scratch->first : scratch->second);

@@ -190,6 +190,11 @@ expect_stderr 2 "bench --tile with --no-tune" "give one or the other" -- "$EPIFU
 expect_stderr 2 "bench --tile that does not parse" "wgmma tile 'h128x64x'" -- "$EPIFUSE" bench "$CHAINS/gemm.json" --tile h128x64x
 expect 2 "bad --shape 4,4,4 (elementwise)" -- "$EPIFUSE" run "$AM" --shape 4,4,4 --device cpu
 expect 2 "bad --shape 4,4 (gemm needs K)" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 4,4 --device cpu
+expect_stderr 2 "--ld below the rows' length" "operand 'a': ld 30 is less than its rows' 32 elements" -- \
+  "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --ld a=30 --device cpu
+expect_stderr 2 "--ld of no operand" "'c' is not an operand" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --ld c=64 --device cpu
+expect_stderr 2 "--ld on an elementwise chain" "elementwise" -- "$EPIFUSE" run "$AM" --shape 3,4 --ld a=8 --device cpu
+expect 0 "--ld on the CPU reference" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --ld a=40 --ld b=32 --device cpu
 expect 2 "bad --shape (too large)" -- "$EPIFUSE" run "$AM" --shape 99999999999999999999,4 --device cpu
 expect 2 "missing chain file" -- "$EPIFUSE" run "$TMP/no_such_chain.json" --device cpu
 expect 2 "validate missing chain file" -- "$EPIFUSE" validate "$TMP/no_such_chain.json"

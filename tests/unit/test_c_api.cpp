@@ -4,6 +4,7 @@
 // side is tests/stress/c_api_threads.cpp (tools/sanitize_c_api.sh).
 #include <doctest/doctest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -234,4 +235,52 @@ TEST_CASE("C ABI: the calls for devices, tuning and inputs not differentiated re
   CHECK(last_error().find("jit is NULL") != std::string::npos);
   CHECK(ef_jit_tune(nullptr, r.spec, 4, 8, 0, nullptr, 1, ptrs, 1, 0, 0, &result) == EF_USER_ERROR);
   CHECK(result == nullptr);
+}
+
+TEST_CASE("C ABI: strided operands through ef_jit_compile_ld and ef_launch's appended ld") {
+  // Appended after rng_state: a record laid out before them is a prefix of this one.
+  static_assert(offsetof(ef_launch, ld) >= offsetof(ef_launch, rng_state) + sizeof(std::uint64_t));
+  static_assert(offsetof(ef_launch, nld) > offsetof(ef_launch, ld));
+  ef_launch zeroed{};
+  CHECK(zeroed.ld == nullptr);
+  CHECK(zeroed.nld == 0);
+
+  ef_spec* s = nullptr;
+  REQUIRE(ef_spec_from_json(R"({"epifuse": 1, "mainloop": {"kind": "gemm", "a": "f16", "b": "f16", "b_layout": "col"},
+    "inputs": {"bias": {"dtype": "f16", "broadcast": "row"}},
+    "ops": [{"name": "y", "op": "add", "args": ["acc", "bias"]}], "outputs": {"y": {"dtype": "f16"}}})",
+                            "strided.json", &s) == EF_OK);
+  ef_jit* jit = nullptr;
+  if (ef_jit_new("sm_80", &jit) != EF_OK) {
+    MESSAGE("C ABI strided compile skipped: " << last_error());
+    ef_spec_free(s);
+    return;
+  }
+  ef_kernel* kernel = nullptr;
+  const std::int64_t short_a[] = {60};  // K is 64
+  CHECK(ef_jit_compile_ld(jit, s, 32, 48, 64, short_a, 1, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("operand 'a'") != std::string::npos);
+  CHECK(last_error().find("ld 60") != std::string::npos);
+  const std::int64_t on_bias[] = {0, 0, 64};
+  CHECK(ef_jit_compile_ld(jit, s, 32, 48, 64, on_bias, 3, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("only GEMM operands") != std::string::npos);
+  CHECK(ef_jit_compile_ld(jit, s, 32, 48, 64, nullptr, 2, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("ld is NULL") != std::string::npos);
+  const std::int64_t lds[] = {72, 80};
+  REQUIRE(ef_jit_compile_ld(jit, s, 32, 48, 64, lds, 2, nullptr, &kernel) == EF_OK);
+  ef_kernel* dense = nullptr;
+  REQUIRE(ef_jit_compile_ld(jit, s, 32, 48, 64, nullptr, 0, nullptr, &dense) == EF_OK);
+  char* a = nullptr;
+  char* b = nullptr;
+  REQUIRE(ef_kernel_bindings(kernel, &a) == EF_OK);
+  REQUIRE(ef_kernel_bindings(dense, &b) == EF_OK);
+  const std::string strided_json = a, dense_json = b;
+  CHECK(strided_json.find(R"("inputs":["a","b","bias"])") != std::string::npos);
+  CHECK(strided_json != dense_json);  // another kernel (its name), the same bindings
+  ef_string_free(a);
+  ef_string_free(b);
+  ef_kernel_free(kernel);
+  ef_kernel_free(dense);
+  ef_jit_free(jit);
+  ef_spec_free(s);
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <set>
 #include <vector>
 
 #include <sys/stat.h>
@@ -173,6 +174,35 @@ Shape resolve_shape(const std::string& text, const KernelSpec& spec) {
   if (!gemm) s.k = 0;
   verify_shape(spec, s);
   return s;
+}
+
+void apply_lds(const std::vector<std::string>& lds, const KernelSpec& spec, Shape& shape) {
+  const MainloopKind kind = spec.mainloop.kind;
+  EPIFUSE_CHECK(lds.empty() || kind != MainloopKind::elementwise,
+                "--ld: leading dimensions are for GEMM operands; this chain is elementwise");
+  std::set<std::string> seen;
+  for (const std::string& text : lds) {
+    const std::size_t eq = text.find('=');
+    EPIFUSE_CHECK(eq != std::string::npos, "--ld '{}': expected NAME=LD (a, b; a dual GEMM's a, b0, b1)", text);
+    const std::string name = text.substr(0, eq);
+    const std::string_view digits = std::string_view(text).substr(eq + 1);
+    std::int64_t ld = 0;
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), ld);
+    EPIFUSE_CHECK(all_digits(digits, 10) && ec == std::errc{} && ptr == digits.data() + digits.size(),
+                  "--ld '{}': the leading dimension must be a non-negative decimal integer", text);
+    EPIFUSE_CHECK(seen.insert(name).second, "--ld: '{}' given twice", name);
+    const bool dual = kind == MainloopKind::dual_gemm;
+    if (name == "a")
+      shape.lda = ld;
+    else if (name == (dual ? "b0" : "b"))
+      shape.ldb = ld;
+    else if (dual && name == "b1")
+      shape.ldb1 = ld;
+    else
+      throw UserError(fmt::format("--ld '{}': '{}' is not an operand of this {}: give {}", text, name,
+                                  to_string(kind), dual ? "a, b0 or b1" : "a or b"));
+  }
+  verify_shape(spec, shape);
 }
 
 std::uint64_t parse_u64(std::string_view text, std::string_view option) {

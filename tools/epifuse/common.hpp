@@ -105,6 +105,11 @@ void require_nonempty(const Shape& s, std::string_view what);
 /// "shape", else a UserError saying how to give one.
 Shape resolve_shape(const std::string& text, const KernelSpec& spec);
 
+/// `--ld NAME=LD` (repeatable): a GEMM operand's leading dimension into `shape`
+/// (a, b, or a dual GEMM's a, b0, b1; Note [Strided operands]), then verify_shape.
+/// UserError naming --ld for another name, a repeated one or a bad number.
+void apply_lds(const std::vector<std::string>& lds, const KernelSpec& spec, Shape& shape);
+
 /// An unsigned 64-bit integer in decimal or 0x hex; `option` names it in errors.
 std::uint64_t parse_u64(std::string_view text, std::string_view option);
 

@@ -26,6 +26,7 @@
 #include "epifuse/json.hpp"
 #include "epifuse/npy.hpp"
 #include "epifuse/reference.hpp"
+#include "ir/names.hpp"
 
 namespace epifuse::cli {
 namespace {
@@ -36,6 +37,7 @@ using Json = nlohmann::ordered_json;
 struct RunOptions {
   std::string chain;
   std::string shape;
+  std::vector<std::string> lds;  // NAME=LD
   std::string device;
   std::vector<std::string> inputs;   // NAME=FILE.npy
   std::vector<std::string> outputs;  // NAME=FILE.npy
@@ -141,9 +143,14 @@ double flop_estimate(const KernelSpec& spec, const Shape& shape) {
 }
 
 std::string shape_text(const KernelSpec& spec, const Shape& shape) {
-  return spec.mainloop.kind == MainloopKind::elementwise
-             ? fmt::format("M={} N={}", shape.m, shape.n)
-             : fmt::format("M={} N={} K={}", shape.m, shape.n, shape.k);
+  if (spec.mainloop.kind == MainloopKind::elementwise) return fmt::format("M={} N={}", shape.m, shape.n);
+  std::string s = fmt::format("M={} N={} K={}", shape.m, shape.n, shape.k);
+  // --ld: the strided operands (Note [Strided operands]), as the kernel reads them.
+  const std::int64_t lds[] = {shape.lda, shape.ldb, shape.ldb1};
+  const auto names = names::gemm_operand_names(spec.mainloop.kind);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (gemm_operand_strided(spec.mainloop, shape, static_cast<int>(i))) s += fmt::format(" ld {}={}", names[i], lds[i]);
+  return s;
 }
 
 // --input NAME=FILE: each names an operand the chain takes, once.
@@ -207,6 +214,7 @@ RunPlan plan_run(const RunOptions& opt) {
   verify(plan.spec);
   plan.label = chain_label(plan.spec, opt.chain);
   plan.shape = resolve_shape(opt.shape, plan.spec);
+  apply_lds(opt.lds, plan.spec, plan.shape);
   plan.data_seed = parse_u64(opt.data_seed, "--data-seed");
   plan.args.seed = parse_u64(opt.seed, "--seed");
   plan.args.offset = parse_u64(opt.offset, "--offset");
@@ -387,6 +395,10 @@ void add_run(CLI::App& app) {
                   "problem shape: M,N (elementwise; leading dims folded into M) or M,N,K (gemm, "
                   "dual_gemm); default: the chain's \"shape\"")
       ->check(non_empty());
+  sub->add_option("--ld", opt->lds,
+                  "NAME=LD: a GEMM operand's leading dimension (a, b; dual: a, b0, b1; repeatable): the device "
+                  "buffer's rows LD elements apart, run by the strided kernel (docs/strided-batched.md)")
+      ->allow_extra_args(false);
   sub->add_option("--device", opt->device,
                   "cuda, hip or cpu (the reference evaluator); default: the GPU present, else cpu")
       ->check(CLI::IsMember({"cuda", "hip", "cpu"}));

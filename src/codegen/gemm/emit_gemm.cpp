@@ -2,6 +2,7 @@
 // are shared; emit_gemm fills templates/gemm_mma.cu.in. Generated identifiers
 // only: a, b, in<k>, out<k>, v<node>, d<k>.
 #include <algorithm>
+#include <array>
 
 #include "codegen/column_sums.hpp"
 #include "codegen/epilogue.hpp"
@@ -27,8 +28,19 @@ std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
   const std::int64_t per_chunk = 16 / static_cast<std::int64_t>(size_of(ml.a));
   const bool ld8 = a_contig % per_chunk == 0 && b_contig % per_chunk == 0;
   const bool n4 = s.n % 4 == 0;
-  if (ld8) return n4 ? "ld8/n4" : "ld8/n1";
-  return n4 ? "ld1/n4" : "ld1/n1";
+  // Note [Strided operands]: a strided operand's flag (never its ld's value)
+  // follows, "/lda", "/ldb", "/ldb1"; a dense shape's class is as it was. An
+  // ld's alignment is checked at launch, with the pointers'.
+  const int strided = (gemm_operand_strided(ml, s, 0) ? 1 : 0) | (gemm_operand_strided(ml, s, 1) ? 2 : 0) |
+                      (gemm_operand_strided(ml, s, 2) ? 4 : 0);
+  static const std::array<std::string, 32> classes = [] {
+    std::array<std::string, 32> out;
+    for (int c = 0; c < 32; ++c)
+      out[static_cast<std::size_t>(c)] = fmt::format("{}/{}{}{}{}", c & 16 ? "ld8" : "ld1", c & 8 ? "n4" : "n1",
+                                                     c & 1 ? "/lda" : "", c & 2 ? "/ldb" : "", c & 4 ? "/ldb1" : "");
+    return out;
+  }();
+  return classes[static_cast<std::size_t>((ld8 ? 16 : 0) | (n4 ? 8 : 0) | strided)];
 }
 
 bool gemm_staged_epilogue(const GemmTile& t) {
@@ -63,9 +75,10 @@ GemmPlan plan_gemm(const KernelPlan& plan) {
   g.simt = !g.wave && gemm_is_simt(plan.spec->mainloop);  // a wave tile computes f32 in its own template
   g.operand_bytes = static_cast<int>(size_of(plan.spec->mainloop.a));
   g.ld8 = plan.shape_class.starts_with("ld8");
-  g.n4 = plan.shape_class.ends_with("/n4");
+  g.n4 = plan.shape_class.substr(0, 6).ends_with("/n4");  // "ld8/n4", then any strided flags
   g.vector_only = g.ld8 && plan.path == KernelPath::fastest;
   g.dual = plan.spec->mainloop.kind == MainloopKind::dual_gemm;
+  for (int i = 0; i < 3; ++i) g.strided[i] = gemm_operand_strided(plan.spec->mainloop, plan.shape, i);
   return g;
 }
 
@@ -82,7 +95,23 @@ void operand_params(const GemmPlan& g, ParamLayout& layout) {
   layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
   layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
   layout.add(ParamRole::dim_k, 0, "k", "long long k", 8, 8);
+  // Note [Strided operands]: a strided operand's leading dimension; a dense
+  // one's is M, N or K (operand_ld_vars), and its kernel has no field.
+  constexpr const char* ld_names[] = {"lda", "ldb", "ldb1"};
+  for (std::uint32_t i = 0; i < 3; ++i)
+    if (g.strided[i]) layout.add(ParamRole::ld, i, ld_names[i], fmt::format("long long {}", ld_names[i]), 8, 8);
   layout.add_rng_and_scalars(plan);
+}
+
+// Each operand's leading dimension as the loaders read it, for either of its
+// layouts: `p.lda` where strided, else the dense one (A: K-major K, M-major M;
+// B: K-major K, N-major N). A single GEMM's B1 is its B.
+TemplateVars operand_ld_vars(const GemmPlan& g) {
+  const bool b1 = g.dual ? g.strided[2] : g.strided[1];
+  const char* b1_field = g.dual ? "p.ldb1" : "p.ldb";
+  return {{"lda_kmajor", g.strided[0] ? "p.lda" : "p.k"},  {"lda_mmajor", g.strided[0] ? "p.lda" : "p.m"},
+          {"ldb_kmajor", g.strided[1] ? "p.ldb" : "p.k"},  {"ldb_nmajor", g.strided[1] ? "p.ldb" : "p.n"},
+          {"ldb1_kmajor", b1 ? b1_field : "p.k"},          {"ldb1_nmajor", b1 ? b1_field : "p.n"}};
 }
 
 // The bindings of the mainloop's operands, in parameter order.
@@ -489,6 +518,7 @@ KernelSource emit_gemm(const GemmPlan& g) {
       {"element", emit_element(g, contract, g.simt ? "acc[0][jg * 4 + e]" : "acc[mi][ni][e]", "          ", false,
                                "[ni][e & 1]")},
   });
+  vars.merge(operand_ld_vars(g));
   if (!g.simt) {
     vars.emplace("operand_t", std::string(storage_type_name(plan.spec->mainloop.a)));
     vars.emplace("operand_bits", g.operand_bytes == 4 ? "unsigned" : "unsigned short");

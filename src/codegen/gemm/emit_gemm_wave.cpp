@@ -59,6 +59,7 @@ KernelSource emit_gemm_wave(const GemmPlan& g) {
       {"b_kmajor", g.b_kmajor ? "true" : "false"},
       {"vector_flag", vector_flag},
   });
+  vars.merge(operand_ld_vars(g));
   vars.merge(staged_vars(g, contract, 8));
   layout.finish(ks);
   ks.text = render_template(embedded_template("gemm_wave.cu.in"), vars, "gemm_wave.cu.in");

@@ -27,10 +27,29 @@ struct GemmPlan {
   bool n4 = false;          // N % 4 == 0: a Philox call's four draws lie in one row
   bool vector_only = false; // 16-byte loads only: the host checks the operands' alignment
   bool dual = false;        // dual_gemm: B0 and B1, accumulators acc and acc1
+  bool strided[3] = {};     // A, B (B0), B1 strided: an ld field each (Note [Strided operands])
 };
 
-/// "ld8" or "ld1" (16-byte operand loads possible), then "/n4" or "/n1".
+/// "ld8" or "ld1" (16-byte operand loads possible), then "/n4" or "/n1", then
+/// "/lda", "/ldb", "/ldb1" for each strided operand (Note [Strided operands]).
 std::string_view gemm_shape_class(const Mainloop& mainloop, const Shape& shape);
+
+// Note [Strided operands] (docs/strided-batched.md, step 1)
+// A GEMM operand may be a view whose rows lie `ld` elements apart (Shape::lda,
+// ldb, ldb1; a column-major operand's columns). Every loader already takes its
+// leading dimension at run time, so a strided operand changes the kernel only
+// by a `long long ld<x>` field after k (ParamRole::ld) that its loaders read
+// instead of p.k, p.m or p.n (operand_ld_vars); the wgmma mainloop's tensor
+// map takes the stride on the host (wgmma_tensor_map). A dense operand (ld 0
+// or its rows' length) has no field: its kernel is byte for byte the dense
+// one. Which operands are strided is in the shape class ("ld8/n4/lda"), so in
+// the cache key and the kernel's name; the ld's value is not. The tile and
+// the order of every addition are the dense shape's, so a strided view and its
+// dense copy give the same bits. 16-byte loads and TMA need ld x element size
+// a multiple of 16, as they need the pointer aligned: the launch checks both
+// (Jit::Impl::pack_params) and a miss takes the general kernel, which for a
+// wgmma key is the mma.sync fallback tile's.
+
 /// Dynamic shared memory of a tile: the ring of A and B stages (A, B0 and B1
 /// for a dual GEMM) of `operand_bytes`-byte elements.
 std::uint32_t gemm_shared_bytes(const GemmTile& tile, int operand_bytes, bool dual = false);

@@ -17,6 +17,9 @@ namespace epifuse {
 
 /// A, B (B0 and B1), the graph's tensors, M, N, K, the RNG and the scales.
 void operand_params(const GemmPlan& g, ParamLayout& layout);
+/// The loaders' leading dimensions (lda_kmajor, lda_mmajor, ldb_..., ldb1_...):
+/// `p.lda` for a strided operand, else the dense p.k, p.m or p.n (Note [Strided operands]).
+TemplateVars operand_ld_vars(const GemmPlan& g);
 /// The mainloop operands' binding names, in parameter order.
 std::vector<std::string> operand_bindings(const GemmPlan& g);
 /// kernel, description, param_fields, epilogue_signature, epilogue_body.

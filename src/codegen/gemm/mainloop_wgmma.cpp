@@ -195,22 +195,27 @@ std::optional<TensorMap2d> wgmma_tensor_map(const ParamField& field, const Opaqu
   // MN-major B: [64 k][64 n] boxes; with a cluster and one such block (BN 64)
   // each block copies half of its k rows.
   const unsigned nmajor_box = t.bn / 64 >= t.cluster ? 64u : 64u / static_cast<unsigned>(t.cluster);
-  auto map = [&](std::uint64_t base, std::uint64_t inner, std::uint64_t outer, unsigned box_outer) {
-    // A base the copy engine cannot take sends the launch to the general
-    // kernel (KernelSource::requires_alignment), which has no maps; an empty
-    // K is never loaded. Neither needs a map.
-    return base % 16 != 0 || inner == 0 || outer == 0 || (inner * es) % 16 != 0
+  // An operand's row stride in elements: its ld (Note [Strided operands]),
+  // the dense rows' length (`inner`) where the shape gives none.
+  const std::int64_t lds[] = {c.shape.lda, c.shape.ldb, c.shape.ldb1};
+  auto map = [&](std::uint64_t base, std::uint64_t inner, std::uint64_t outer, std::int64_t ld,
+                 unsigned box_outer) {
+    const std::uint64_t stride = ld != 0 ? static_cast<std::uint64_t>(ld) : inner;
+    // A base or a row stride the copy engine cannot take sends the launch to
+    // the general kernel (KernelSource::requires_alignment), which has no
+    // maps; an empty K is never loaded. Neither needs a map.
+    return base % 16 != 0 || inner == 0 || outer == 0 || (stride * es) % 16 != 0
                ? std::nullopt
                : std::optional<TensorMap2d>(
-                     TensorMap2d{base, inner, outer, inner * es, box_inner, box_outer, es, es == 4});
+                     TensorMap2d{base, inner, outer, stride * es, box_inner, box_outer, es, es == 4});
   };
   switch (field.index) {
-    case a_kmajor_map: return map(c.inputs[0], k, m, bm);              // [M][K]
-    case a_mmajor_map: return map(c.inputs[0], m, k, 64);              // [K][M] (16-bit)
-    case b_kmajor_map: return map(c.inputs[1], k, n, bn / t.cluster);  // [N][K], a block's share
-    case b_nmajor_map: return map(c.inputs[1], n, k, nmajor_box);      // [K][N]
-    case b1_kmajor_map: return map(c.inputs[2], k, n, bn / t.cluster);
-    case b1_nmajor_map: return map(c.inputs[2], n, k, nmajor_box);
+    case a_kmajor_map: return map(c.inputs[0], k, m, lds[0], bm);              // [M][K]
+    case a_mmajor_map: return map(c.inputs[0], m, k, lds[0], 64);              // [K][M] (16-bit)
+    case b_kmajor_map: return map(c.inputs[1], k, n, lds[1], bn / t.cluster);  // [N][K], a block's share
+    case b_nmajor_map: return map(c.inputs[1], n, k, lds[1], nmajor_box);      // [K][N]
+    case b1_kmajor_map: return map(c.inputs[2], k, n, lds[2], bn / t.cluster);
+    case b1_nmajor_map: return map(c.inputs[2], n, k, lds[2], nmajor_box);
     default: EPIFUSE_ASSERT(false, "unknown tensor map {}", field.index);
   }
   return std::nullopt;

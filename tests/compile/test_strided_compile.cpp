@@ -1,0 +1,103 @@
+// Compile tier for strided GEMM operands (Note [Strided operands]): NVRTC must
+// accept the variants with ld fields for sm_80 and sm_90a: mma.sync (the
+// 16-byte and the element path), SIMT f32, wgmma and its mma.sync general
+// kernel, single and dual GEMMs, every operand strided; hipRTC the wave
+// kernel's for gfx90a (MFMA) and gfx1030 (the FMA form). Skips with a visible
+// line without NVRTC or hipRTC.
+#include <doctest/doctest.h>
+
+#include "backend/hiprtc.hpp"
+#include "backend/nvrtc.hpp"
+#include "epifuse/jit.hpp"
+
+using namespace epifuse;
+
+namespace {
+
+bool have_nvrtc() {
+  if (backend::nvrtc_or_null()) return true;
+  MESSAGE("compile tier skipped: " << backend::nvrtc_unavailable_reason());
+  return false;
+}
+
+KernelSpec gemm(DType dt, Layout a, Layout b, MainloopKind kind, GemmMath math = GemmMath::exact) {
+  KernelSpec spec;
+  spec.mainloop = {kind, dt, dt, a, b, math};
+  Graph& g = spec.graph;
+  Value y = g.add(g.accumulator(0), g.input("bias", dt, Broadcast::row));
+  if (kind == MainloopKind::dual_gemm) y = g.mul(g.silu(y), g.accumulator(1));
+  g.output("y", y, dt);
+  return spec;
+}
+
+// Every operand strided by a few elements past its rows' length.
+Shape strided(const KernelSpec& spec, Shape s, std::int64_t pad) {
+  s.lda = gemm_operand_extent(spec.mainloop, s, 0) + pad;
+  s.ldb = gemm_operand_extent(spec.mainloop, s, 1) + pad;
+  if (spec.mainloop.kind == MainloopKind::dual_gemm) s.ldb1 = gemm_operand_extent(spec.mainloop, s, 2) + 2 * pad;
+  return s;
+}
+
+}  // namespace
+
+TEST_SUITE("compile") {
+  TEST_CASE("strided GEMM operands compile for sm_80 and sm_90a" * doctest::test_suite("nvrtc")) {
+    if (!have_nvrtc()) return;
+    int compiled = 0;
+    auto compile = [&](Jit& jit, const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile) {
+      INFO(jit.target() << " " << to_string(spec.mainloop.kind) << " " << to_string(spec.mainloop.a) << " "
+                        << shape.m << "x" << shape.n << "x" << shape.k << " ld " << shape.lda << "," << shape.ldb
+                        << "," << shape.ldb1 << " tile " << (tile ? to_string(*tile) : "default"));
+      auto kernel = jit.compile(spec, shape, tile);
+      CHECK(kernel->binary().size() > 4);
+      CHECK(kernel->source().text.find("long long lda;") != std::string::npos);
+      ++compiled;
+    };
+    for (const char* target : {"sm_80", "sm_90a"}) {
+      Jit jit(target);
+      for (MainloopKind kind : {MainloopKind::gemm, MainloopKind::dual_gemm})
+        for (Layout a : {Layout::row, Layout::col})
+          for (Layout b : {Layout::row, Layout::col}) {
+            const KernelSpec f16 = gemm(DType::f16, a, b, kind);
+            compile(jit, f16, strided(f16, {256, 512, 1024}, 8), std::nullopt);  // 16-byte loads (sm_90a: wgmma)
+            compile(jit, f16, strided(f16, {65, 130, 33}, 3), std::nullopt);     // the element path
+          }
+      const KernelSpec f32 = gemm(DType::f32, Layout::row, Layout::col, MainloopKind::gemm);  // SIMT
+      compile(jit, f32, strided(f32, {200, 136, 96}, 4), std::nullopt);
+      compile(jit, f32, strided(f32, {65, 130, 33}, 1), std::nullopt);
+      const KernelSpec tf32 = gemm(DType::f32, Layout::row, Layout::col, MainloopKind::gemm, GemmMath::tf32);
+      compile(jit, tf32, strided(tf32, {256, 512, 1024}, 4), std::nullopt);
+      if (std::string_view(target) == "sm_90a") {
+        const KernelSpec bf16 = gemm(DType::bf16, Layout::row, Layout::col, MainloopKind::gemm);
+        compile(jit, bf16, strided(bf16, {512, 512, 512}, 64), WgmmaTile{128, 128, 64, 4, 8});
+        compile(jit, bf16, strided(bf16, {512, 512, 512}, 64), WgmmaTile{128, 256, 64, 4, 8, 2});
+        const KernelSpec dual = gemm(DType::bf16, Layout::row, Layout::col, MainloopKind::dual_gemm);
+        compile(jit, dual, strided(dual, {512, 512, 512}, 64), WgmmaTile{128, 128, 64, 4, 8});
+      }
+    }
+    CHECK(compiled == 2 * (2 * 4 * 2 + 3) + 3);
+  }
+
+  TEST_CASE("strided GEMM operands compile for gfx90a and gfx1030 (the wave kernel)" * doctest::test_suite("hiprtc")) {
+    if (!backend::hiprtc_or_null()) {
+      MESSAGE("hipRTC tests skipped: " << backend::hiprtc_unavailable_reason());
+      return;
+    }
+    int compiled = 0;
+    for (const char* target : {"gfx90a", "gfx1030"}) {
+      Jit jit(target);
+      for (MainloopKind kind : {MainloopKind::gemm, MainloopKind::dual_gemm})
+        for (Layout b : {Layout::row, Layout::col}) {
+          const KernelSpec spec = gemm(DType::f16, Layout::row, b, kind);
+          for (const Shape& s : {strided(spec, {256, 512, 1024}, 8), strided(spec, {65, 130, 33}, 3)}) {
+            INFO(target << " " << to_string(kind) << " b " << to_string(b) << " " << s.m << "x" << s.n << "x" << s.k);
+            auto kernel = jit.compile(spec, s);
+            CHECK(kernel->binary().size() > 4);
+            CHECK(kernel->source().text.find("p.lda") != std::string::npos);
+            ++compiled;
+          }
+        }
+    }
+    CHECK(compiled == 16);
+  }
+}
