@@ -40,6 +40,13 @@ SHAPES = [
     (8192, 8192, 8192), (16384, 1024, 4096), (16384, 4096, 16384), (16384, 16384, 4096),
 ]
 QUICK = [(1024, 1024, 1024), (4096, 4096, 4096), (16384, 4096, 16384)]
+# Shapes no rule was fitted to (--validation): checks Note [Default GEMM tile] out of sample.
+VALIDATION = [
+    (64, 8192, 4096), (192, 4096, 4096), (768, 3072, 768), (1536, 6144, 1536), (2560, 10240, 2560),
+    (3072, 3072, 3072), (4096, 14336, 4096), (6144, 12288, 3072), (8192, 1536, 6144), (12288, 4096, 12288),
+]
+DUAL_VALIDATION = [(64, 11008, 4096), (512, 11008, 4096), (2048, 11008, 4096), (4096, 5632, 2048),
+                   (8192, 14336, 4096), (16384, 5632, 2048)]
 DUAL_SHAPES = [
     (16, 4096, 4096), (128, 11008, 4096), (512, 2048, 2048), (1024, 1024, 1024),
     (2048, 5632, 2048), (4096, 4096, 4096), (4096, 11008, 4096), (8192, 5632, 2048),
@@ -59,6 +66,10 @@ CONFIGS = {
     "bf16_bias_relu_dropout": lambda: linear_chain("bf16", True, "relu", 0.1).to_json(),
     "tf32_gemm_brow": lambda: row_b(linear_chain("f32", False, None, tf32=True).to_json()),
     "bf16_swiglu": lambda: gated_chain("bf16", "silu").to_json(),
+    # What training runs: the forwards that write what their backward saves.
+    "bf16_fc1_saved": lambda: linear_chain("bf16", True, "gelu_tanh", 0.1).grad().forward.to_json(),
+    "bf16_swiglu_saved": lambda: gated_chain("bf16", "silu").grad().forward.to_json(),
+    "tf32_gemm": lambda: linear_chain("f32", False, None, tf32=True).to_json(),
 }
 
 
@@ -110,6 +121,7 @@ def main():
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated: " + ", ".join(CONFIGS))
     ap.add_argument("--out", default="default_vs_tuned", help="output folder")
     ap.add_argument("--quick", action="store_true", help="three shapes a configuration")
+    ap.add_argument("--validation", action="store_true", help="the shapes no default rule was fitted to")
     opt = ap.parse_args()
     out = Path(opt.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -120,7 +132,13 @@ def main():
                 sys.exit(f"default_vs_tuned: unknown configuration {cfg!r}; known: {', '.join(CONFIGS)}")
             path = f"{tmp}/{cfg}.json"
             Path(path).write_text(CONFIGS[cfg]())
-            shapes = QUICK if opt.quick else DUAL_SHAPES if "swiglu" in cfg else SHAPES
+            dual = "swiglu" in cfg
+            if opt.quick:
+                shapes = QUICK
+            elif opt.validation:
+                shapes = DUAL_VALIDATION if dual else VALIDATION
+            else:
+                shapes = DUAL_SHAPES if dual else SHAPES
             rows = []
             for shape in shapes:
                 t0 = time.time()
