@@ -64,6 +64,29 @@ TEST_SUITE("unit") {
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {512, 1024, 1024}, half) == "h128x64x64s8g8");
   }
 
+  TEST_CASE("GEMM default tile: epilogues with more than one [M,N] tensor keep 128x256 where it fills the GPU") {
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    // A training forward: y and the saved pre-activation.
+    KernelSpec saved = bias_gelu(DType::bf16, Layout::col);
+    {
+      Graph& g = saved.graph;
+      saved.graph = Graph{};
+      const Value z = g.add(g.accumulator(0), g.input("bias", DType::bf16, Broadcast::row));
+      g.output("y", g.gelu_tanh(z), DType::bf16);
+      g.output("saved_z", z, DType::bf16);
+    }
+    CHECK(default_tile(saved, {16384, 16384, 4096}, h100) == "h128x256x64s4g8");
+    CHECK(default_tile(saved, {1024, 1024, 1024}, h100) == "h128x64x64s8g8");
+    // A residual read: two [M,N] tensors as well.
+    KernelSpec residual = bias_gelu(DType::bf16, Layout::col);
+    residual.graph = Graph{};
+    residual.graph.output("y", residual.graph.add(residual.graph.accumulator(0), residual.graph.input("r", DType::bf16)),
+                          DType::bf16);
+    CHECK(default_tile(residual, {16384, 4096, 11008}, h100) == "h128x256x64s4g8");
+    // A bias (an [N] row) is not one: the ping-pong tile.
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {16384, 4096, 11008}, h100) == "h128x128x64s6g8p");
+  }
+
   TEST_CASE("GEMM default tile: the dual GEMM") {
     const DeviceInfo h100 = assumed_device("sm_90a");
     const KernelSpec swiglu = bias_gelu(DType::bf16, Layout::col, MainloopKind::dual_gemm);
