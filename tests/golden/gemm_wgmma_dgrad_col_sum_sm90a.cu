@@ -22,7 +22,7 @@
 
 typedef ef_bf16 T;
 
-struct ef_6a6bfce03b1acb4e_params {
+struct ef_054ddc107755f4a3_params {
   const ef_bf16* a;
   const ef_bf16* b;
   const ef_bf16* in0;
@@ -40,19 +40,19 @@ struct ef_6a6bfce03b1acb4e_params {
 };
 
 // The fused epilogue of one element: straight-line SSA from the op table.
-__device__ __forceinline__ void ef_6a6bfce03b1acb4e_epilogue(const ef_6a6bfce03b1acb4e_params& p, float v0, float v1, float& o0, float& o1) {
+__device__ __forceinline__ void ef_054ddc107755f4a3_epilogue(const ef_054ddc107755f4a3_params& p, float v0, float v1, float& o0, float& o1) {
   const float v2 = ef_gelu_tanh_deriv(v1);
   const float v3 = v0 * v2;
   o0 = v3;
   o1 = v3;  // a column term
 }
 
-constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, GROUP_M = 8, CLUSTER = 1;
+constexpr int BM = 128, BN = 128, BK = 64, STAGES = 6, GROUP_M = 8, CLUSTER = 1;
 constexpr bool DUAL = false;
 // Cooperative: both consumer warpgroups on one tile, BM/2 rows each. Ping-pong:
 // each warpgroup on every other tile of the block, all BM rows, so one runs
 // its epilogue while the other's wgmma keep the tensor cores busy.
-constexpr bool PINGPONG = false;
+constexpr bool PINGPONG = true;
 constexpr int CONSUMERS = 2, WG_M = PINGPONG ? BM : BM / CONSUMERS, MI = WG_M / 64, NI = BN / 8;
 constexpr int RELEASERS = (PINGPONG ? 1 : CONSUMERS) * 4;  // consumer warps that read each stage
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -83,8 +83,8 @@ static_assert(!DUAL || BN <= 128, "a dual GEMM's two products are one wgmma of 2
 // D[MI=1 row block][NI][4] += A (64 x 32 bytes of K) * B (32 bytes of K x BN) on the tensor cores.
 __device__ __forceinline__ void ef_wgmma(float (&d)[NI][4], unsigned long long da, unsigned long long db) {
   asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, 1, 1, 1, 0, 0;\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]), "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]), "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]), "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]), "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]), "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]), "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]), "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]), "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]), "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]), "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]), "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]), "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]), "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]), "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, 0, 0;\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
       : "l"(da), "l"(db));
 }
 
@@ -199,7 +199,7 @@ __device__ __forceinline__ void fragment_chunk(float (&ch)[8][4], const float (&
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)  ef_6a6bfce03b1acb4e(const __grid_constant__ ef_6a6bfce03b1acb4e_params p) {
+extern "C" __global__ void __launch_bounds__(THREADS, 1)  ef_054ddc107755f4a3(const __grid_constant__ ef_054ddc107755f4a3_params p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // The 128-byte swizzle repeats every 1024 bytes: stages start on that boundary.
   const unsigned raw = ef_smem_addr(smem_raw);
@@ -328,6 +328,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)  ef_6a6bfce03b1acb4e(co
       }
     }
     if (PINGPONG && threadIdx.x % 128 == 0) ef_mbar_arrive(turns + 8 * (wg ^ 1));  // its turn
+    // The first chunk's [M,N] epilogue inputs, loaded while the last wgmma run
+    // (Note [Prefetched epilogue inputs]).
+    const bool in0_vec = (p.n & 7) == 0 && (reinterpret_cast<unsigned long long>(p.in0) & 15) == 0;
+    unsigned in0_pf[4][4];
+    {
+      const long long pf_row = m0 + wm + warp * 16, pf_col = n0;
+      ef_prefetch_rows16(in0_pf, reinterpret_cast<const unsigned short*>(p.in0), pf_row, pf_col, p.m, p.n, in0_vec, lane);
+    }
     ef_wgmma_wait<0>();
     if (prev >= 0 && lane == 0) release_stage(bars + 8 * (STAGES + prev));
 #pragma unroll
@@ -366,6 +374,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)  ef_6a6bfce03b1acb4e(co
         float ch[8][4];
         fragment_chunk(ch, acc, u);
         __syncwarp();  // the previous chunk's reads of the staging area are done
+        unsigned in0_f[8][2];  // this chunk's in0, fragment layout (Note [Prefetched epilogue inputs])
+        ef_rows16_to_fragments<F16_SROW>(in0_f, in0_pf, st16, lane);
+        if (u + 1 < MI * (BN / 64)) {  // the next chunk's, in flight during this one
+          const long long pf_row = m0 + wm + (u + 1) / (BN / 64) * 64 + warp * 16, pf_col = n0 + (u + 1) % (BN / 64) * 64;
+          ef_prefetch_rows16(in0_pf, reinterpret_cast<const unsigned short*>(p.in0), pf_row, pf_col, p.m, p.n, in0_vec, lane);
+        }
 #pragma unroll
         for (int f = 0; f < 8; ++f)
 #pragma unroll
@@ -375,11 +389,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)  ef_6a6bfce03b1acb4e(co
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const long long col = n0 + c * 64 + f * 8 + (lane & 3) * 2 + e;
-              const long long rc = row < p.m ? row : p.m - 1;
-              const long long cc = col < p.n ? col : p.n - 1;
-              const float in0_v = ef_ldg_float(p.in0 + rc * p.n + cc);
+              const float in0_v = ef_word_half<ef_bf16>(in0_f[f][h], e);
               float out0_v, out1_v;
-              ef_6a6bfce03b1acb4e_epilogue(p, ch[f][2 * h + e], in0_v, out0_v, out1_v);
+              ef_054ddc107755f4a3_epilogue(p, ch[f][2 * h + e], in0_v, out0_v, out1_v);
               out0_q[e] = out0_v;
               if (row < p.m) out1_s[f * 2 + e] += out1_v;  // a column term
             }
@@ -465,7 +477,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)  ef_6a6bfce03b1acb4e(co
             if (!guard_elements || (row < p.m && col < p.n)) {
               const long long at = row * p.n + col;
               float out0_v, out1_v;
-              ef_6a6bfce03b1acb4e_epilogue(p, quad[e], in0_v, out0_v, out1_v);
+              ef_054ddc107755f4a3_epilogue(p, quad[e], in0_v, out0_v, out1_v);
               out0_q[e] = out0_v;
               if (row < p.m) out1_s[e] += out1_v;  // a column term
             }

@@ -4,6 +4,7 @@
 // pointers the copy engine cannot take. Runs only on an sm_90a GPU.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/device_runtime.hpp"
 #include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
@@ -44,6 +46,57 @@ std::vector<WgmmaTile> tf32_tiles() {
 using testing::check;
 using testing::gemm_spec;
 using testing::gemm_tolerance;
+
+// Note [Prefetched epilogue inputs]: a chain on acc with three [M,N] inputs
+// (two 16-bit, the most a kernel loads ahead, and one more: f32 with `dropout`
+// (the staged epilogue, which loads f32 ahead too), else bf16, loaded element
+// by element) and one bf16 output. Without dropout it runs the fragment epilogue.
+KernelSpec three_input_spec(Layout b, double dropout) {
+  KernelSpec s;
+  s.mainloop = {MainloopKind::gemm, DType::bf16, DType::bf16, Layout::row, b};
+  Graph& g = s.graph;
+  const Value saved = g.input("saved", DType::bf16), gate = g.input("gate", DType::f16);
+  const Value extra = g.input("extra", dropout > 0 ? DType::f32 : DType::bf16);
+  Value v = g.mul(g.accumulator(0), g.unary(OpKind::gelu_tanh_deriv, saved));
+  if (dropout > 0) v = g.dropout(v, dropout);
+  g.output("y", g.add(g.mul(v, gate), g.scale(extra, 0.5)), DType::bf16);
+  return s;
+}
+
+// run_on_device with the epilogue inputs (not the operands) `shift` elements
+// past 16-byte aligned addresses, so that the loads ahead take their element path.
+TensorMap run_inputs_shifted(Jit& jit, const KernelSpec& spec, const Shape& shape, const TensorMap& inputs,
+                             const LaunchArgs& args, const TileConfig& tile, std::size_t shift) {
+  auto kernel = jit.compile(spec, shape, tile);
+  const KernelSource& ks = kernel->source();
+  backend::DeviceRuntime& drv = backend::device_runtime(backend::vendor_of(jit.target()));
+  std::vector<backend::DeviceMemory> buffers;
+  DeviceBindings bindings;
+  for (std::size_t i = 0; i < ks.inputs.size(); ++i) {
+    const HostTensor t = to_device_layout(spec, ks.inputs[i], inputs.at(ks.inputs[i]));
+    const std::size_t off = i < 2 ? 0 : shift * size_of(t.dtype);
+    buffers.emplace_back(drv, t.bytes.size() + off + 16);
+    drv.copy_to_device(buffers.back().ptr() + off, t.bytes.data(), t.bytes.size());
+    bindings.inputs.push_back(buffers.back().ptr() + off);
+  }
+  TensorMap outputs;
+  for (const std::string& name : ks.outputs) {
+    const Output& o = *std::find_if(spec.graph.outputs().begin(), spec.graph.outputs().end(),
+                                    [&](const Output& x) { return x.name == name; });
+    HostTensor t = HostTensor::zeros(o.dtype, operand_shape(spec.graph.node(o.value).broadcast, shape));
+    buffers.emplace_back(drv, t.bytes.size());
+    buffers.back().fill_bytes(0xFF);  // poison: NaN in every dtype
+    bindings.outputs.push_back(buffers.back().ptr());
+    outputs.emplace(name, std::move(t));
+  }
+  jit.launch(*kernel, bindings, shape, args);
+  drv.synchronize();
+  for (std::size_t k = 0; k < ks.outputs.size(); ++k) {
+    HostTensor& t = outputs.at(ks.outputs[k]);
+    drv.copy_to_host(t.bytes.data(), bindings.outputs[k], t.bytes.size());
+  }
+  return outputs;
+}
 
 }  // namespace
 
@@ -148,6 +201,38 @@ TEST_SUITE("gpu_sm90") {
     g.output("pre", z, DType::f32);
     g.output("y", r, DType::bf16);
     for (const WgmmaTile& t : k_tiles) check(*jit, s, {333, 264, 136}, 9501, t);
+  }
+
+  TEST_CASE("gemm sm90: [M,N] epilogue inputs loaded ahead, both epilogues, every tile, ragged and misaligned") {
+    // Note [Prefetched epilogue inputs]: whole 16-byte (fragment) or quad
+    // vectors where N and the input allow, else element loads; rows and
+    // columns past the edge clamped. Ragged M, N % 8 == 4 and odd N (B
+    // col-major), inputs one element off 16-byte alignment; both the masks and
+    // the values of the dropout chain against the reference.
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9550;
+    const LaunchArgs args{0x9e3779b97f4a7c15ULL, 7};
+    for (double dropout : {0.0, 0.25})
+      for (Layout b : {Layout::row, Layout::col}) {
+        const KernelSpec spec = three_input_spec(b, dropout);
+        std::vector<Shape> shapes{{256, 256, 128}, {200, 136, 72}, {1032, 1040, 200}};
+        if (b == Layout::col) shapes.insert(shapes.end(), {Shape{130, 131, 40}, Shape{333, 260, 64}});
+        for (const WgmmaTile& t : k_tiles)
+          for (const Shape& shape : shapes)
+            for (std::size_t shift : {std::size_t{0}, std::size_t{1}}) {
+              const TensorMap inputs = make_inputs(spec, shape, ++seed);
+              const HostTensor want = evaluate(spec, shape, inputs, args).at("y");
+              const HostTensor got = run_inputs_shifted(*jit, spec, shape, inputs, args, TileConfig{t}, shift).at("y");
+              INFO("dropout " << dropout << " b " << to_string(b) << " tile " << t.str() << " shape " << shape.m << "x"
+                              << shape.n << "x" << shape.k << " shift " << shift);
+              std::int64_t differ = 0;
+              for (std::int64_t i = 0; i < want.numel(); ++i) differ += (want.get(i) == 0.0f) != (got.get(i) == 0.0f);
+              CHECK_MESSAGE(differ == 0, differ << " zero positions differ");
+              const Comparison c = compare(got, want, gemm_tolerance(DType::bf16, shape));
+              CHECK_MESSAGE(c.ok, c.message);
+            }
+      }
   }
 
   TEST_CASE("gemm sm90: dropout masks equal the reference's for every wgmma tile") {

@@ -64,7 +64,7 @@ TEST_SUITE("unit") {
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {512, 1024, 1024}, half) == "h128x64x64s8g8");
   }
 
-  TEST_CASE("GEMM default tile: epilogues with more than one [M,N] tensor keep 128x256 where it fills the GPU") {
+  TEST_CASE("GEMM default tile: staged epilogues with more than one [M,N] tensor keep 128x256 where it fills the GPU") {
     const DeviceInfo h100 = assumed_device("sm_90a");
     // A training forward: y and the saved pre-activation.
     KernelSpec saved = bias_gelu(DType::bf16, Layout::col);
@@ -77,12 +77,28 @@ TEST_SUITE("unit") {
     }
     CHECK(default_tile(saved, {16384, 16384, 4096}, h100) == "h128x256x64s4g8");
     CHECK(default_tile(saved, {1024, 1024, 1024}, h100) == "h128x64x64s8g8");
-    // A residual read: two [M,N] tensors as well.
+    // A residual read with dropout: two [M,N] tensors and the staged epilogue.
     KernelSpec residual = bias_gelu(DType::bf16, Layout::col);
     residual.graph = Graph{};
-    residual.graph.output("y", residual.graph.add(residual.graph.accumulator(0), residual.graph.input("r", DType::bf16)),
+    residual.graph.output("y", residual.graph.add(residual.graph.dropout(residual.graph.accumulator(0), 0.1),
+                                                  residual.graph.input("r", DType::bf16)),
                           DType::bf16);
     CHECK(default_tile(residual, {16384, 4096, 11008}, h100) == "h128x256x64s4g8");
+    // Without dropout the fragment epilogue loads the residual ahead: the ping-pong tile
+    // (Note [Prefetched epilogue inputs]), as for a dgrad's saved pre-activation.
+    KernelSpec plain = residual;
+    plain.graph = Graph{};
+    plain.graph.output("y", plain.graph.add(plain.graph.accumulator(0), plain.graph.input("r", DType::bf16)), DType::bf16);
+    CHECK(default_tile(plain, {16384, 4096, 11008}, h100) == "h128x128x64s6g8p");
+    KernelSpec dgrad = residual;
+    dgrad.graph = Graph{};
+    {
+      Graph& g = dgrad.graph;
+      const Value dz = g.mul(g.accumulator(0), g.unary(OpKind::gelu_tanh_deriv, g.input("saved_z", DType::bf16)));
+      g.output("dz", dz, DType::bf16);
+      g.output("dbias", g.unary(OpKind::col_sum, dz), DType::bf16);
+    }
+    CHECK(default_tile(dgrad, {8192, 8192, 8192}, h100) == "h128x128x64s6g8p");
     // A bias (an [N] row) is not one: the ping-pong tile.
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {16384, 4096, 11008}, h100) == "h128x128x64s6g8p");
   }

@@ -327,9 +327,11 @@ std::string early_value(const TensorPlan& t) {
 // (measured: +1.5 us at 128x256x256 for one bias load per element, docs/perf/gemm.md).
 }  // namespace
 
-std::string emit_element_loads(const GemmPlan& g, const std::string& pad, bool staged) {
+std::string emit_element_loads(const GemmPlan& g, const std::string& pad, bool staged,
+                               const std::vector<std::string>& held) {
   const KernelPlan& plan = *g.plan;
   if (plan.inputs.empty()) return pad + "// no inputs to load";
+  const auto held_value = [&](std::size_t i) { return i < held.size() ? held[i] : std::string(); };
   if (!staged && early_loads(g)) {
     std::string s;
     for (const TensorPlan& t : plan.inputs) s += fmt::format("        const float {}_v = {};\n", t.field, early_value(t));
@@ -337,14 +339,20 @@ std::string emit_element_loads(const GemmPlan& g, const std::string& pad, bool s
     return s;
   }
   bool rows = false, cols = false;
-  for (const TensorPlan& t : plan.inputs) {
-    rows |= t.broadcast == Broadcast::full || t.broadcast == Broadcast::col;
-    cols |= t.broadcast == Broadcast::full || t.broadcast == Broadcast::row;
+  for (std::size_t i = 0; i < plan.inputs.size(); ++i) {
+    const Broadcast b = plan.inputs[i].broadcast;
+    if (!held_value(i).empty()) continue;
+    rows |= b == Broadcast::full || b == Broadcast::col;
+    cols |= b == Broadcast::full || b == Broadcast::row;
   }
   std::string s;
   if (rows) s += pad + "const long long rc = row < p.m ? row : p.m - 1;\n";
   if (cols) s += pad + "const long long cc = col < p.n ? col : p.n - 1;\n";
-  for (const TensorPlan& t : plan.inputs) s += fmt::format("{}const float {}_v = {};\n", pad, t.field, load_expression(t));
+  for (std::size_t i = 0; i < plan.inputs.size(); ++i) {
+    const TensorPlan& t = plan.inputs[i];
+    const std::string value = held_value(i).empty() ? load_expression(t) : held_value(i);
+    s += fmt::format("{}const float {}_v = {};\n", pad, t.field, value);
+  }
   s.pop_back();
   return s;
 }

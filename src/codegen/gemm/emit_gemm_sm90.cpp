@@ -1,6 +1,7 @@
 // The Hopper GEMM's emitter (templates/gemm_sm90.cu.in, docs/hopper.md): the
 // wgmma + TMA mainloop, the staged epilogue every GEMM template shares
 // (gemm_parts.hpp), and the fragment epilogue that is this template's own.
+#include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
@@ -74,6 +75,24 @@ std::string wgmma_function(const GemmPlan& g) {
 // 1.15 -> 1.17x at 4096^3: docs/perf/gemm.md, tried and rejected).
 // Only [M,N] outputs count: a dgrad's dacc with its col_sum db keeps this path
 // (Note [GEMM column sums]), the sum taken on the fragments.
+}  // namespace
+
+bool wgmma_fragment_chain(const KernelSpec& spec) {
+  const Graph& g = spec.graph;
+  if (spec.mainloop.kind != MainloopKind::gemm) return false;
+  if (std::any_of(g.nodes().begin(), g.nodes().end(),
+                  [](const Node& n) { return n.kind == NodeKind::op && n.op == OpKind::dropout; }))
+    return false;
+  int full = 0;
+  for (const Output& o : g.outputs()) {
+    if (is_column_sum(g.node(o.value))) continue;
+    if (++full > 1 || size_of(o.dtype) != 2) return false;
+  }
+  return full == 1;
+}
+
+namespace {
+
 const TensorPlan* full_output(const KernelPlan& plan) {
   const TensorPlan* out = nullptr;
   for (const TensorPlan& t : plan.outputs) {
@@ -85,9 +104,112 @@ const TensorPlan* full_output(const KernelPlan& plan) {
 }
 
 bool fragment_epilogue(const GemmPlan& g) {
-  const KernelPlan& plan = *g.plan;
-  const TensorPlan* out = full_output(plan);
-  return g.wgmma && !g.dual && vector_stores(g) && plan.dropouts.empty() && out && size_of(out->dtype) == 2;
+  return g.wgmma && vector_stores(g) && wgmma_fragment_chain(*g.plan->spec);
+}
+
+// Note [Prefetched epilogue inputs]: an [M,N] input of the epilogue (a
+// dgrad's saved pre-activation, a residual) read element by element after
+// the mainloop cost a memory latency a chunk, and 2-byte loads that touch 8
+// rows each: the dgrad + dGELU + dbias epilogue on the ping-pong 128x128 tile
+// X
+// Instead each warp loads a chunk's rows of the input one chunk ahead, as
+// whole vectors, the first chunk's while the tile's last wgmma run: the
+// fragment epilogue as four 16-byte vectors a lane (16 rows x 64 columns),
+// turned into the fragment layout through the warp's staging area; the
+// staged epilogue as one vector a quad, which is already its walk. 0.99x
+// there. At most k_prefetched_inputs inputs (16 or 32 registers each, beside
+// 128 of accumulators); f32 inputs of the fragment epilogue (its staging
+// area holds 16-bit rows) and row, column and scalar inputs load as before.
+constexpr std::size_t k_prefetched_inputs = 2;
+
+std::vector<std::size_t> prefetched_inputs(const GemmPlan& g) {
+  const bool fragment = fragment_epilogue(g);
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < g.plan->inputs.size() && out.size() < k_prefetched_inputs; ++i) {
+    const TensorPlan& t = g.plan->inputs[i];
+    if (t.broadcast == Broadcast::full && (!fragment || size_of(t.dtype) == 2)) out.push_back(i);
+  }
+  return out;
+}
+
+// Words a staged quad of the input takes: 2 (16-bit) or 4 (f32).
+int quad_words(const TensorPlan& t) { return static_cast<int>(size_of(t.dtype)); }
+
+// Each prefetched input's value at the element, for emit_element_loads.
+std::vector<std::string> held_values(const GemmPlan& g) {
+  std::vector<std::string> held(g.plan->inputs.size());
+  const bool fragment = fragment_epilogue(g);
+  for (std::size_t i : prefetched_inputs(g)) {
+    const TensorPlan& t = g.plan->inputs[i];
+    const std::string type(storage_type_name(t.dtype));
+    held[i] = fragment ? fmt::format("ef_word_half<{}>({}_f[f][h], e)", type, t.field)
+              : quad_words(t) == 2 ? fmt::format("ef_word_half<{}>({}_q4[i][e >> 1], e & 1)", type, t.field)
+                                   : fmt::format("__uint_as_float({}_q4[i][e])", t.field);
+  }
+  return held;
+}
+
+// The loads of chunk `u` (an expression) into each input's `_pf` registers.
+std::string emit_prefetch_loads(const GemmPlan& g, const std::string& u, const std::string& pad) {
+  const bool fragment = fragment_epilogue(g);
+  const std::string width = fragment ? "64" : "CHUNK";
+  std::string s = u == "0" ? pad + "const long long pf_row = m0 + wm + warp * 16, pf_col = n0;\n"
+                           : fmt::format("{0}const long long pf_row = m0 + wm + ({1}) / (BN / {2}) * 64 + warp * 16, "
+                                         "pf_col = n0 + ({1}) % (BN / {2}) * {2};\n",
+                                         pad, u, width);
+  for (std::size_t i : prefetched_inputs(g)) {
+    const TensorPlan& t = g.plan->inputs[i];
+    s += fragment ? fmt::format("{0}ef_prefetch_rows16({1}_pf, reinterpret_cast<const unsigned short*>(p.{1}), pf_row, "
+                                "pf_col, p.m, p.n, {1}_vec, lane);\n",
+                                pad, t.field)
+                  : fmt::format("{0}ef_prefetch_quads<{2}>({1}_pf, p.{1}, pf_row, pf_col, p.m, p.n, {1}_vec, lane);\n",
+                                pad, t.field, quad_words(t));
+  }
+  s.pop_back();
+  return s;
+}
+
+// Before the tile's last wgmma wait: the registers and chunk 0's loads.
+std::string emit_prefetch_first(const GemmPlan& g) {
+  const std::vector<std::size_t> inputs = prefetched_inputs(g);
+  if (inputs.empty()) return {};
+  const bool fragment = fragment_epilogue(g);
+  std::string s = "\n    // The first chunk's [M,N] epilogue inputs, loaded while the last wgmma run\n"
+                  "    // (Note [Prefetched epilogue inputs]).";
+  for (std::size_t i : inputs) {
+    const TensorPlan& t = g.plan->inputs[i];
+    const int words = fragment ? 4 : quad_words(t);
+    s += fmt::format("\n    const bool {0}_vec = (p.n & {1}) == 0 && (reinterpret_cast<unsigned long long>(p.{0}) & {2}) == 0;"
+                     "\n    unsigned {0}_pf[4][{3}];",
+                     t.field, fragment ? 7 : 3, fragment ? 15 : 4 * words - 1, words);
+  }
+  s += "\n    {\n" + emit_prefetch_loads(g, "0", "      ") + "\n    }";
+  return s;
+}
+
+// At the start of a chunk: its inputs into the element walk's registers, the
+// next chunk's loads issued.
+std::string emit_prefetch_step(const GemmPlan& g) {
+  const std::vector<std::size_t> inputs = prefetched_inputs(g);
+  if (inputs.empty()) return {};
+  const bool fragment = fragment_epilogue(g);
+  std::string s;
+  for (std::size_t i : inputs) {
+    const TensorPlan& t = g.plan->inputs[i];
+    if (fragment) {
+      s += fmt::format("\n        unsigned {0}_f[8][2];  // this chunk's {0}, fragment layout (Note [Prefetched epilogue inputs])"
+                       "\n        ef_rows16_to_fragments<F16_SROW>({0}_f, {0}_pf, st16, lane);",
+                       t.field);
+    } else {
+      s += fmt::format("\n        unsigned {0}_q4[4][{1}];  // this chunk's quads of {0} (Note [Prefetched epilogue inputs])"
+                       "\n#pragma unroll\n        for (int i = 0; i < 4; ++i)"
+                       "\n#pragma unroll\n          for (int w = 0; w < {1}; ++w) {0}_q4[i][w] = {0}_pf[i][w];",
+                       t.field, quad_words(t));
+    }
+  }
+  s += fmt::format("\n        if (u + 1 < MI * (BN / {})) {{  // the next chunk's, in flight during this one\n", fragment ? "64" : "CHUNK");
+  s += emit_prefetch_loads(g, "u + 1", "          ") + "\n        }";
+  return s;
 }
 
 std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contract) {
@@ -102,7 +224,7 @@ std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contra
         const int mi = u / (BN / 64), c = u % (BN / 64);{3}
         float ch[8][4];
         fragment_chunk(ch, acc, u);
-        __syncwarp();  // the previous chunk's reads of the staging area are done
+        __syncwarp();  // the previous chunk's reads of the staging area are done{5}
 #pragma unroll
         for (int f = 0; f < 8; ++f)
 #pragma unroll
@@ -135,9 +257,9 @@ std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contra
           }}
         }}
       }})",
-                     out, emit_element_loads(g, pad, true),
+                     out, emit_element_loads(g, pad, true, held_values(g)),
                      emit_element(g, contract, "ch[f][2 * h + e]", pad, true, "[f * 2 + e]"),
-                     emit_wgmma_chunk_decls(g, true), emit_wgmma_chunk_sums(g, true));
+                     emit_wgmma_chunk_decls(g, true), emit_wgmma_chunk_sums(g, true), emit_prefetch_step(g));
 }
 
 }  // namespace
@@ -185,6 +307,10 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
       {"acc1_operand", g.dual ? "acc1[mi], " : ""},
   });
   vars.merge(staged_vars(g, contract, 12));
+  vars.emplace("epilogue_prefetch", emit_prefetch_first(g));
+  vars.emplace("staged_prefetch", fragment_epilogue(g) ? std::string() : emit_prefetch_step(g));
+  if (!fragment_epilogue(g) && !prefetched_inputs(g).empty())
+    vars.insert_or_assign("staged_loads", emit_element_loads(g, std::string(12, ' '), true, held_values(g)));
   vars.emplace("fragment_epilogue", fragment_epilogue(g) ? "true" : "false");
   vars.emplace("fragment_body", emit_fragment_body(g, contract));
   vars.emplace("column_sum_setup", emit_wgmma_column_setup(g));

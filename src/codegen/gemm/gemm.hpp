@@ -75,6 +75,10 @@ bool gemm_is_simt(const Mainloop& mainloop);
 /// 1 KiB of slack), its full and empty mbarriers, the epilogue's staging, and
 /// with `column_sums` col_sum outputs their colbuf rows (Note [GEMM column sums]).
 std::uint32_t wgmma_shared_bytes(const WgmmaTile& tile, bool dual = false, int column_sums = 0);
+/// Whether a wgmma kernel of the chain runs the fragment epilogue where its
+/// outputs allow vector stores (Note [Fragment epilogue]): a single GEMM, no
+/// dropout, one [M,N] output, 16-bit (col_sum outputs aside).
+bool wgmma_fragment_chain(const KernelSpec& spec);
 /// The mma.sync tile that runs a wgmma key's general (any-alignment) path.
 inline constexpr GemmTile k_wgmma_fallback_tile{128, 128, 32, 2, 4, 4, 8};
 /// ParamField::index of the tensor-map parameters: which operand, which layout.

@@ -28,7 +28,10 @@ TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contrac
 /// The shared dropout draws of a lane's four columns: one Philox call each.
 std::string emit_staged_draws(const GemmPlan& g);
 /// The loads of an element's epilogue inputs at (row, col), clamped into the tensor.
-std::string emit_element_loads(const GemmPlan& g, const std::string& pad = "        ", bool staged = false);
+/// `held[i]`, where given and not empty, is input i's value already in registers
+/// (Note [Prefetched epilogue inputs], templates/gemm_sm90.cu.in): no load.
+std::string emit_element_loads(const GemmPlan& g, const std::string& pad = "        ", bool staged = false,
+                               const std::vector<std::string>& held = {});
 /// One element: its own draws, the epilogue call, its stores (or, with
 /// `quads`, the value into `<out>_q[e]` for a four-element store); a col_sum
 /// output's term is added into `<out>_s<column_slot>` (Note [GEMM column sums]).

@@ -123,7 +123,12 @@ class WgmmaMainloop final : public GemmMainloop {
   // MLP blocks' training steps ran 1.17-1.20x their GEMMs with the ping-pong
   // tile against 1.10-1.13x with 128x256 (same run, 2026-11-27), and the
   // sweep's forwards with a saved output had 128x256 or 256x128 ahead by up to
-  // 5% at 12288x4096x12288.
+  // 5% at 12288x4096x12288. Those epilogues are staged (dropout, two
+  // outputs); a fragment epilogue that reads an [M,N] input (a dgrad's saved
+  // pre-activation, a residual), with its inputs loaded ahead (Note
+  // [Prefetched epilogue inputs]), takes the ping-pong tile: dgrad + dGELU +
+  // dbias at 8192^3 and 4096^3 1.05x and 1.08x cuBLAS against 1.12x and 1.24x
+  // on 128x256, a residual add 0.98x against 1.06x (H100, same runs, 2026-11-27).
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p) || p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs)
       return std::nullopt;
@@ -131,7 +136,8 @@ class WgmmaMainloop final : public GemmMainloop {
     const std::int64_t sms = std::max(p.device.multiprocessors, 1);
     const std::int64_t wide = tiles_of(p.shape, 128, 128), narrow = tiles_of(p.shape, 128, 64);
     WgmmaTile t = p.dual ? WgmmaTile{128, 64, bk, 6, 8, 1, 1} : WgmmaTile{128, 128, bk, 6, 8, 1, 1};
-    if (!p.dual && full_tensors(p.spec) > 1 && tiles_of(p.shape, 128, 256) >= sms) t = WgmmaTile{128, 256, bk, 4, 8};
+    if (!p.dual && full_tensors(p.spec) > 1 && !wgmma_fragment_chain(p.spec) && tiles_of(p.shape, 128, 256) >= sms)
+      t = WgmmaTile{128, 256, bk, 4, 8};
     if (wide < sms) {
       const bool narrow_fills_more = wave_fill(narrow, sms) > wave_fill(wide, sms) + 0.05;
       if (p.dual) t = narrow_fills_more ? WgmmaTile{128, 64, bk, 6, 8} : WgmmaTile{128, 128, bk, 4, 8};
