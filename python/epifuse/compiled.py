@@ -85,7 +85,7 @@ class Compiled:
         self._jits = {}  # device index -> Handle of its ef_jit
         self._launches = {}  # the torch inputs' signature (torch_bind._key) -> torch_bind._Launch
         self._last_launch = None  # the torch hot path's first guess: the last call's _Launch
-        self._run_torch = None  # torch_bind.run, imported on the first torch call
+        self._run_torch = None  # torch_bind.hot_path(arity), imported on the first torch call
         self._torch_tensor = None  # torch.Tensor once torch was seen: the fast path's test
 
     def __copy__(self):
@@ -183,9 +183,9 @@ class Compiled:
             raise _lib.UserError(f"{self.chain.name}: missing input(s) {', '.join(missing)}")
         tensors = [bound[n] for n in self.input_names]
         if any(_is_torch(t) for t in tensors):
-            from .torch_bind import run
+            from .torch_bind import hot_path, run
             import torch
-            self._torch_tensor, self._run_torch = torch.Tensor, run  # the fast path from now on
+            self._torch_tensor, self._run_torch = torch.Tensor, hot_path(self._arity)  # the fast path from now on
             return run(self, tensors, seed, offset, out, rng_state)
         if rng_state is not None:
             raise _lib.UserError(f"{self.chain.name}: rng_state= is for torch CUDA tensors")

@@ -23,12 +23,23 @@ class _NoKernel:
     h = None
 
 
+ONE = """{"epifuse": 1, "name": "relu", "inputs": {"x": {"dtype": "f32"}},
+  "ops": [{"name": "out", "op": "relu", "args": ["x"]}], "outputs": {"out": {"dtype": "f32"}}}"""
+THREE = """{"epifuse": 1, "name": "add_mul3", "inputs": {"x": {"dtype": "f32"}, "y": {"dtype": "f32"},
+  "w": {"dtype": "f32"}}, "ops": [{"name": "s", "op": "add", "args": ["x", "y"]},
+  {"name": "out", "op": "mul", "args": ["s", "w"]}], "outputs": {"out": {"dtype": "f32"}}}"""
+
+
 @pytest.fixture
 def hot(monkeypatch):
-    """(fn, launches, first_calls): add_mul whose first calls prepare on the CPU after the
-    full checks, `launches` the records the stub launch saw, `first_calls` the inputs of
-    each call that took the checking path."""
-    fn = epifuse.Chain.from_json(ADD_MUL).compile()
+    return on_cpu(monkeypatch, ADD_MUL)
+
+
+def on_cpu(monkeypatch, chain):
+    """(fn, launches, first_calls): the chain's callable whose first calls prepare on the
+    CPU after the full checks, `launches` the records the stub launch saw, `first_calls`
+    the inputs of each call that took the checking path."""
+    fn = epifuse.Chain.from_json(chain).compile()
     names = fn.input_names
     fn.kernel = lambda mnk, device=0, lds=None: (_NoKernel(), names, [n for n, _ in fn._outputs])
     fn.jit = lambda device=0: None
@@ -133,3 +144,27 @@ def test_the_record_s_varying_fields_follow_one_another():
     r = _lib.LaunchRecord
     assert [getattr(r, f).offset - r.seed.offset for f in ("seed", "offset", "stream", "rng_state")] == [0, 8, 16, 24]
     assert ctypes.sizeof(ctypes.c_void_p) == 8
+
+
+@pytest.mark.parametrize("chain, n", [(ONE, 1), (THREE, 3)])
+def test_the_hot_path_of_one_and_of_three_inputs(monkeypatch, chain, n):
+    fn, launches, first_calls = on_cpu(monkeypatch, chain)
+    ins, z = [torch.randn(4, 8) for _ in range(n)], torch.empty(4, 8)
+    assert fn(*ins, out=z, seed=3) is z
+    ins2, z2 = [torch.randn(4, 8) for _ in range(n)], torch.empty(4, 8)
+    assert fn(*ins2, out=z2, seed=4) is z2
+    assert fn._run_torch is torch_bind.hot_path(n) and len(first_calls) == 1
+    assert launches[1]["inputs"] == [t.data_ptr() for t in ins2] and launches[1]["outputs"] == [z2.data_ptr()]
+    assert launches[1]["seed"] == 4 and launches[1]["stream"] == STREAM
+    with pytest.raises(epifuse.UserError, match="is torch.float16"):
+        fn(*ins2[:-1], ins2[-1].half(), out=z2)
+
+
+def test_the_hot_path_source_is_straight_line_code():
+    """Note [Hot path per arity]: each input's signature and pointer spelled out."""
+    src = torch_bind.hot_path_source(2)
+    assert "def run_2(compiled, tensors, seed, offset, out=None, rng_state=None):" in src
+    assert "    t0, t1, = tensors" in src
+    assert "hit = [(t0.dtype, t0.shape, t0.stride(), t0.device), (t1.dtype, t1.shape, t1.stride(), t1.device)]" in src
+    assert "l.pack_pointers(l.pointers, 0, t0.data_ptr(), t1.data_ptr(), out.data_ptr())" in src
+    assert " for " not in src and "map(" not in src
