@@ -4,7 +4,7 @@
 // What `epifuse bench` reports as the host launch is this plus the driver's
 // context query and cuLaunchKernel.
 //
-//   build/epifuse_launch_dry [--check] [CHAIN.json [M N [K]]]   (default: add_mul, 256 x 256)
+//   build/epifuse_launch_dry [--check | --gpu] [CHAIN.json [M N [K]]]   (default: add_mul, 256 x 256)
 //
 // Rows: the launch alone (what bench times, less the driver); with the device
 // pointers copied into a new DeviceBindings per call, as the C ABI did; with
@@ -12,6 +12,13 @@
 // --check: exits 1 unless the launch path allocates nothing and the runtime saw
 // every launch (ctest runs it so). Kernels with TMA tensor maps (wgmma) need
 // the CUDA driver to encode them and cannot run dry.
+//
+// --gpu (on a CUDA GPU): the same kernel compiled and launched for real, as
+// `epifuse bench` times it (the mean of 200 launches, the median of 21 rounds),
+// against the driver's launch alone (CudaDriver::launch, a context query and
+// cuLaunchKernel, with the parameters packed once), on the default stream and
+// on a stream of its own: what of the host launch is the Jit's, and what the
+// driver's.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -25,6 +32,7 @@
 #include "epifuse/codegen.hpp"
 #include "epifuse/device_info.hpp"
 #include "epifuse/json.hpp"
+#include "ir/limits.hpp"
 #include "runtime/jit_impl.hpp"
 
 // Every heap allocation of the process, counted (the unaligned forms: what
@@ -103,16 +111,86 @@ Timing time_calls(F&& f, int calls = 20000, int rounds = 21) {
   return {ns[ns.size() / 2], ns.front(), allocations};
 }
 
+// Median over rounds of the mean host time of 200 back-to-back calls of `f`, in
+// us, the device drained between rounds (bench's host launch).
+template <class F>
+double launch_us(DeviceRuntime& device, F&& f) {
+  constexpr int launches = 200, rounds = 21;
+  f();
+  device.synchronize();
+  std::vector<double> us;
+  for (int r = 0; r < rounds; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < launches; ++i) f();
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / launches);
+    device.synchronize();
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// --gpu: the Jit's launch against the driver's alone, for real.
+int on_gpu(const KernelSpec& spec, const Shape& shape) {
+  Jit::Impl d;
+  d.ordinal = 0;
+  d.init_nvidia("");  // the GPU's target; d.device and d.driver when it can run
+  EPIFUSE_CHECK(d.device && d.driver, "--gpu: no CUDA GPU runs {}", d.target_name);
+  d.device_info = assumed_device(d.target_name);
+  d.device_info.multiprocessors = static_cast<std::uint32_t>(d.multiprocessors);
+  const backend::DeviceScope scope(d.device, d.ordinal);
+  const auto compiled = d.compile(d.make_key(signature_bytes(spec), spec, shape, std::nullopt), spec, nullptr, shape);
+  const auto& kernel = static_cast<const LoadedKernel&>(*compiled);
+  const KernelSource& ks = kernel.src;
+  // Buffers larger than any binding of the shape needs (f32 and wider, M x N, M x K or K x N).
+  const std::size_t bytes = 8 * static_cast<std::size_t>(std::max({shape.m * shape.n, shape.m * std::max<std::int64_t>(shape.k, 1),
+                                                                    std::max<std::int64_t>(shape.k, 1) * shape.n}));
+  std::vector<backend::DeviceMemory> memory;
+  DeviceBindings bound;
+  for (std::size_t i = 0; i < ks.inputs.size() + ks.outputs.size(); ++i) {
+    memory.emplace_back(*d.device, bytes);
+    memory.back().fill_bytes(0);
+    (i < ks.inputs.size() ? bound.inputs : bound.outputs).push_back(memory.back().ptr());
+  }
+  const LaunchArgs largs{1, 2, 0};
+  backend::CUstream own = d.driver->create_stream();
+  std::printf("host launch on %s, %s %lldx%lldx%lld, kernel %s: the mean of 200 launches, median of 21 rounds\n",
+              d.device->device(d.ordinal).name.c_str(), spec.name.c_str(), static_cast<long long>(shape.m),
+              static_cast<long long>(shape.n), static_cast<long long>(shape.k), ks.name.c_str());
+  for (void* stream : {static_cast<void*>(nullptr), static_cast<void*>(own)}) {
+    const char* where = stream ? "a stream of its own" : "the default stream";
+    const double jit = launch_us(*d.device, [&] { d.launch(kernel, bound, shape, largs, stream); });
+    alignas(64) unsigned char params[limits::k_kernel_param_bytes] = {};
+    bool aligned = true;
+    d.pack_params(kernel, bound, shape, largs, stream, params, aligned);
+    const LaunchGeometry g = kernel.family->geometry(ks, shape, d.multiprocessors);
+    EPIFUSE_CHECK(aligned && g.persistent_work == 0, "--gpu: the driver-alone row needs an aligned, non-persistent launch");
+    void* kernel_args[] = {params};
+    const double driver = launch_us(*d.device, [&] {
+      d.driver->launch(static_cast<backend::CUfunction>(kernel.function), {g.grid[0], g.grid[1], g.grid[2]},
+                       {g.block[0], g.block[1], g.block[2]}, kernel_args, g.shared_bytes,
+                       static_cast<backend::CUstream>(stream));
+    });
+    std::printf("  %-20s Jit launch %6.2f us, driver's launch alone %6.2f us, the Jit's share %+6.2f us\n", where, jit,
+                driver, jit - driver);
+  }
+  d.device->synchronize();
+  d.driver->destroy_stream(own);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   std::vector<std::string> args(argv + 1, argv + argc);
   const bool check = !args.empty() && args.front() == "--check";
   if (check) args.erase(args.begin());
+  const bool gpu = !args.empty() && args.front() == "--gpu";
+  if (gpu) args.erase(args.begin());
   const std::string path = args.empty() ? std::string(EPIFUSE_SOURCE_DIR "/examples/chains/add_mul.json") : args[0];
   const KernelSpec spec = load_spec(path);
   Shape shape{256, 256, 0};
   if (args.size() >= 3) shape = {std::stoll(args[1]), std::stoll(args[2]), args.size() >= 4 ? std::stoll(args[3]) : 0};
+  if (gpu) return on_gpu(spec, shape);
 
   // A Jit's insides as its constructor sets them up for an H100 (sm_90a), with
   // the dry runtime as its device.

@@ -14,7 +14,8 @@ current-stream query, a tensor's metadata). Each Python row is the median of 21 
 of 200 back-to-back calls (fewer than the driver queue holds, as bench times the C++
 launch). Last, the two bars: Python with out= at most 5 us over the C++ launch, the
 C++ launch at most 3 us. With build/epifuse_launch_dry beside the binary, its dry
-launch (the host's share without the driver) is printed too.
+launch (the host's share without the driver) and its --gpu rows (the Jit's launch
+against the driver's launch alone, on the default stream and on another) come too.
 """
 import json
 import statistics
@@ -104,9 +105,11 @@ def main():
         print(f"  {label:<46} {us:7.2f} us")
     dry = Path(binary).parent / "epifuse_launch_dry"
     if dry.is_file():
-        print("the host's share of the C++ launch without the driver (epifuse_launch_dry):")
-        print("\n".join("  " + line for line in subprocess.run([str(dry)], capture_output=True, text=True,
-                                                                 check=True).stdout.splitlines()[1:]))
+        print("the C++ launch's host share without the driver (epifuse_launch_dry), then against the driver's "
+              "launch alone (--gpu):")
+        for flags in ([], ["--gpu"]):
+            r = subprocess.run([str(dry), *flags], capture_output=True, text=True)
+            print("\n".join("  " + line for line in (r.stdout + r.stderr).splitlines()))
     over = out_us - cxx
     print(f"C++ launch median {cxx:.2f} us, Python out= median {out_us:.2f} us, difference {over:+.2f} us; "
           f"without out= {rows[1][1] - cxx:+.2f} us; torch op {rows[4][1] - cxx:+.2f} us")
