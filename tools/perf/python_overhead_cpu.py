@@ -19,7 +19,8 @@ replaced here:
 What is printed: the hot path's median per call (rounds of back-to-back calls, as
 python_overhead.py times the GPU calls), the costs of its parts timed alone, and with
 --profile the cProfile table of the hot path. Numbers from this script are the
-CPU-side part only, never the GPU host's overhead.
+CPU-side part only, never the GPU host's overhead. For a before/after, run each
+commit's own copy of this script (it reaches into torch_bind's internals).
 """
 import argparse
 import cProfile
@@ -57,13 +58,6 @@ class _NoKernel:
     h = None
 
 
-def launch_key(tensors):
-    """The key the hot path looks a prepared launch up by (as the code before
-    per-signature launches spelled it too, for A/B runs against it)."""
-    return torch_bind._key(tensors) if hasattr(torch_bind, "_key") else (
-        tensors[0].get_device(), tuple([t.shape for t in tensors]))
-
-
 def prepared_on_cpu(x, y):
     """The add_mul callable with its launch for CPU tensors of x's and y's shapes prepared
     as _first_call would on CUDA (compile and JIT stubbed: nothing runs)."""
@@ -72,14 +66,13 @@ def prepared_on_cpu(x, y):
     tensors = [x, y]
     fn.kernel = lambda mnk, device=0, lds=None: (_NoKernel(), names, [n for n, _ in fn._outputs])
     fn.jit = lambda device=0: None
-    hot = torch_bind.hot_path(len(tensors)) if hasattr(torch_bind, "hot_path") else torch_bind.run
-    fn._torch_tensor, fn._run_torch = torch.Tensor, hot
+    fn._torch_tensor, fn._run_torch = torch.Tensor, torch_bind.hot_path(len(tensors))
     cpu = torch.device("cpu")
     lds = torch_bind._check(fn, tensors, cpu)
     l = torch_bind._prepare(fn, tensors, cpu, lds)
     l.index = x.get_device()  # -1 on the CPU: the key the hot path looks up
     l.address = 0  # the stub launch returns labs(0) = 0, success
-    fn._launches[launch_key(tensors)] = l
+    fn._launches[torch_bind._key(tensors)] = l
     return fn
 
 
@@ -104,7 +97,7 @@ def main():
         fn(x, y, out=z)
 
     total = per_call_ns(call)
-    l = fn._launches[launch_key([x, y])]
+    l = fn._launches[torch_bind._key([x, y])]
     record, tensors = l.address, (x, y)
     parts = [
         ("an empty Python call (the loop's lambda)", lambda: None),
