@@ -78,12 +78,14 @@ class Compiled:
         b = snapshot.bindings(1, 1, 1)
         self._inputs = [(t["name"], t["dtype"]) for t in b["inputs"]]
         self._outputs = [(t["name"], t["dtype"]) for t in b["outputs"]]
+        self._arity = len(self._inputs)
         self._gemm = snapshot.mainloop != "elementwise"
         self._broadcasts = [self._broadcast(n) for n, _ in self._inputs]
         self._full = None if self._gemm else self._first_full()
         self._jits = {}  # device index -> Handle of its ef_jit
-        self._launches = {}  # (device index, the inputs' shapes) -> torch_bind._Launch
-        self._run_torch = None  # torch_bind.run, imported on the first torch call
+        self._launches = {}  # the torch inputs' signature (torch_bind._key) -> torch_bind._Launch
+        self._last_launch = None  # the torch hot path's first guess: the last call's _Launch
+        self._run_torch = None  # torch_bind.hot_path(arity), imported on the first torch call
         self._torch_tensor = None  # torch.Tensor once torch was seen: the fast path's test
 
     def __copy__(self):
@@ -159,7 +161,7 @@ class Compiled:
         instead of `seed` (the base is added to `offset`; docs/python.md). Inputs
         named seed, offset, out or rng_state are passed positionally."""
         # The hot path: every input positional, torch tensors (docs/python.md, overhead).
-        if not named and len(args) == len(self._inputs) and type(args[0]) is self._torch_tensor:
+        if not named and len(args) == self._arity and type(args[0]) is self._torch_tensor:
             return self._run_torch(self, args, seed, offset, out, rng_state)
         return self._call_named(args, seed, offset, out, named, rng_state)
 
@@ -181,9 +183,9 @@ class Compiled:
             raise _lib.UserError(f"{self.chain.name}: missing input(s) {', '.join(missing)}")
         tensors = [bound[n] for n in self.input_names]
         if any(_is_torch(t) for t in tensors):
-            from .torch_bind import run
+            from .torch_bind import hot_path, run
             import torch
-            self._torch_tensor, self._run_torch = torch.Tensor, run  # the fast path from now on
+            self._torch_tensor, self._run_torch = torch.Tensor, hot_path(self._arity)  # the fast path from now on
             return run(self, tensors, seed, offset, out, rng_state)
         if rng_state is not None:
             raise _lib.UserError(f"{self.chain.name}: rng_state= is for torch CUDA tensors")

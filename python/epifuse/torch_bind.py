@@ -1,10 +1,12 @@
 """torch CUDA tensors through the JIT: pointers, shapes and strides from the tensors,
 the tensors' device (any cuda:k, whatever the current device is) and torch's current
 stream there, outputs from torch.empty (so CUDA graph capture sees only torch's
-allocator). A call with shapes seen before does no compile and no parsing:
-its kernel, binding order and pointer arrays are kept per shape.
+allocator). A call whose inputs have a signature seen before (dtypes, shapes,
+strides, device) does no compile, no parsing and no checks: its kernel, binding
+order and launch record are kept per signature.
 """
 import ctypes
+import struct
 
 import torch
 
@@ -16,9 +18,30 @@ _U64_MAX = _lib.U64_MAX
 
 
 class _Launch:
-    """What a call with shapes seen before needs, prepared once."""
-    __slots__ = ("kernel", "order", "outputs", "ins", "outs", "mnk", "lead", "expect", "record", "address", "index",
-                 "device", "lds")
+    """What a call with inputs of a signature seen before needs, prepared once."""
+    __slots__ = ("kernel", "order", "outputs", "one_output", "pointers", "pack_pointers", "pack_varying",
+                 "varying_offset", "mnk", "lead", "signature", "record", "address", "index", "device", "lds")
+
+
+def _signature(tensors):
+    """What a prepared launch was checked for, per input: dtype, shape, strides and
+    device (AttributeError for anything but a tensor). Inputs of one signature pass the
+    checks alike, so a call whose inputs match a prepared launch's skips them."""
+    return [(t.dtype, t.shape, t.stride(), t.device) for t in tensors]
+
+
+def _key(tensors):
+    """The signature as a key of the callable's launches."""
+    return tuple(_signature(tensors))
+
+
+def _contiguous_strides(shape):
+    """The strides torch.empty gives `shape` (a size-0 or size-1 dimension counts as 1)."""
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
 
 
 def _prepare(compiled, tensors, device, lds):
@@ -39,14 +62,27 @@ def _prepare(compiled, tensors, device, lds):
     shapes = _output_shapes(b, lead)
     dtypes = dict(compiled._outputs)
     l.outputs = [(shapes[n], _DTYPES[dtypes[n]]) for n in kb_outputs]
-    l.ins = (ctypes.c_uint64 * len(l.order))()
-    l.outs = (ctypes.c_uint64 * len(l.outputs))()
-    # What the fast path compares: each input's dtype and strides (contiguous, or
-    # a column-major operand's transposed strides) as this first call checked them.
-    l.expect = [(t.dtype, t.stride()) for t in tensors]
+    # What the hot path compares: the inputs' signature as this first call checked
+    # it, and, for a chain of one output, the signature out= passes _check_out with
+    # (a contiguous tensor of other strides, a size-1 dimension's, takes _check_out).
+    l.signature = _signature(tensors)
+    l.one_output = None
+    if len(l.outputs) == 1:
+        shape, dt = l.outputs[0]
+        l.one_output = (dt, shape, _contiguous_strides(shape), device)
+    # The inputs' then the outputs' device pointers in one array, written with one
+    # struct.pack_into per call, as are seed, offset, stream and rng_state, which
+    # follow one another in the record (one C call each instead of a ctypes
+    # assignment per field; tests/python/test_torch_hot_path_cpu.py pins the layout).
+    nin, nout = len(l.order), len(l.outputs)
+    l.order = None if l.order == list(range(nin)) else l.order
+    l.pointers = (ctypes.c_uint64 * (nin + nout))()
+    l.pack_pointers = struct.Struct(f"={nin + nout}Q").pack_into
+    l.pack_varying = struct.Struct("=QQQQ").pack_into
+    l.varying_offset = _lib.LaunchRecord.seed.offset
     r = l.record = _lib.LaunchRecord()
-    r.jit, r.kernel, r.inputs, r.ninputs = compiled.jit(device.index), kernel.h, l.ins, len(l.ins)
-    r.outputs, r.noutputs = l.outs, len(l.outs)
+    r.jit, r.kernel, r.inputs, r.ninputs = compiled.jit(device.index), kernel.h, l.pointers, nin
+    r.outputs, r.noutputs = (ctypes.c_uint64 * nout).from_buffer(l.pointers, 8 * nin), nout
     r.m, r.n, r.k = mnk
     if l.lds is not None:
         r.ld, r.nld = l.lds, len(l.lds)
@@ -142,6 +178,8 @@ except AttributeError:  # pragma: no cover - older torch
         return torch.cuda.current_stream(index).cuda_stream
 
 _launch = lib.ef_launch_record
+_Tensor = torch.Tensor
+_data_ptr = torch.Tensor.data_ptr
 
 
 def _state_pointer(compiled, l, state):
@@ -155,39 +193,90 @@ def _state_pointer(compiled, l, state):
     return state.data_ptr()
 
 
-def run(compiled, tensors, seed, offset, out=None, rng_state=None):
-    try:
-        index = tensors[0].get_device()
-        l = compiled._launches.get((index, tuple([t.shape for t in tensors])))
-        if l is not None:
-            for t, (dtype, stride) in zip(tensors, l.expect):
-                if t.dtype is not dtype or t.stride() != stride or t.get_device() != index:
-                    l = None
-                    break
-    except AttributeError:  # not a tensor: _first_call says which
-        l = None
+def run(compiled, tensors, seed, offset, out=None, rng_state=None, l=None):
+    """Every torch call: the inputs' signature against the last launch's, then the launch
+    record filled with two pack_into. `l`: the launch the caller found the inputs to
+    match (hot_path's functions), whose signature is not compared again."""
     if l is None:
-        l = _first_call(compiled, tensors)
-    ins, outs_ptr = l.ins, l.outs
-    for i, j in enumerate(l.order):
-        ins[i] = tensors[j].data_ptr()
-    if out is None:
+        try:
+            signature = [(t.dtype, t.shape, t.stride(), t.device) for t in tensors]  # _signature, inlined
+        except AttributeError:  # not a tensor: _first_call says which
+            signature = None
+        l = compiled._last_launch
+        if l is None or signature != l.signature:
+            l = None if signature is None else compiled._launches.get(tuple(signature))
+            if l is None:
+                l = _first_call(compiled, tensors)
+            compiled._last_launch = l
+    if type(out) is _Tensor and (out.dtype, out.shape, out.stride(), out.device) == l.one_output:
+        outs = (out,)
+    elif out is None:
         outs = [torch.empty(shape, dtype=dt, device=l.device) for shape, dt in l.outputs]
     else:
         outs = _check_out(compiled, l, out)
-    for i, o in enumerate(outs):
-        outs_ptr[i] = o.data_ptr()
-    r = l.record
-    # ctypes would wrap a seed outside uint64 silently: the plain in-range int
-    # costs two comparisons, anything else goes through the full check.
+    # ctypes would wrap a seed outside uint64 silently (and struct would raise its
+    # own error): the plain in-range int costs two comparisons, anything else goes
+    # through the full check.
     if type(seed) is not int or type(offset) is not int or not (0 <= seed <= _U64_MAX and 0 <= offset <= _U64_MAX):
         seed, offset = _lib.u64(seed, "seed"), _lib.u64(offset, "offset")
-    r.seed, r.offset, r.stream = seed, offset, _raw_stream(l.index)
-    r.rng_state = 0 if rng_state is None else _state_pointer(compiled, l, rng_state)
+    l.pack_varying(l.record, l.varying_offset, seed, offset, _raw_stream(l.index),
+                   0 if rng_state is None else _state_pointer(compiled, l, rng_state))
+    order = l.order
+    l.pack_pointers(l.pointers, 0, *map(_data_ptr, tensors if order is None else [tensors[j] for j in order]),
+                    *map(_data_ptr, outs))
     status = _launch(l.address)
     if status:
         check(status)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# Note [Hot path per arity]
+# The call the overhead bar measures, fn(x, y, out=z) with inputs and output of the
+# last launch's signatures, as straight-line code for the chain's number of inputs:
+# no comprehension, no map, no star-unpacking (CPU-side with two inputs, 1.95 us
+# where run takes 2.45; docs/perf/host.md). It checks exactly what run's fast path checks,
+# and hands anything else to run: another signature, an input that is not a tensor,
+# outputs from torch.empty or a sequence, rng_state, a seed outside uint64, a
+# kernel binding its inputs in another order. Compiled in this module's globals, so
+# that what it calls (_launch, _raw_stream) is looked up here at each call.
+_HOT_PATH = """\
+def run_{n}(compiled, tensors, seed, offset, out=None, rng_state=None):
+    {names}, = tensors
+    l = compiled._last_launch
+    try:
+        hit = [{signature}] == l.signature
+    except AttributeError:  # no launch yet, or an input that is not a tensor
+        hit = False
+    if (hit and l.order is None and type(out) is _Tensor
+            and (out.dtype, out.shape, out.stride(), out.device) == l.one_output and rng_state is None
+            and type(seed) is int and type(offset) is int and 0 <= seed <= _U64_MAX and 0 <= offset <= _U64_MAX):
+        l.pack_varying(l.record, l.varying_offset, seed, offset, _raw_stream(l.index), 0)
+        l.pack_pointers(l.pointers, 0, {pointers}, out.data_ptr())
+        status = _launch(l.address)
+        if status:
+            check(status)
+        return out
+    return run(compiled, tensors, seed, offset, out, rng_state, l if hit else None)
+"""
+_hot_paths = {}
+
+
+def hot_path_source(n):
+    """The source of hot_path(n) (Note [Hot path per arity])."""
+    names = [f"t{i}" for i in range(n)]
+    return _HOT_PATH.format(n=n, names=", ".join(names),
+                            signature=", ".join(f"({t}.dtype, {t}.shape, {t}.stride(), {t}.device)" for t in names),
+                            pointers=", ".join(f"{t}.data_ptr()" for t in names))
+
+
+def hot_path(n):
+    """run for a chain of `n` inputs, all positional, with its hot path unrolled."""
+    f = _hot_paths.get(n)
+    if f is None:
+        scope = {}
+        exec(compile(hot_path_source(n), f"<epifuse hot path, {n} inputs>", "exec"), globals(), scope)
+        f = _hot_paths[n] = scope[f"run_{n}"]
+    return f
 
 
 def _check_out(compiled, l, out):
@@ -215,8 +304,8 @@ def _first_call(compiled, tensors):
     if device.index is None:  # a tensor's device always has its index; a bare "cuda" is the current one
         device = torch.device("cuda", torch.cuda.current_device())
     lds = _check(compiled, tensors, device)
-    key = (device.index, tuple([t.shape for t in tensors]))
+    key = _key(tensors)
     l = compiled._launches.get(key)
-    if l is None or [(t.dtype, t.stride()) for t in tensors] != l.expect:
+    if l is None:
         l = compiled._launches[key] = _prepare(compiled, tensors, device, lds)
     return l

@@ -478,13 +478,30 @@ int ef_jit_compile_ld(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int
 void ef_kernel_free(ef_kernel* kernel) { delete kernel; }
 
 namespace {
-// The device pointers of a launch, as many as `ks` binds (UserError otherwise).
-DeviceBindings bindings_of(const KernelSource& ks, const std::uint64_t* inputs, std::size_t ninputs,
-                           const std::uint64_t* outputs, std::size_t noutputs) {
+// UserError unless a launch gives as many pointers as `ks` binds.
+void check_counts(const KernelSource& ks, std::size_t ninputs, std::size_t noutputs) {
   EPIFUSE_CHECK(ninputs == ks.inputs.size() && noutputs == ks.outputs.size(),
                 "{} binds {} inputs and {} outputs, got {} and {}", ks.name, ks.inputs.size(), ks.outputs.size(),
                 ninputs, noutputs);
+}
+
+// The device pointers of a launch, as many as `ks` binds (UserError otherwise).
+DeviceBindings bindings_of(const KernelSource& ks, const std::uint64_t* inputs, std::size_t ninputs,
+                           const std::uint64_t* outputs, std::size_t noutputs) {
+  check_counts(ks, ninputs, noutputs);
   DeviceBindings b;
+  b.inputs.assign(inputs, inputs + ninputs);
+  b.outputs.assign(outputs, outputs + noutputs);
+  return b;
+}
+
+// The same in this thread's bindings, reused from launch to launch: a launch
+// (ef_launch_record, every call of the Python module) allocates nothing once
+// they have grown to its kernel's counts.
+const DeviceBindings& launch_bindings(const KernelSource& ks, const std::uint64_t* inputs, std::size_t ninputs,
+                                      const std::uint64_t* outputs, std::size_t noutputs) {
+  check_counts(ks, ninputs, noutputs);
+  thread_local DeviceBindings b;
   b.inputs.assign(inputs, inputs + ninputs);
   b.outputs.assign(outputs, outputs + noutputs);
   return b;
@@ -530,7 +547,7 @@ int launch_with(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t*
     require(jit, "jit");
     require(kernel, "kernel");
     const KernelSource& ks = kernel->kernel->source();
-    const DeviceBindings b = bindings_of(ks, inputs, ninputs, outputs, noutputs);
+    const DeviceBindings& b = launch_bindings(ks, inputs, ninputs, outputs, noutputs);
     Shape shape{m, n, k};
     if (nld > 0) {  // the dense launch stays off this path (the Python module's hot path)
       require_array(ld, nld, "ld");

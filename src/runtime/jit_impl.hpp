@@ -177,6 +177,11 @@ struct Jit::Impl {
   // What the constructor sets up for each vendor's targets ("" detects the GPU's).
   void init_nvidia(const std::string& target);
   void init_amd(const std::string& text);
+  // Jit::launch: the checks, the parameters, the grid, the device's launch. Here
+  // so that tools/perf/launch_dry.cpp can time it on a device runtime that
+  // launches nothing (the host's share of a launch, without a GPU).
+  void launch(const CompiledKernel& kernel, const DeviceBindings& b, const Shape& shape, const LaunchArgs& args,
+              void* stream);
   // The parameter struct, packed by role; false in `aligned` when a pointer
   // misses its fast-path alignment.
   void pack_params(const LoadedKernel& kernel, const DeviceBindings& b, const Shape& shape, const LaunchArgs& args,

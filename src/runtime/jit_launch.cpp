@@ -76,7 +76,12 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
 
 void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const Shape& shape,
                  const LaunchArgs& args, void* stream) const {
-  const Impl& d = *impl_;
+  impl_->launch(compiled, b, shape, args, stream);
+}
+
+void Jit::Impl::launch(const CompiledKernel& compiled, const DeviceBindings& b, const Shape& shape,
+                       const LaunchArgs& args, void* stream) {
+  const Impl& d = *this;
   const auto& kernel = static_cast<const LoadedKernel&>(compiled);
   const KernelSource& ks = kernel.src;
   const KernelFamily& family = *kernel.family;
@@ -117,7 +122,7 @@ void Jit::launch(const CompiledKernel& compiled, const DeviceBindings& b, const 
     // included); later ones find it in the cache.
     CacheKey general = kernel.k;
     general.path = KernelPath::general;
-    auto sibling = impl_->compile(general, *kernel.spec, kernel.spec, kernel.shape);
+    auto sibling = compile(general, *kernel.spec, kernel.spec, kernel.shape);
     launch(*sibling, b, shape, args, stream);
     return;
   }
