@@ -235,6 +235,29 @@ TEST_SUITE("gpu_sm90") {
       }
   }
 
+  TEST_CASE("gemm sm90: two 16-bit outputs on the fragment epilogue, every tile, ragged, with an [M,N] input") {
+    // Note [Fragment epilogue]: the second output's pairs wait in registers while
+    // the first leaves through the staging area. N % 8 == 4 and odd N (B col-major)
+    // take the 8-byte halves and the element loads.
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9580;
+    for (Layout b : {Layout::row, Layout::col}) {
+      KernelSpec s;
+      s.mainloop = {MainloopKind::gemm, DType::bf16, DType::bf16, Layout::row, b};
+      Graph& g = s.graph;
+      const Value z = g.add(g.accumulator(0), g.input("bias", DType::bf16, Broadcast::row));
+      g.output("y", g.mul(g.gelu_tanh(z), g.input("gate", DType::bf16)), DType::bf16);
+      g.output("saved_z", z, DType::f16);
+      REQUIRE(jit->compile(s, {256, 256, 128}, k_tiles[0])->source().text.find("FRAGMENT_EPILOGUE = true") !=
+              std::string::npos);
+      std::vector<Shape> shapes{{256, 256, 128}, {200, 136, 72}, {1032, 1040, 200}};
+      if (b == Layout::col) shapes.insert(shapes.end(), {Shape{130, 131, 40}, Shape{333, 260, 64}});
+      for (const WgmmaTile& t : k_tiles)
+        for (const Shape& shape : shapes) check(*jit, s, shape, ++seed, t);
+    }
+  }
+
   TEST_CASE("gemm sm90: dropout masks equal the reference's for every wgmma tile") {
     Jit* jit = hopper_jit();
     if (!jit) return;

@@ -400,7 +400,7 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
                        doctest::Contains("or 64 ping-pong"), UserError);
 }
 
-TEST_CASE("wgmma epilogue: one 16-bit output and no dropout run on the fragments; the rest stage fp32 (Note [Fragment epilogue])") {
+TEST_CASE("wgmma epilogue: one or two 16-bit outputs and no dropout run on the fragments; the rest stage fp32 (Note [Fragment epilogue])") {
   const Shape big{4096, 4096, 4096};
   const WgmmaTile t{128, 256, 64, 4, 8};
   auto fragment = [&](const KernelSpec& s, const Shape& shape) {
@@ -426,7 +426,13 @@ TEST_CASE("wgmma epilogue: one 16-bit output and no dropout run on the fragments
   CHECK_FALSE(fragment(f32_out, big));
   KernelSpec two = spec;
   two.graph.output("z", z, DType::f16);
-  CHECK_FALSE(fragment(two, big));
+  CHECK(fragment(two, big));  // the second output's pairs wait in registers
+  KernelSpec three = two;
+  three.graph.output("z2", three.graph.add(z, z), DType::f16);
+  CHECK_FALSE(fragment(three, big));
+  KernelSpec mixed = spec;
+  mixed.graph.output("z", z, DType::f32);
+  CHECK_FALSE(fragment(mixed, big));
   KernelSpec drop = spec;
   drop.graph = Graph();
   drop.graph.output("y", drop.graph.dropout(drop.graph.accumulator(0), 0.1, RngMode::philox4), DType::f16);

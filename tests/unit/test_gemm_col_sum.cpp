@@ -91,14 +91,21 @@ TEST_SUITE("unit") {
     const KernelSource ks = emit_kernel(one, {4096, 4096, 256}, TileConfig{big}, KernelPath::fastest, "sm_90a");
     CHECK(ks.shared_bytes == wgmma_shared_bytes(big, false, 1));
     CHECK(ks.shared_bytes <= 227u * 1024u);  // one col_sum fits beside the largest ring
-    // Two col_sums: the 4-stage 128x256 rings no longer fit. The default
-    // (128x256 for dacc and the saved input, Note [Default GEMM tile]) gives up
-    // a stage, the tuner leaves them out, a request is refused.
+    // Two col_sums: the 4-stage 128x256 rings no longer fit. A default of
+    // 128x256 (a staged epilogue with the saved input, here its dropout; Note
+    // [Default GEMM tile]) gives up a stage, the tuner leaves them out, a
+    // request is refused.
     KernelSpec two = dgrad(DType::bf16);
     two.graph.output("acc_sum", two.graph.col_sum(two.graph.accumulator(0)), DType::f32);
     CHECK(wgmma_shared_bytes(big, false, 2) > 227u * 1024u);
-    const WgmmaTile two_default = std::get<WgmmaTile>(emit_kernel(two, {4096, 4096, 256}, std::nullopt, KernelPath::fastest, "sm_90a").tile);
+    KernelSpec two_staged = two;
+    two_staged.graph.output("dropped", two_staged.graph.dropout(two_staged.graph.accumulator(0), 0.1), DType::bf16);
+    const WgmmaTile two_default =
+        std::get<WgmmaTile>(emit_kernel(two_staged, {4096, 4096, 256}, std::nullopt, KernelPath::fastest, "sm_90a").tile);
     CHECK(two_default == WgmmaTile{128, 256, 64, 3, 8});
+    // Without dropout the fragment epilogue's default, the ping-pong 128x128, keeps its six stages.
+    CHECK(std::get<WgmmaTile>(emit_kernel(two, {4096, 4096, 256}, std::nullopt, KernelPath::fastest, "sm_90a").tile) ==
+          WgmmaTile{128, 128, 64, 6, 8, 1, 1});
     CHECK(wgmma_shared_bytes(two_default, false, 2) <= 227u * 1024u);
     const std::vector<TileConfig> candidates = tile_candidates(two, {4096, 4096, 256}, "sm_90a");
     CHECK(candidates.size() == 5);

@@ -66,17 +66,37 @@ TEST_SUITE("unit") {
 
   TEST_CASE("GEMM default tile: staged epilogues with more than one [M,N] tensor keep 128x256 where it fills the GPU") {
     const DeviceInfo h100 = assumed_device("sm_90a");
-    // A training forward: y and the saved pre-activation.
+    // A training forward with dropout: y and the saved pre-activation (staged).
     KernelSpec saved = bias_gelu(DType::bf16, Layout::col);
     {
       Graph& g = saved.graph;
       saved.graph = Graph{};
       const Value z = g.add(g.accumulator(0), g.input("bias", DType::bf16, Broadcast::row));
-      g.output("y", g.gelu_tanh(z), DType::bf16);
+      g.output("y", g.dropout(g.gelu_tanh(z), 0.1), DType::bf16);
       g.output("saved_z", z, DType::bf16);
     }
     CHECK(default_tile(saved, {16384, 16384, 4096}, h100) == "h128x256x64s4g8");
     CHECK(default_tile(saved, {1024, 1024, 1024}, h100) == "h128x64x64s8g8");
+    // Without dropout its two 16-bit outputs take the fragment epilogue: ping-pong.
+    KernelSpec saved_plain = saved;
+    {
+      Graph& g = saved_plain.graph;
+      g = Graph{};
+      const Value z = g.add(g.accumulator(0), g.input("bias", DType::bf16, Broadcast::row));
+      g.output("y", g.gelu_tanh(z), DType::bf16);
+      g.output("saved_z", z, DType::bf16);
+    }
+    CHECK(default_tile(saved_plain, {16384, 16384, 4096}, h100) == "h128x128x64s6g8p");
+    // An f32 saved output keeps the staged epilogue.
+    KernelSpec saved_f32 = saved;
+    {
+      Graph& g = saved_f32.graph;
+      g = Graph{};
+      const Value z = g.add(g.accumulator(0), g.input("bias", DType::bf16, Broadcast::row));
+      g.output("y", g.gelu_tanh(z), DType::bf16);
+      g.output("saved_z", z, DType::f32);
+    }
+    CHECK(default_tile(saved_f32, {16384, 16384, 4096}, h100) == "h128x256x64s4g8");
     // A residual read with dropout: two [M,N] tensors and the staged epilogue.
     KernelSpec residual = bias_gelu(DType::bf16, Layout::col);
     residual.graph = Graph{};

@@ -79,6 +79,14 @@ std::vector<GoldenCase> golden_cases() {
                KernelPath::fastest, "sm_90a"});
   c.push_back({"gemm_wgmma_dgrad_col_sum_sm90a.cu", dgrad, {4096, 4096, 256}, std::nullopt, KernelPath::fastest,
                "sm_90a"});
+  // A training forward without dropout: y and the saved pre-activation, two 16-bit
+  // outputs of the fragment epilogue (Note [Fragment epilogue]).
+  const KernelSpec saved = spec_from_json_text(R"({"epifuse":1,"name":"bias_gelu_saved",
+    "mainloop":{"kind":"gemm","a":"bf16","b":"bf16","b_layout":"col"},"inputs":{"bias":{"dtype":"bf16","broadcast":"row"}},
+    "ops":[{"name":"z","op":"add","args":["acc","bias"]},{"name":"y","op":"gelu_tanh","args":["z"]}],
+    "outputs":{"y":{"dtype":"bf16"},"saved_z":{"dtype":"bf16","value":"z"}}})");
+  c.push_back({"gemm_wgmma_saved_two_outputs_sm90a.cu", saved, {4096, 4096, 4096}, std::nullopt, KernelPath::fastest,
+               "sm_90a"});
   c.push_back({"gemm_mfma_bias_relu_gfx90a.hip", load_spec(kExamples / "gemm_bias_relu.json"), {256, 256, 256},
                std::nullopt, KernelPath::fastest, "gfx90a"});
   c.push_back({"gemm_wmma_bias_relu_gfx1100.hip", load_spec(kExamples / "gemm_bias_relu.json"), {256, 256, 256},

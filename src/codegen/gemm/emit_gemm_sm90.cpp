@@ -61,21 +61,25 @@ std::string wgmma_function(const GemmPlan& g) {
       g.dual ? "float (&d1)[NI][4], " : "", op, outs);
 }
 
+}  // namespace
+
 // Note [Fragment epilogue]: the staged epilogue walks a lane's four
 // consecutive columns, which the dropout contract's one Philox call per four
 // elements needs, and so stages fp32 accumulators through shared memory and
-// back (128 KB a 128x256 tile). A chain with no dropout, one output and that
-// output 16-bit runs on the accumulator registers instead (two consecutive
-// columns a lane, the fragment layout), and only its outputs go through
-// shared memory, packed in pairs: half the bytes, and 16-byte stores of 64
-// columns a warp chunk. At the power limit the fp32 round trip, not the stores,
-// cost 9% of a 4096^3 GEMM; against the staged kernel in one process on an H100
-// (docs/perf/gemm.md): GEMM alone 1.05 -> 1.03x cuBLAS at 4096^3, bias+GELU 1.13 -> 1.10x.
+// back (128 KB a 128x256 tile). A chain with no dropout and one or two
+// outputs, all 16-bit, runs on the accumulator registers instead (two
+// consecutive columns a lane, the fragment layout), and only its outputs go
+// through shared memory, packed in pairs: half the bytes, and 16-byte stores of
+// 64 columns a warp chunk. A second output's pairs wait in registers (16 a
+// lane) while the first leaves through the staging area, then take its place.
+// At the power limit the fp32 round trip, not the stores, cost 9% of a 4096^3
+// GEMM; against the staged kernel in one process on an H100 (docs/perf/gemm.md):
+// GEMM alone 1.05 -> 1.03x cuBLAS at 4096^3, bias+GELU 1.13 -> 1.10x.
 // Dropout chains keep the staged quads (lane pairs sharing Philox calls here were slower,
 // 1.15 -> 1.17x at 4096^3: docs/perf/gemm.md, tried and rejected).
 // Only [M,N] outputs count: a dgrad's dacc with its col_sum db keeps this path
 // (Note [GEMM column sums]), the sum taken on the fragments.
-}  // namespace
+constexpr int k_fragment_outputs = 2;
 
 bool wgmma_fragment_chain(const KernelSpec& spec) {
   const Graph& g = spec.graph;
@@ -86,22 +90,12 @@ bool wgmma_fragment_chain(const KernelSpec& spec) {
   int full = 0;
   for (const Output& o : g.outputs()) {
     if (is_column_sum(g.node(o.value))) continue;
-    if (++full > 1 || size_of(o.dtype) != 2) return false;
+    if (++full > k_fragment_outputs || size_of(o.dtype) != 2) return false;
   }
-  return full == 1;
+  return full > 0;
 }
 
 namespace {
-
-const TensorPlan* full_output(const KernelPlan& plan) {
-  const TensorPlan* out = nullptr;
-  for (const TensorPlan& t : plan.outputs) {
-    if (is_column_sum(plan.spec->graph.node(t.value))) continue;
-    if (out) return nullptr;
-    out = &t;
-  }
-  return out;
-}
 
 bool fragment_epilogue(const GemmPlan& g) {
   return g.wgmma && vector_stores(g) && wgmma_fragment_chain(*g.plan->spec);
@@ -212,35 +206,18 @@ std::string emit_prefetch_step(const GemmPlan& g) {
   return s;
 }
 
-std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contract) {
-  if (!fragment_epilogue(g)) return "      // (not this kernel's: Note [Fragment epilogue])";
-  const std::string out = full_output(*g.plan)->field;
-  const std::string pad(14, ' ');
-  return fmt::format(R"(      unsigned short* const st16 = reinterpret_cast<unsigned short*>(staging + (threadIdx.x / 32 - 4) * STAGE_WARP_FLOATS);
-      // 16-byte stores where rows start 16-byte aligned; else 8-byte halves (N % 4 == 0).
-      const bool v16 = (p.n & 7) == 0 && (reinterpret_cast<unsigned long long>(p.{0}) & 15) == 0;
-#pragma unroll 1
-      for (int u = 0; u < MI * (BN / 64); ++u) {{
-        const int mi = u / (BN / 64), c = u % (BN / 64);{3}
-        float ch[8][4];
-        fragment_chunk(ch, acc, u);
-        __syncwarp();  // the previous chunk's reads of the staging area are done{5}
-#pragma unroll
-        for (int f = 0; f < 8; ++f)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {{
-            const long long row = m0 + wm + mi * 64 + warp * 16 + (lane >> 2) + h * 8;
-            float {0}_q[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {{
-              const long long col = n0 + c * 64 + f * 8 + (lane & 3) * 2 + e;
-{1}
-{2}
-            }}
-            *reinterpret_cast<unsigned*>(st16 + ((lane >> 2) + h * 8) * F16_SROW + f * 8 + (lane & 3) * 2) =
-                ef_pack2(p.{0}, {0}_q[0], {0}_q[1]);
-          }}{4}
-        __syncwarp();
+// The full (non-col_sum) outputs, in binding order.
+std::vector<const TensorPlan*> full_outputs(const KernelPlan& plan) {
+  std::vector<const TensorPlan*> out;
+  for (const TensorPlan& t : plan.outputs)
+    if (!is_column_sum(plan.spec->graph.node(t.value))) out.push_back(&t);
+  return out;
+}
+
+// A chunk's 16 rows x 64 columns of output `field` from the staging area, 16
+// bytes a lane (8-byte halves where its rows are not 16-byte aligned).
+std::string emit_fragment_store(const std::string& field, const std::string& v16) {
+  return fmt::format(R"(
 #pragma unroll
         for (int i = 0; i < 4; ++i) {{
           const int r = i * 4 + (lane >> 3), c8 = (lane & 7) * 8;
@@ -248,18 +225,77 @@ std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contra
           const long long row = m0 + wm + mi * 64 + warp * 16 + r, col = n0 + c * 64 + c8;
           if (row < p.m && col < p.n) {{
             auto* const dst = p.{0} + row * p.n + col;
-            if (v16 && col + 7 < p.n) {{
+            if ({1} && col + 7 < p.n) {{
               *reinterpret_cast<uint4*>(dst) = v;
             }} else {{  // N % 4 == 0: the first four columns are in, the last four may not be
               *reinterpret_cast<uint2*>(dst) = make_uint2(v.x, v.y);
               if (col + 7 < p.n) *reinterpret_cast<uint2*>(dst + 4) = make_uint2(v.z, v.w);
             }}
           }}
-        }}
+        }})",
+                     field, v16);
+}
+
+// Whether output k's rows start 16-byte aligned (the first output's flag keeps
+// the name it had when the epilogue had one output).
+std::string v16_name(std::size_t k, const std::string& field) { return k == 0 ? "v16" : field + "_v16"; }
+
+// The fragment epilogue's loop (Note [Fragment epilogue]). With a second
+// output its packed pairs wait in registers (16 a lane) while the first goes
+// out through the staging area, then take its place.
+std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contract) {
+  if (!fragment_epilogue(g)) return "      // (not this kernel's: Note [Fragment epilogue])";
+  const std::vector<const TensorPlan*> outs = full_outputs(*g.plan);
+  const std::string pad(14, ' ');
+  std::string aligned, quads, held, stage_rest;
+  for (std::size_t k = 0; k < outs.size(); ++k) {
+    const std::string& f = outs[k]->field;
+    aligned += fmt::format("\n      const bool {} = (p.n & 7) == 0 && (reinterpret_cast<unsigned long long>(p.{}) & 15) == 0;",
+                           v16_name(k, f), f);
+    quads += fmt::format("\n            float {}_q[2];", f);
+    if (k == 0) continue;
+    held += fmt::format("\n        unsigned {}_pairs[8][2];  // packed, until the staging area is free", f);
+    stage_rest += fmt::format(R"(
+        __syncwarp();  // the staging area's reads are done
+#pragma unroll
+        for (int f = 0; f < 8; ++f)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<unsigned*>(st16 + ((lane >> 2) + h * 8) * F16_SROW + f * 8 + (lane & 3) * 2) = {0}_pairs[f][h];
+        __syncwarp();{1})",
+                              f, emit_fragment_store(f, v16_name(k, f)));
+  }
+  std::string pack;
+  for (std::size_t k = 1; k < outs.size(); ++k)
+    pack += fmt::format("\n            {0}_pairs[f][h] = ef_pack2(p.{0}, {0}_q[0], {0}_q[1]);", outs[k]->field);
+  return fmt::format(R"(      unsigned short* const st16 = reinterpret_cast<unsigned short*>(staging + (threadIdx.x / 32 - 4) * STAGE_WARP_FLOATS);
+      // 16-byte stores where rows start 16-byte aligned; else 8-byte halves (N % 4 == 0).{6}
+#pragma unroll 1
+      for (int u = 0; u < MI * (BN / 64); ++u) {{
+        const int mi = u / (BN / 64), c = u % (BN / 64);{3}
+        float ch[8][4];
+        fragment_chunk(ch, acc, u);{7}
+        __syncwarp();  // the previous chunk's reads of the staging area are done{5}
+#pragma unroll
+        for (int f = 0; f < 8; ++f)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {{
+            const long long row = m0 + wm + mi * 64 + warp * 16 + (lane >> 2) + h * 8;{8}
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {{
+              const long long col = n0 + c * 64 + f * 8 + (lane & 3) * 2 + e;
+{1}
+{2}
+            }}
+            *reinterpret_cast<unsigned*>(st16 + ((lane >> 2) + h * 8) * F16_SROW + f * 8 + (lane & 3) * 2) =
+                ef_pack2(p.{0}, {0}_q[0], {0}_q[1]);{9}
+          }}{4}
+        __syncwarp();{10}{11}
       }})",
-                     out, emit_element_loads(g, pad, true, held_values(g)),
+                     outs[0]->field, emit_element_loads(g, pad, true, held_values(g)),
                      emit_element(g, contract, "ch[f][2 * h + e]", pad, true, "[f * 2 + e]"),
-                     emit_wgmma_chunk_decls(g, true), emit_wgmma_chunk_sums(g, true), emit_prefetch_step(g));
+                     emit_wgmma_chunk_decls(g, true), emit_wgmma_chunk_sums(g, true), emit_prefetch_step(g), aligned,
+                     held, quads, pack, emit_fragment_store(outs[0]->field, "v16"), stage_rest);
 }
 
 }  // namespace
