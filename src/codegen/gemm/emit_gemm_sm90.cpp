@@ -96,7 +96,7 @@ std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contra
   const std::string pad(14, ' ');
   return fmt::format(R"(      unsigned short* const st16 = reinterpret_cast<unsigned short*>(staging + (threadIdx.x / 32 - 4) * STAGE_WARP_FLOATS);
       // 16-byte stores where rows start 16-byte aligned; else 8-byte halves (N % 4 == 0).
-      const bool v16 = (p.n & 7) == 0 && (reinterpret_cast<unsigned long long>(p.{0}) & 15) == 0;
+      const bool v16 = (p.n & 7) == 0 && (reinterpret_cast<unsigned long long>({5}) & 15) == 0;
 #pragma unroll 1
       for (int u = 0; u < MI * (BN / 64); ++u) {{
         const int mi = u / (BN / 64), c = u % (BN / 64);{3}
@@ -125,7 +125,7 @@ std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contra
           const uint4 v = *reinterpret_cast<const uint4*>(st16 + r * F16_SROW + c8);
           const long long row = m0 + wm + mi * 64 + warp * 16 + r, col = n0 + c * 64 + c8;
           if (row < p.m && col < p.n) {{
-            auto* const dst = p.{0} + row * p.n + col;
+            auto* const dst = {5} + row * p.n + col;
             if (v16 && col + 7 < p.n) {{
               *reinterpret_cast<uint4*>(dst) = v;
             }} else {{  // N % 4 == 0: the first four columns are in, the last four may not be
@@ -137,7 +137,25 @@ std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contra
       }})",
                      out, emit_element_loads(g, pad, true),
                      emit_element(g, contract, "ch[f][2 * h + e]", pad, true, "[f * 2 + e]"),
-                     emit_wgmma_chunk_decls(g, true), emit_wgmma_chunk_sums(g, true));
+                     emit_wgmma_chunk_decls(g, true), emit_wgmma_chunk_sums(g, true), tensor_pointer(g, out));
+}
+
+// Note [Batched GEMM]: the persistent walk runs over batch x the problem's
+// units, batch-major; the producer's copies take the unit's batch as the
+// plane of the 3-D tensor maps, and the consumers offset the epilogue's
+// tensors (batch_setup). Unbatched, every variable is the 2-D spelling.
+TemplateVars wgmma_batch_vars(const GemmPlan& g) {
+  TemplateVars v = batch_vars(g, "(long long)(unit / units)", "    ");
+  for (const char* operand : {"a_ptr", "b_ptr", "b1"}) v.erase(operand);  // TMA reads the operands
+  const bool b = g.batched;
+  v.insert({{"all_units", b ? "units * (int)p.batch" : "units"},
+            {"tile_unit", b ? "unit % units" : "unit"},
+            {"tma_load", b ? "ef_tma_load_3d" : "ef_tma_load_2d"},
+            {"tma_load_multicast", b ? "ef_tma_load_3d_multicast" : "ef_tma_load_2d_multicast"},
+            {"unit_batch", b ? ", unit / units" : ""},
+            {"batch_coord", b ? ", batch" : ""},
+            {"batch_param", b ? ", int batch" : ""}});
+  return v;
 }
 
 }  // namespace
@@ -185,6 +203,7 @@ KernelSource emit_gemm_sm90(const GemmPlan& g) {
       {"acc1_operand", g.dual ? "acc1[mi], " : ""},
   });
   vars.merge(staged_vars(g, contract, 12));
+  vars.merge(wgmma_batch_vars(g));
   vars.emplace("fragment_epilogue", fragment_epilogue(g) ? "true" : "false");
   vars.emplace("fragment_body", emit_fragment_body(g, contract));
   vars.emplace("column_sum_setup", emit_wgmma_column_setup(g));
