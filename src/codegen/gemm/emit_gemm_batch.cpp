@@ -38,10 +38,10 @@ TemplateVars batch_vars(const GemmPlan& g, std::string_view batch_expr, std::str
   const bool operands = !g.wgmma;  // the wgmma kernel's copy engine finds them (3-D tensor maps)
   const KernelPlan& plan = *g.plan;
   std::string s = fmt::format(
-      "\n{0}// Note [Batched GEMM]: the batch; its operands and full tensors, and its first\n"
+      "\n{0}// Note [Batched GEMM]: the batch; its {2}full tensors, and its first\n"
       "{0}// dropout element (batch b's elements come after b*M*N others).\n"
       "{0}const long long batch = {1}, batch_base = batch * p.m * p.n;\n",
-      pad, batch_expr);
+      pad, batch_expr, operands ? "operands and " : "");
   for (int i = 0; i < (operands ? (g.dual ? 3 : 2) : 0); ++i)
     s += fmt::format("{0}const auto {1}_bat = p.{1} + batch * p.batch_stride_{1};\n", pad, k_operand_fields[i]);
   for (const TensorPlan& t : plan.inputs)
