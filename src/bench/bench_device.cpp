@@ -19,9 +19,9 @@ DeviceTensors upload(const KernelSource& ks, const TensorMap& inputs, const Kern
         i < operands ? strided_rows(h, gemm_operand_extent(spec.mainloop, shape, op), gemm_operand_ld(spec.mainloop, shape, op))
                      : h.bytes;
     // A batched operand (`epifuse bench --batch`, Note [Batched GEMM]): its batches a batch stride apart.
-    if (i < operands && shape.batch > 1 && gemm_operand_batch_stride(spec.mainloop, shape, op) > 0)
-      bytes = spaced_batches(bytes, shape.batch,
-                             static_cast<std::size_t>(gemm_operand_batch_stride(spec.mainloop, shape, op)) * size_of(h.dtype));
+    const std::int64_t stride = i < operands ? gemm_operand_batch_stride(spec.mainloop, shape, op) : 0;
+    if (shape.batch > 1 && stride > 0)
+      bytes = spaced_batches(bytes, shape.batch, static_cast<std::size_t>(stride) * size_of(h.dtype));
     t.buffers.emplace_back(bytes.size());
     t.buffers.back().upload(bytes.data(), bytes.size());
     t.bindings.inputs.push_back(t.buffers.back().ptr());

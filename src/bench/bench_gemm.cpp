@@ -103,8 +103,8 @@ class GemmBench {
         gemm_dtype_(spec.mainloop.a) {}
 
   GemmBenchReport run() {
-    g_.flops = (dual_ ? 4.0 : 2.0) * static_cast<double>(shape_.batch) * static_cast<double>(shape_.m) * static_cast<double>(shape_.n) *
-               static_cast<double>(shape_.k);
+    g_.flops = (dual_ ? 4.0 : 2.0) * static_cast<double>(shape_.batch) * static_cast<double>(shape_.m) *
+               static_cast<double>(shape_.n) * static_cast<double>(shape_.k);
     add_row("fused", "fused", to_string(r_.tile), 1, [this] { jit_.launch(fused_, fused_t_.bindings, shape_, opt_.args); });
     g_.rows.back().bytes = path_bytes(spec_, shape_);
     attempt("fused, dropout removed", [&] { fused_without_dropout(); });

@@ -16,7 +16,8 @@ HostTensor to_device_layout(const KernelSpec& spec, const std::string& name, con
   EPIFUSE_ASSERT(t.shape.size() == 2 || t.shape.size() == 3, "operand {} is not 2-D or batched 3-D", name);
   // Column-major [R,C] is the row-major [C,R] transpose; a batched [B,R,C] operand, each batch's.
   const bool batched = t.shape.size() == 3;
-  const std::int64_t batches = batched ? t.shape[0] : 1, rows = t.shape[batched ? 1 : 0], cols = t.shape[batched ? 2 : 1];
+  const std::int64_t batches = batched ? t.shape[0] : 1;
+  const std::int64_t rows = t.shape[batched ? 1 : 0], cols = t.shape[batched ? 2 : 1];
   const std::size_t esize = size_of(t.dtype);
   HostTensor out = HostTensor::zeros(t.dtype, batched ? std::vector<std::int64_t>{batches, cols, rows}
                                                       : std::vector<std::int64_t>{cols, rows});

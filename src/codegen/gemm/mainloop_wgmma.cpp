@@ -219,7 +219,8 @@ std::optional<TensorMap2d> wgmma_tensor_map(const ParamField& field, const Opaqu
   // the dense rows' length (`inner`) where the shape gives none.
   const std::int64_t lds[] = {c.shape.lda, c.shape.ldb, c.shape.ldb1};
   const std::int64_t batch_strides[] = {c.shape.batch_stride_a, c.shape.batch_stride_b, c.shape.batch_stride_b1};
-  auto map = [&](int operand, std::uint64_t inner, std::uint64_t outer, unsigned box_outer) -> std::optional<TensorMap2d> {
+  auto map = [&](int operand, std::uint64_t inner, std::uint64_t outer,
+                 unsigned box_outer) -> std::optional<TensorMap2d> {
     const std::uint64_t base = c.inputs[static_cast<std::size_t>(operand)];
     const std::int64_t ld = lds[operand];
     const std::uint64_t stride = ld != 0 ? static_cast<std::uint64_t>(ld) : inner;
