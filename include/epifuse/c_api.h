@@ -136,6 +136,19 @@ int ef_jit_compile(ef_jit* jit, const ef_spec* spec, int64_t m, int64_t n, int64
  * launches with an ld of the same kind (ef_launch's ld). nld 0: ef_jit_compile. */
 int ef_jit_compile_ld(ef_jit* jit, const ef_spec* spec, int64_t m, int64_t n, int64_t k, const int64_t* ld,
                       size_t nld, const char* tile, ef_kernel** out);
+/* ef_jit_compile_ld for a batched GEMM (docs/strided-batched.md, "Built:
+ * batched GEMM"): `batch` problems of (m, n, k) in one launch; 0 or 1 is
+ * unbatched. batch_stride[i] is the elements between batches of GEMM operand
+ * i (a, b or a, b0, b1): -1 its own size (batches back to back), 0 one matrix
+ * shared by every batch, else at least its size; NULL and 0 is -1 for every
+ * operand. Full [M,N] inputs and outputs are [batch, M, N] back to back; row
+ * and column inputs are shared. A chain with a column-sum output, a batch
+ * above 65535 or overlapping batches are EF_USER_ERROR naming the cause. The
+ * kernel is a batched variant (the flag is in the cache key, the count and
+ * the strides are not) and launches with ef_launch's batch fields. */
+int ef_jit_compile_batched(ef_jit* jit, const ef_spec* spec, int64_t m, int64_t n, int64_t k, const int64_t* ld,
+                           size_t nld, int64_t batch, const int64_t* batch_stride, size_t nbatch_stride,
+                           const char* tile, ef_kernel** out);
 void ef_kernel_free(ef_kernel* kernel);
 /* Times every tile candidate of the kernel for (m, n, k) on the given device
  * buffers (pointers in ef_kernel_bindings' order, which every tile of a shape
@@ -181,6 +194,13 @@ typedef struct ef_launch {
    * a caller that zeroes the record keeps launching dense kernels unchanged. */
   const int64_t* ld;
   size_t nld;
+  /* 0 (or 1) and NULL and 0, or a batched kernel's batch count and its GEMM
+   * operands' batch strides as ef_jit_compile_batched takes them (the values
+   * may change from launch to launch; batched or not may not). Appended: a
+   * zeroed record is an unbatched launch, as before. */
+  int64_t batch;
+  const int64_t* batch_stride;
+  size_t nbatch_stride;
 } ef_launch;
 int ef_launch_record(const ef_launch* launch);
 

@@ -40,6 +40,8 @@ enum class ParamRole : std::uint8_t {
                 ///< zeroed part (zero at launch, and the kernel leaves it zero), 1 the rest
   ld,           ///< int64 leading dimension of input `index`, a strided GEMM operand
                 ///< (Shape::lda, ldb, ldb1 for inputs 0, 1, 2)
+  batch,        ///< int64 Shape::batch, a batched GEMM's problem count
+  batch_stride, ///< int64 elements between batches of GEMM operand `index` (0: shared)
 };
 
 /// One field of a generated kernel's parameter struct (passed by value).

@@ -36,9 +36,21 @@ enum class Precision : std::uint8_t { accurate, fast };
 /// row-major: N, col-major: K), at least that many. 0, or exactly that many, is the
 /// dense operand and its kernel; any other ld is a strided variant (the flag, not the
 /// value, is in the cache key: `gemm_shape_class`).
+///
+/// A GEMM chain may run `batch` independent problems of this shape in one launch
+/// (docs/strided-batched.md, "Built: batched GEMM"): operand i of batch b starts
+/// b x its batch stride elements after batch 0's (Shape::dense_batch, the default:
+/// the operand's own stored size, batches back to back; 0: one operand shared by
+/// every batch). Full [M,N] inputs and outputs are batched back to back (stride
+/// M*N); row [N], column [M] and scalar inputs are shared. batch 1 is the
+/// unbatched kernel; batch > 1 is a variant ("/bat" in `gemm_shape_class`).
 struct Shape {
+  static constexpr std::int64_t dense_batch = -1;  ///< a batch stride: the operand's stored size
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t lda = 0, ldb = 0, ldb1 = 0;  ///< A, B (a dual GEMM's B0), a dual GEMM's B1; 0: dense
+  std::int64_t batch = 1;                   ///< problems in one launch (GEMM kinds)
+  /// Elements between batches of A, B (B0), B1: dense_batch, 0 (shared) or at least the operand's size.
+  std::int64_t batch_stride_a = dense_batch, batch_stride_b = dense_batch, batch_stride_b1 = dense_batch;
   friend bool operator==(const Shape&, const Shape&) = default;
 };
 
@@ -59,7 +71,9 @@ void verify(const KernelSpec& spec);
 
 /// Validates a shape against a spec: positive, K present for GEMM kinds, and no
 /// dimension absurd (each <= 2^40, M*N <= 2^48); an operand's ld (GEMM kinds
-/// only, B1 a dual GEMM's only) at least its rows' length, UserError naming it.
+/// only, B1 a dual GEMM's only) at least its rows' length, UserError naming it;
+/// a batch count of at least 1 (above 1 GEMM kinds only, full outputs only) and
+/// batch strides that keep batches apart (UserError naming the operand).
 void verify_shape(const KernelSpec& spec, const Shape& shape);
 
 /// GEMM operand `operand` (0: A, 1: B or B0, 2: B1) as stored: its rows' length
@@ -69,6 +83,11 @@ void verify_shape(const KernelSpec& spec, const Shape& shape);
 std::int64_t gemm_operand_extent(const Mainloop& mainloop, const Shape& shape, int operand);
 std::int64_t gemm_operand_ld(const Mainloop& mainloop, const Shape& shape, int operand);
 bool gemm_operand_strided(const Mainloop& mainloop, const Shape& shape, int operand);
+
+/// GEMM operand `operand` as one batch stores it: its stored rows x its ld
+/// (elements); and its batch stride resolved (that size for Shape::dense_batch).
+std::int64_t gemm_operand_size(const Mainloop& mainloop, const Shape& shape, int operand);
+std::int64_t gemm_operand_batch_stride(const Mainloop& mainloop, const Shape& shape, int operand);
 
 /// Canonical printer: one line per node, with names. Used by `epifuse validate`.
 std::string print(const KernelSpec& spec);

@@ -45,6 +45,12 @@ std::vector<std::int64_t> operand_shape(Broadcast b, const Shape& shape);
 /// itself where ld == row.
 std::vector<std::byte> strided_rows(const HostTensor& dense, std::int64_t row, std::int64_t ld);
 
+/// `packed`, `batches` equal parts back to back, laid out with the parts
+/// `stride_bytes` apart (at least a part's size) and every byte between them
+/// 0xFF: a batched GEMM operand's device buffer (Note [Batched GEMM]).
+std::vector<std::byte> spaced_batches(const std::vector<std::byte>& packed, std::int64_t batches,
+                                      std::size_t stride_bytes);
+
 /// Random, non-zero values in [-range, range] (|v| >= range/64), already
 /// representable in `dtype`; a pure function of `seed`.
 HostTensor random_tensor(DType dtype, std::vector<std::int64_t> shape, std::uint64_t seed,

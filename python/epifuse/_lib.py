@@ -85,6 +85,9 @@ _SIGNATURES = {
     "ef_jit_compile": ([_voidp, _voidp, _c.c_int64, _c.c_int64, _c.c_int64, _charp, _c.POINTER(_voidp)], _c.c_int),
     "ef_jit_compile_ld": ([_voidp, _voidp, _c.c_int64, _c.c_int64, _c.c_int64, _c.POINTER(_c.c_int64), _c.c_size_t,
                            _charp, _c.POINTER(_voidp)], _c.c_int),
+    "ef_jit_compile_batched": ([_voidp, _voidp, _c.c_int64, _c.c_int64, _c.c_int64, _c.POINTER(_c.c_int64),
+                                _c.c_size_t, _c.c_int64, _c.POINTER(_c.c_int64), _c.c_size_t, _charp,
+                                _c.POINTER(_voidp)], _c.c_int),
     "ef_kernel_free": ([_voidp], None),
     "ef_kernel_bindings": ([_voidp, _c.POINTER(_voidp)], _c.c_int),
     "ef_jit_launch": ([_voidp, _voidp, _c.POINTER(_c.c_uint64), _c.c_size_t, _c.POINTER(_c.c_uint64), _c.c_size_t,
@@ -98,7 +101,8 @@ class LaunchRecord(ctypes.Structure):
                 ("outputs", _c.POINTER(_c.c_uint64)), ("noutputs", _c.c_size_t), ("m", _c.c_int64),
                 ("n", _c.c_int64), ("k", _c.c_int64), ("seed", _c.c_uint64), ("offset", _c.c_uint64),
                 ("stream", _voidp), ("rng_state", _c.c_uint64), ("ld", _c.POINTER(_c.c_int64)),
-                ("nld", _c.c_size_t)]
+                ("nld", _c.c_size_t), ("batch", _c.c_int64), ("batch_stride", _c.POINTER(_c.c_int64)),
+                ("nbatch_stride", _c.c_size_t)]
 
 
 _SIGNATURES["ef_launch_record"] = ([_voidp], _c.c_int)

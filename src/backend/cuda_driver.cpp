@@ -377,17 +377,20 @@ void CudaDriver::memset8(CUdeviceptr dst, unsigned char value, size_t bytes) {
 
 void CudaDriver::encode_tensor_map_2d(void* map, int element_bytes, CUdeviceptr base, std::uint64_t inner,
                                       std::uint64_t outer, std::uint64_t row_bytes, unsigned box_inner,
-                                      unsigned box_outer, bool tf32) const {
+                                      unsigned box_outer, bool tf32, std::uint64_t batches,
+                                      std::uint64_t batch_bytes) const {
   EPIFUSE_CHECK(api_->TensorMapEncodeTiled, "this CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12 or later)");
   // CU_TENSOR_MAP_DATA_TYPE_UINT8/16/32 (the copy engine moves bits), or
   // TFLOAT32 (11: f32 rounded to tf32 on the way, docs/hopper.md); no
   // interleave, 128-byte swizzle, L2 promotion of 256 bytes, zero fill.
   EPIFUSE_ASSERT(!tf32 || element_bytes == 4, "tf32 tensor maps hold 4-byte elements, not {}", element_bytes);
   const int type = tf32 ? 11 : element_bytes == 1 ? 0 : element_bytes == 2 ? 1 : 2;
-  const unsigned long long dims[2] = {inner, outer}, strides[1] = {row_bytes};
-  const unsigned box[2] = {box_inner, box_outer}, element_strides[2] = {1, 1};
-  check(api_->TensorMapEncodeTiled(map, type, 2, reinterpret_cast<void*>(base), dims, strides, box, element_strides, 0, 3,
-                                   3, 0),
+  // A batched GEMM's map is 3-D, the batch outermost and a box one plane deep.
+  const unsigned rank = batches > 1 ? 3 : 2;
+  const unsigned long long dims[3] = {inner, outer, batches}, strides[2] = {row_bytes, batch_bytes};
+  const unsigned box[3] = {box_inner, box_outer, 1}, element_strides[3] = {1, 1, 1};
+  check(api_->TensorMapEncodeTiled(map, type, rank, reinterpret_cast<void*>(base), dims, strides, box, element_strides, 0,
+                                   3, 3, 0),
         "cuTensorMapEncodeTiled");
 }
 

@@ -115,8 +115,10 @@ class CudaDriver {
   /// rows `row_bytes` apart, copied in boxes of box_inner x box_outer with the
   /// 128-byte swizzle and zero fill past the edges; with `tf32`, f32
   /// elements the copy engine rounds to tf32. Host only, no GPU work.
+  /// `batches` > 1: a 3-D map of that many matrices `batch_bytes` apart (the outermost coordinate).
   void encode_tensor_map_2d(void* map, int element_bytes, CUdeviceptr base, std::uint64_t inner, std::uint64_t outer,
-                            std::uint64_t row_bytes, unsigned box_inner, unsigned box_outer, bool tf32 = false) const;
+                            std::uint64_t row_bytes, unsigned box_inner, unsigned box_outer, bool tf32 = false,
+                            std::uint64_t batches = 1, std::uint64_t batch_bytes = 0) const;
 
   // ---- streams and events
   CUstream create_stream();

@@ -15,9 +15,13 @@ DeviceTensors upload(const KernelSource& ks, const TensorMap& inputs, const Kern
     const HostTensor& h = inputs.at(ks.inputs[i]);
     // A strided operand (`epifuse bench --ld`, Note [Strided operands]): its rows ld apart.
     const auto op = static_cast<int>(i);
-    const std::vector<std::byte> bytes =
+    std::vector<std::byte> bytes =
         i < operands ? strided_rows(h, gemm_operand_extent(spec.mainloop, shape, op), gemm_operand_ld(spec.mainloop, shape, op))
                      : h.bytes;
+    // A batched operand (`epifuse bench --batch`, Note [Batched GEMM]): its batches a batch stride apart.
+    const std::int64_t stride = i < operands ? gemm_operand_batch_stride(spec.mainloop, shape, op) : 0;
+    if (shape.batch > 1 && stride > 0)
+      bytes = spaced_batches(bytes, shape.batch, static_cast<std::size_t>(stride) * size_of(h.dtype));
     t.buffers.emplace_back(bytes.size());
     t.buffers.back().upload(bytes.data(), bytes.size());
     t.bindings.inputs.push_back(t.buffers.back().ptr());

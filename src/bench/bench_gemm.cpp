@@ -28,15 +28,15 @@ using backend::DeviceBuffer;
 
 std::string join(const std::vector<std::string>& items) { return backend::join(items); }
 
-// A poisoned [M,N] buffer of `dtype`: what cuBLASLt writes D into.
+// A poisoned [M,N] buffer of `dtype` (a batched GEMM's [B,M,N]): what cuBLASLt writes D into.
 DeviceBuffer matrix_buffer(const Shape& s, DType dtype) {
-  DeviceBuffer d(static_cast<std::size_t>(s.m * s.n) * size_of(dtype));
+  DeviceBuffer d(static_cast<std::size_t>(s.batch * s.m * s.n) * size_of(dtype));
   d.fill_bytes(0xFF);
   return d;
 }
 
 HostTensor download(CUdeviceptr ptr, DType dtype, const Shape& s) {
-  HostTensor t = HostTensor::zeros(dtype, {s.m, s.n});
+  HostTensor t = HostTensor::zeros(dtype, {s.batch * s.m, s.n});  // every batch, stacked
   backend::cuda().copy_to_host(t.bytes.data(), ptr, t.bytes.size());
   return t;
 }
@@ -68,11 +68,16 @@ GemmCheck compare_results(std::string what, CUdeviceptr x, DType x_dtype, CUdevi
 // Bytes of the tensors a row's path reads or writes (docs/bench.md, "memory"):
 // the GEMM operands, the chain's inputs and outputs, and `extra_mn` more [M,N]
 // tensors of `extra_dtype` (the separate GEMMs' results, eager intermediates).
+// A batched GEMM's counts every batch's [M,N] tensors and batched operands.
 std::size_t path_bytes(const KernelSpec& spec, const Shape& s, int extra_mn = 0, DType extra_dtype = DType::f32) {
-  const auto mn = static_cast<std::size_t>(s.m * s.n);
+  const auto mn = static_cast<std::size_t>(s.batch * s.m * s.n);
   const std::size_t operand = size_of(spec.mainloop.a);
   const std::size_t b_count = spec.mainloop.kind == MainloopKind::dual_gemm ? 2 : 1;
-  std::size_t bytes = operand * static_cast<std::size_t>(s.m * s.k + b_count * s.k * s.n);
+  auto copies = [&](int op) {  // a shared operand (batch stride 0) is read once
+    return static_cast<std::size_t>(s.batch > 1 && gemm_operand_batch_stride(spec.mainloop, s, op) != 0 ? s.batch : 1);
+  };
+  std::size_t bytes = operand * static_cast<std::size_t>(s.m * s.k) * copies(0) +
+                      operand * b_count * static_cast<std::size_t>(s.k * s.n) * copies(1);
   for (const Node& n : spec.graph.nodes()) {
     if (n.kind != NodeKind::input) continue;
     const std::size_t count = n.broadcast == Broadcast::full ? mn
@@ -98,8 +103,8 @@ class GemmBench {
         gemm_dtype_(spec.mainloop.a) {}
 
   GemmBenchReport run() {
-    g_.flops = (dual_ ? 4.0 : 2.0) * static_cast<double>(shape_.m) * static_cast<double>(shape_.n) *
-               static_cast<double>(shape_.k);
+    g_.flops = (dual_ ? 4.0 : 2.0) * static_cast<double>(shape_.batch) * static_cast<double>(shape_.m) *
+               static_cast<double>(shape_.n) * static_cast<double>(shape_.k);
     add_row("fused", "fused", to_string(r_.tile), 1, [this] { jit_.launch(fused_, fused_t_.bindings, shape_, opt_.args); });
     g_.rows.back().bytes = path_bytes(spec_, shape_);
     attempt("fused, dropout removed", [&] { fused_without_dropout(); });
@@ -222,7 +227,8 @@ class GemmBench {
     };
     const int gemms = static_cast<int>(bs.size());
     add_row("cublas", dual_ ? "cuBLAS two GEMMs alone" : "cuBLAS GEMM alone",
-            fmt::format("cublasLtMatmul{}, {}, D {}, heuristic algorithm, workspace {} of {} MiB", dual_ ? " x2" : "",
+            fmt::format("cublasLtMatmul{}{}, {}, D {}, heuristic algorithm, workspace {} of {} MiB", dual_ ? " x2" : "",
+                        shape_.batch > 1 ? fmt::format(" strided-batched (batch count {})", shape_.batch) : "",
                         spec_.mainloop.math == GemmMath::tf32 ? "CUBLAS_COMPUTE_32F_FAST_TF32" : "CUBLAS_COMPUTE_32F",
                         to_string(gemm_dtype_), gemm->workspace_used(), baseline::LtMatmul::k_workspace_bytes >> 20),
             gemms, run_gemm);
@@ -243,8 +249,27 @@ class GemmBench {
                                           spec_.graph.outputs().front().dtype, d->ptr(), gemm_dtype_, shape_));
       return;
     }
+    if (const std::string why = stacked_epilogue_skip(); !why.empty()) {
+      g_.skipped.push_back("cuBLAS + epifuse epilogue: " + why);
+      if (opt_.unfused) g_.skipped.push_back("unfused: " + why);
+      return;
+    }
     attempt("cuBLAS + epifuse epilogue", [&] { then_epilogue(run_gemm, d_ptrs); });
     if (opt_.unfused) attempt("unfused", [&] { then_one_kernel_per_op(run_gemm); });
+  }
+
+  // Note [Batched GEMM]: after a batched GEMM the epilogue kernels run over
+  // the batches stacked in M, [B*M, N], whose dropout elements are the
+  // batched kernel's (docs/design.md §4); a column input [M] shared by every
+  // batch is not a stacked [B*M] one.
+  Shape epilogue_shape() const { return Shape{shape_.batch * shape_.m, shape_.n, 0}; }
+  std::string stacked_epilogue_skip() const {
+    if (shape_.batch == 1) return "";
+    for (Value v : spec_.graph.inputs())
+      if (spec_.graph.node(v).broadcast == Broadcast::col)
+        return fmt::format("input '{}' is a column [M] shared by the batches; the stacked [B*M, N] epilogue has "
+                           "none such", spec_.graph.node(v).name);
+    return "";
   }
 
   // cuBLASLt's own bias + activation epilogue, where the chain starts with one.
@@ -277,7 +302,7 @@ class GemmBench {
   // cuBLASLt, then the chain as one epifuse elementwise kernel reading D (D0 and D1).
   void then_epilogue(const std::function<void()>& run_gemm, const std::vector<CUdeviceptr>& d) {
     const EpilogueAfterGemm ep = epilogue_after_gemm(spec_, gemm_dtype_);
-    const Shape es{shape_.m, shape_.n, 0};
+    const Shape es = epilogue_shape();
     auto kernel = jit_.compile(ep.spec, es);
     const auto t = keep(bind_inputs(kernel->source(), ep.spec, es, [&](const std::string& name) {
       for (std::size_t i = 0; i < ep.gemm_outputs.size(); ++i)
@@ -311,7 +336,7 @@ class GemmBench {
                                  : "unfused: an op works on vectors only and has no [M,N] kernel of its own");
       return;
     }
-    const Shape es{shape_.m, shape_.n, 0};
+    const Shape es = epilogue_shape();
     const auto kernels = keep(std::vector<std::shared_ptr<const CompiledKernel>>{});
     const auto bound = keep(std::vector<DeviceTensors>{});
     for (const KernelSpec& s : *specs) {

@@ -30,6 +30,9 @@ constexpr int CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26; // int32_t (cudaDataType
 constexpr std::uint32_t CUBLASLT_EPILOGUE_DEFAULT = 1;
 constexpr std::uint32_t CUBLASLT_EPILOGUE_RELU_BIAS = 2 | 4;   // RELU | BIAS
 constexpr std::uint32_t CUBLASLT_EPILOGUE_GELU_BIAS = 32 | 4;  // GELU | BIAS
+// cublasLtMatrixLayoutAttribute_t
+constexpr int CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5;           // int32_t
+constexpr int CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6;  // int64_t, elements
 // cublasLtMatmulPreferenceAttributes_t
 constexpr int CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1;  // uint64_t
 
@@ -95,6 +98,7 @@ struct CublasLt::Api {
   Status (*MatmulDescSetAttribute)(LtMatmulDesc, int, const void*, std::size_t);
   Status (*MatrixLayoutCreate)(LtLayout*, int, std::uint64_t, std::uint64_t, std::int64_t);
   Status (*MatrixLayoutDestroy)(LtLayout);
+  Status (*MatrixLayoutSetAttribute)(LtLayout, int, const void*, std::size_t);
   Status (*MatmulPreferenceCreate)(LtPreference*);
   Status (*MatmulPreferenceDestroy)(LtPreference);
   Status (*MatmulPreferenceSetAttribute)(LtPreference, int, const void*, std::size_t);
@@ -113,6 +117,7 @@ struct CublasLt::Api {
     EPIFUSE_LT_SYM(MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute");
     EPIFUSE_LT_SYM(MatrixLayoutCreate, "cublasLtMatrixLayoutCreate");
     EPIFUSE_LT_SYM(MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
+    EPIFUSE_LT_SYM(MatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute");
     EPIFUSE_LT_SYM(MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate");
     EPIFUSE_LT_SYM(MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy");
     EPIFUSE_LT_SYM(MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
@@ -223,6 +228,19 @@ LtMatmul::Descriptors::Descriptors(const CublasLt::Api& api, const LtMatmulConfi
     api.check(api.MatrixLayoutCreate(&b, operand, p.b.rows, p.b.cols, p.b.ld), "cublasLtMatrixLayoutCreate(B)");
     api.check(api.MatrixLayoutCreate(&d, cuda_data_type(c.d), p.d.rows, p.d.cols, p.d.ld),
               "cublasLtMatrixLayoutCreate(D)");
+    if (c.shape.batch > 1) {  // strided-batched (Note [Batched GEMM]): cuBLAS's A is our B, its B our A
+      const auto count = static_cast<std::int32_t>(c.shape.batch);
+      const std::int64_t strides[3] = {gemm_operand_batch_stride(c.mainloop, c.shape, 1),
+                                       gemm_operand_batch_stride(c.mainloop, c.shape, 0), c.shape.m * c.shape.n};
+      const LtLayout layouts[3] = {a, b, d};
+      for (int i = 0; i < 3; ++i) {
+        api.check(api.MatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+                  "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+        api.check(api.MatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                               sizeof strides[i]),
+                  "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+      }
+    }
 
     api.check(api.MatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
     const std::uint64_t workspace = k_workspace_bytes;

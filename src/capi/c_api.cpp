@@ -170,6 +170,23 @@ Shape with_lds(const KernelSpec& spec, Shape shape, const std::int64_t* ld, std:
   return shape;
 }
 
+// Note [Batched GEMM]: batch 0 or 1 is one problem; batch_stride[i] is GEMM
+// operand i's (-1 its size, 0 shared), NULL and 0 all -1.
+Shape with_batch(const KernelSpec& spec, Shape shape, std::int64_t batch, const std::int64_t* stride,
+                 std::size_t nstride) {
+  require_array(stride, nstride, "batch_stride");
+  const std::size_t operands = spec.mainloop.kind == MainloopKind::gemm        ? 2
+                               : spec.mainloop.kind == MainloopKind::dual_gemm ? 3
+                                                                               : 0;
+  EPIFUSE_CHECK(nstride <= operands, "batch_stride: {} given, the chain has {} GEMM operands", nstride, operands);
+  shape.batch = batch == 0 ? 1 : batch;
+  if (nstride > 0) shape.batch_stride_a = stride[0];
+  if (nstride > 1) shape.batch_stride_b = stride[1];
+  if (nstride > 2) shape.batch_stride_b1 = stride[2];
+  verify_shape(spec, shape);
+  return shape;
+}
+
 Json tensor_json(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) {
   return {{"name", name}, {"dtype", std::string(to_string(dtype))}, {"shape", shape}};
 }
@@ -475,6 +492,22 @@ int ef_jit_compile_ld(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int
   });
 }
 
+int ef_jit_compile_batched(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k,
+                           const std::int64_t* ld, std::size_t nld, std::int64_t batch, const std::int64_t* batch_stride,
+                           std::size_t nbatch_stride, const char* tile, ef_kernel** out) {
+  return guarded([&] {
+    require(jit, "jit");
+    require(spec, "spec");
+    require(out, "out");
+    const KernelSpec s = snapshot(spec);
+    verify(s);
+    const Shape shape = with_batch(s, with_lds(s, make_shape(s, m, n, k), ld, nld), batch, batch_stride, nbatch_stride);
+    std::optional<TileConfig> t;
+    if (tile && *tile) t = parse_tile(tile);
+    *out = new ef_kernel{jit->jit->compile(s, shape, t)};
+  });
+}
+
 void ef_kernel_free(ef_kernel* kernel) { delete kernel; }
 
 namespace {
@@ -540,7 +573,8 @@ int ef_kernel_bindings(const ef_kernel* kernel, char** out) {
 namespace {
 int launch_with(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t* inputs, std::size_t ninputs,
                 const std::uint64_t* outputs, std::size_t noutputs, std::int64_t m, std::int64_t n, std::int64_t k,
-                const LaunchArgs& args, void* stream, const std::int64_t* ld = nullptr, std::size_t nld = 0) {
+                const LaunchArgs& args, void* stream, const std::int64_t* ld = nullptr, std::size_t nld = 0,
+                std::int64_t batch = 0, const std::int64_t* batch_stride = nullptr, std::size_t nbatch_stride = 0) {
   return guarded([&] {
     require_array(inputs, ninputs, "inputs");
     require_array(outputs, noutputs, "outputs");
@@ -558,6 +592,15 @@ int launch_with(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t*
       if (operands > 1) shape.ldb = ld[1];
       if (operands > 2) shape.ldb1 = ld[2];
     }
+    if (batch > 1 || nbatch_stride > 0) {  // Note [Batched GEMM]: as ef_jit_compile_batched takes them
+      require_array(batch_stride, nbatch_stride, "batch_stride");
+      EPIFUSE_CHECK(nbatch_stride <= 3, "batch_stride: {} given; only GEMM operands (at most 3) take one",
+                    nbatch_stride);
+      shape.batch = batch == 0 ? 1 : batch;
+      if (nbatch_stride > 0) shape.batch_stride_a = batch_stride[0];
+      if (nbatch_stride > 1) shape.batch_stride_b = batch_stride[1];
+      if (nbatch_stride > 2) shape.batch_stride_b1 = batch_stride[2];
+    }  // the launch checks the count and the strides (Jit::Impl::pack_params)
     jit->jit->launch(*kernel->kernel, b, shape, args, stream);
   });
 }
@@ -572,7 +615,8 @@ int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_
 int ef_launch_record(const ef_launch* l) {
   if (!l) return guarded([] { throw UserError("launch is NULL"); });
   return launch_with(l->jit, l->kernel, l->inputs, l->ninputs, l->outputs, l->noutputs, l->m, l->n, l->k,
-                LaunchArgs{l->seed, l->offset, l->rng_state}, l->stream, l->ld, l->nld);
+                LaunchArgs{l->seed, l->offset, l->rng_state}, l->stream, l->ld, l->nld, l->batch, l->batch_stride,
+                l->nbatch_stride);
 }
 
 }  // extern "C"

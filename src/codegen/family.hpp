@@ -44,12 +44,15 @@ struct WorkspaceNeeds {
 /// A 2-D TMA descriptor as a family asks for it: a row-major matrix of `outer`
 /// rows of `inner` elements, rows `row_bytes` apart, copied in boxes of
 /// box_inner x box_outer with the 128-byte swizzle. The runtime encodes it
-/// with the driver and caches it (codegen does not reach the driver).
+/// with the driver and caches it (codegen does not reach the driver). With
+/// `batches` > 1 it is 3-D: that many such matrices `batch_bytes` apart, the
+/// batch the outermost coordinate, boxes one matrix deep (Note [Batched GEMM]).
 struct TensorMap2d {
   std::uint64_t base = 0, inner = 0, outer = 0, row_bytes = 0;
   unsigned box_inner = 0, box_outer = 0;
   int element_bytes = 2;
   bool tf32 = false;  ///< f32 elements the copy engine rounds to tf32 (CU_TENSOR_MAP_DATA_TYPE_TFLOAT32)
+  std::uint64_t batches = 1, batch_bytes = 0;
   friend bool operator==(const TensorMap2d&, const TensorMap2d&) = default;
 };
 

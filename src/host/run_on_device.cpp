@@ -47,6 +47,10 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
     if (i < operands) {  // Note [Strided operands]: rows ld apart, the gaps poisoned so a read shows
       const auto op = static_cast<int>(i);
       t.bytes = strided_rows(t, gemm_operand_extent(spec.mainloop, shape, op), gemm_operand_ld(spec.mainloop, shape, op));
+      // Note [Batched GEMM]: each batch its batch stride after the one before (a shared operand is one matrix).
+      const std::int64_t stride = gemm_operand_batch_stride(spec.mainloop, shape, op);
+      if (shape.batch > 1 && stride > 0)
+        t.bytes = spaced_batches(t.bytes, shape.batch, static_cast<std::size_t>(stride) * size_of(t.dtype));
     }
     const std::uint64_t ptr = place(t.bytes.size(), size_of(t.dtype));
     drv.copy_to_device(ptr, t.bytes.data(), t.bytes.size());

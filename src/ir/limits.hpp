@@ -49,6 +49,9 @@ inline constexpr std::size_t k_max_name_length = 64;
 inline constexpr std::int64_t k_max_dim = std::int64_t{1} << 40;
 /// Elements of an [M,N] problem or a tensor: 2^48 (64-bit indexing everywhere).
 inline constexpr std::int64_t k_max_elements = std::int64_t{1} << 48;
+/// Problems in one batched GEMM launch: the mma.sync, SIMT and wave kernels take
+/// the batch from blockIdx.z, whose grid dimension holds at most 65535.
+inline constexpr std::int64_t k_max_batch = 65535;
 
 // --- the command line's tile options (tools/epifuse/jit_options.cpp) ---
 

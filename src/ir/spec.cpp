@@ -1,5 +1,7 @@
 #include "epifuse/spec.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "epifuse/errors.hpp"
@@ -70,7 +72,60 @@ bool gemm_operand_strided(const Mainloop& ml, const Shape& s, int operand) {
   return ld != 0 && ld != gemm_operand_extent(ml, s, operand);
 }
 
+std::int64_t gemm_operand_size(const Mainloop& ml, const Shape& s, int operand) {
+  // Stored rows: A row-major M, col-major K; B row-major K, col-major N.
+  const bool row_major = operand == 0 ? ml.a_layout == Layout::row : ml.b_layout == Layout::row;
+  const std::int64_t rows = operand == 0 ? (row_major ? s.m : s.k) : (row_major ? s.k : s.n);
+  return rows * gemm_operand_ld(ml, s, operand);
+}
+
+std::int64_t gemm_operand_batch_stride(const Mainloop& ml, const Shape& s, int operand) {
+  const std::int64_t given = operand == 0 ? s.batch_stride_a : operand == 1 ? s.batch_stride_b : s.batch_stride_b1;
+  return given == Shape::dense_batch ? gemm_operand_size(ml, s, operand) : given;
+}
+
 namespace {
+
+// Note [Batched GEMM] (src/codegen/gemm/gemm.hpp): a batch count, and per
+// operand a batch stride that is shared (0) or keeps the batches apart. Full
+// outputs are batched back to back; a column sum would add over batches, which
+// is not built.
+void verify_batch(const KernelSpec& spec, const Shape& s) {
+  const MainloopKind kind = spec.mainloop.kind;
+  EPIFUSE_CHECK(s.batch >= 1 && s.batch <= limits::k_max_batch,
+                "shape: batch {} must be between 1 and {} (a launch's grid holds that many batches)", s.batch,
+                limits::k_max_batch);
+  EPIFUSE_CHECK(kind != MainloopKind::elementwise || s.batch == 1,
+                "shape: batch {} given, but only GEMM chains are batched; an elementwise chain folds its leading "
+                "dimensions into M",
+                s.batch);
+  EPIFUSE_CHECK(kind == MainloopKind::dual_gemm || s.batch_stride_b1 == Shape::dense_batch,
+                "shape: batch stride of b1 given, but only a dual GEMM has a B1");
+  if (s.batch == 1) return;
+  for (const auto& out : spec.graph.outputs())
+    EPIFUSE_CHECK(spec.graph.node(out.value).broadcast == Broadcast::full,
+                  "shape: output '{}' is not a full [M,N] tensor; a batched GEMM stores full outputs only (a "
+                  "column sum over batches is not built): run batch 1 per launch",
+                  out.name);
+  EPIFUSE_CHECK(s.m <= limits::k_max_elements / s.batch / std::max<std::int64_t>(s.n, 1),
+                "shape: batch {} of M*N = {}*{} exceeds the limit of 2^48 elements", s.batch, s.m, s.n);
+  const auto names = names::gemm_operand_names(kind);
+  for (int i = 0; i < static_cast<int>(names.size()); ++i) {
+    const std::int64_t given = i == 0 ? s.batch_stride_a : i == 1 ? s.batch_stride_b : s.batch_stride_b1;
+    const std::int64_t size = gemm_operand_size(spec.mainloop, s, i);
+    EPIFUSE_CHECK(given >= Shape::dense_batch,
+                  "shape: operand '{}': batch stride {} must be 0 (shared), at least its {} elements, or "
+                  "dense (-1)",
+                  names[i], given, size);
+    EPIFUSE_CHECK(given <= 0 || given >= size,
+                  "shape: operand '{}': batch stride {} is less than its {} elements: batches would overlap",
+                  names[i], given, size);
+    const std::int64_t stride = gemm_operand_batch_stride(spec.mainloop, s, i);
+    EPIFUSE_CHECK(stride == 0 || stride <= (limits::k_max_elements - size) / (s.batch - 1),
+                  "shape: operand '{}': {} batches {} elements apart exceed the limit of 2^48 elements", names[i],
+                  s.batch, stride);
+  }
+}
 
 // Note [Strided operands] (docs/strided-batched.md): an operand's ld is the
 // elements between its stored rows; below the rows' length they would overlap.
@@ -116,6 +171,7 @@ void verify_shape(const KernelSpec& spec, const Shape& s) {
                 "shape: the operands A [M,K] and B [K,N] exceed the limit of 2^48 = {} elements, got M={} N={} K={}",
                 k_max_elements, s.m, s.n, s.k);
   verify_operand_lds(spec, s);
+  verify_batch(spec, s);
 }
 
 namespace {

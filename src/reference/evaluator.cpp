@@ -26,11 +26,15 @@ std::vector<std::string> mainloop_operand_names(MainloopKind kind) {
 
 std::vector<OperandDesc> required_inputs(const KernelSpec& spec, const Shape& shape) {
   std::vector<OperandDesc> out;
-  for (const auto& name : mainloop_operand_names(spec.mainloop.kind)) {
-    if (name == names::k_gemm_operands[0])
-      out.push_back({name, spec.mainloop.a, {shape.m, shape.k}});
-    else
-      out.push_back({name, spec.mainloop.b, {shape.k, shape.n}});
+  const auto operands = mainloop_operand_names(spec.mainloop.kind);
+  for (std::size_t i = 0; i < operands.size(); ++i) {
+    const std::string& name = operands[i];
+    std::vector<std::int64_t> dims = name == names::k_gemm_operands[0] ? std::vector<std::int64_t>{shape.m, shape.k}
+                                                                       : std::vector<std::int64_t>{shape.k, shape.n};
+    // Note [Batched GEMM]: a batched operand is [B, rows, cols]; a shared one (batch stride 0) is one matrix.
+    if (shape.batch > 1 && gemm_operand_batch_stride(spec.mainloop, shape, static_cast<int>(i)) != 0)
+      dims.insert(dims.begin(), shape.batch);
+    out.push_back({name, name == names::k_gemm_operands[0] ? spec.mainloop.a : spec.mainloop.b, std::move(dims)});
   }
   for (Value v : spec.graph.inputs()) {
     const Node& n = spec.graph.node(v);
@@ -311,7 +315,8 @@ struct Program {
 // The outputs, each in its own shape ([M,N], [N] or [M]), in T.
 template <class T>
 std::vector<std::vector<T>> run_program(const Graph& g, Program<T>& prog, const Shape& shape,
-                                        const LaunchArgs& args, const EvalOptions& options) {
+                                        const LaunchArgs& args, const EvalOptions& options,
+                                        std::int64_t element_base = 0) {
   const std::int64_t n_cols = shape.n, n_rows = shape.m;
   const std::size_t n_instrs = prog.instrs.size();
   // Levels, and the number of passes: a col_sum read only by outputs needs no pass of its own.
@@ -370,10 +375,12 @@ std::vector<std::vector<T>> run_program(const Graph& g, Program<T>& prog, const 
         const T* y = op && op_info(in.op).arity > 1 ? row_of(in.b) : nullptr;
         for (std::int64_t cc = 0; cc < n_cols; ++cc) {
           const std::int64_t c = options.reverse_traversal ? n_cols - 1 - cc : cc;
-          // i = r*N + c is the dropout element index (docs/design.md §4).
+          // i = r*N + c is the dropout element index (docs/design.md §4), after
+          // element_base others in a batched GEMM (batch b: b*M*N).
           const std::int64_t i = r * n_cols + c;
+          const auto draw_index = static_cast<std::uint64_t>(element_base + i);
           if (op) {
-            out[c] = run_op(in, x[c], y ? y[c] : T{0}, static_cast<std::uint64_t>(i), args);
+            out[c] = run_op(in, x[c], y ? y[c] : T{0}, draw_index, args);
             continue;
           }
           switch (in.index) {
@@ -473,13 +480,12 @@ double accumulation_bound(const KernelSpec& spec, const Shape& shape, const Tens
   return static_cast<double>(shape.k) * std::ldexp(1.0, -21) * peak("a") * b;
 }
 
-TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& inputs,
-                   const LaunchArgs& args, const EvalOptions& options) {
-  verify(spec);
-  verify_shape(spec, shape);
-  const auto required = required_inputs(spec, shape);
-  check_required(spec, required, inputs);
+namespace {
 
+// One problem of a (possibly batched) GEMM chain: its dropout elements come
+// after `element_base` others (docs/design.md §4, batched elements).
+TensorMap evaluate_problem(const KernelSpec& spec, const Shape& shape, const TensorMap& inputs,
+                           const LaunchArgs& args, const EvalOptions& options, std::int64_t element_base) {
   // Mainloop: the accumulators, in double then fp32.
   std::vector<float> acc[2];
   if (spec.mainloop.kind == MainloopKind::gemm) {
@@ -499,7 +505,7 @@ TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& 
     leaves.emplace(n.name, to_floats(inputs.at(n.name)));
   }
   Program<float> prog = resolve<float>(spec, shape, acc, leaves);
-  const auto values = run_program(spec.graph, prog, shape, args, options);
+  const auto values = run_program(spec.graph, prog, shape, args, options, element_base);
   TensorMap outputs;
   const auto& outs = spec.graph.outputs();
   for (std::size_t o = 0; o < outs.size(); ++o) {
@@ -507,6 +513,51 @@ TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& 
     for (std::size_t i = 0; i < values[o].size(); ++i) t.set(static_cast<std::int64_t>(i), values[o][i]);
     const bool inserted = outputs.emplace(outs[o].name, std::move(t)).second;
     EPIFUSE_ASSERT(inserted, "duplicate output {}", outs[o].name);
+  }
+  return outputs;
+}
+
+// Batch b of a tensor stored [B, ...]: its b-th slice; a shared tensor as it is.
+HostTensor batch_slice(const HostTensor& t, std::size_t rank, std::int64_t b) {
+  if (t.shape.size() == rank) return t;
+  HostTensor out;
+  out.dtype = t.dtype;
+  out.shape.assign(t.shape.begin() + 1, t.shape.end());
+  const std::size_t bytes = t.bytes.size() / static_cast<std::size_t>(t.shape[0]);
+  const auto first = t.bytes.begin() + static_cast<std::ptrdiff_t>(bytes * static_cast<std::size_t>(b));
+  out.bytes.assign(first, first + static_cast<std::ptrdiff_t>(bytes));
+  return out;
+}
+
+}  // namespace
+
+TensorMap evaluate(const KernelSpec& spec, const Shape& shape, const TensorMap& inputs,
+                   const LaunchArgs& args, const EvalOptions& options) {
+  verify(spec);
+  verify_shape(spec, shape);
+  check_required(spec, required_inputs(spec, shape), inputs);
+  if (shape.batch == 1) return evaluate_problem(spec, shape, inputs, args, options, 0);
+  // Note [Batched GEMM] (src/codegen/gemm/gemm.hpp): a loop over the batches,
+  // each one problem; outputs are [B, M, N], batch b's dropout elements after
+  // b*M*N others.
+  Shape one = shape;
+  one.batch = 1;
+  one.batch_stride_a = one.batch_stride_b = one.batch_stride_b1 = Shape::dense_batch;
+  const auto single = required_inputs(spec, one);
+  TensorMap outputs;
+  for (std::int64_t b = 0; b < shape.batch; ++b) {
+    TensorMap in;
+    for (const OperandDesc& d : single) in.emplace(d.name, batch_slice(inputs.at(d.name), d.shape.size(), b));
+    TensorMap out = evaluate_problem(spec, one, in, args, options, b * shape.m * shape.n);
+    for (auto& [name, t] : out) {
+      auto it = outputs.find(name);
+      if (it == outputs.end()) {
+        HostTensor all = HostTensor::zeros(t.dtype, {shape.batch, shape.m, shape.n});
+        it = outputs.emplace(name, std::move(all)).first;
+      }
+      std::copy(t.bytes.begin(), t.bytes.end(),
+                it->second.bytes.begin() + static_cast<std::ptrdiff_t>(t.bytes.size() * static_cast<std::size_t>(b)));
+    }
   }
   return outputs;
 }
@@ -524,6 +575,8 @@ DoubleTensors evaluate_double(const KernelSpec& spec, const Shape& shape, const 
                               const LaunchArgs& args) {
   verify(spec);
   verify_shape(spec, shape);
+  EPIFUSE_CHECK(shape.batch == 1, "evaluate_double: batch {} given; a gradient check runs one problem (batch 1)",
+                shape.batch);
   const auto required = required_inputs(spec, shape);
   for (const auto& d : required) {
     auto it = inputs.find(d.name);

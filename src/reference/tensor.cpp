@@ -19,6 +19,17 @@ std::vector<std::byte> strided_rows(const HostTensor& dense, std::int64_t row, s
   return out;
 }
 
+std::vector<std::byte> spaced_batches(const std::vector<std::byte>& packed, std::int64_t batches,
+                                      std::size_t stride_bytes) {
+  const std::size_t part = batches > 0 ? packed.size() / static_cast<std::size_t>(batches) : 0;
+  if (batches <= 1 || stride_bytes == part) return packed;
+  std::vector<std::byte> out(static_cast<std::size_t>(batches - 1) * stride_bytes + part, std::byte{0xFF});
+  for (std::size_t b = 0; b < static_cast<std::size_t>(batches); ++b)
+    std::copy_n(packed.begin() + static_cast<std::ptrdiff_t>(b * part), part,
+                out.begin() + static_cast<std::ptrdiff_t>(b * stride_bytes));
+  return out;
+}
+
 HostTensor HostTensor::zeros(DType dtype, std::vector<std::int64_t> shape) {
   HostTensor t;
   t.dtype = dtype;
@@ -58,7 +69,9 @@ void HostTensor::set(std::int64_t i, float v) {
 
 std::vector<std::int64_t> operand_shape(Broadcast b, const Shape& shape) {
   switch (b) {
-    case Broadcast::full: return {shape.m, shape.n};
+    case Broadcast::full:  // a batched GEMM's are [B, M, N] (Note [Batched GEMM])
+      return shape.batch > 1 ? std::vector<std::int64_t>{shape.batch, shape.m, shape.n}
+                             : std::vector<std::int64_t>{shape.m, shape.n};
     case Broadcast::row: return {shape.n};
     case Broadcast::col: return {shape.m};
     case Broadcast::scalar: return {};

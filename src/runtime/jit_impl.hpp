@@ -60,8 +60,11 @@ struct LoadedKernel final : CompiledKernel {
 
 // The key of (signature, M, N, K) in the tuner's memory: every dimension,
 // since a GEMM's best tile depends on K as much as on M and N.
+// A batched GEMM's tuned tile is its own (Note [Batched GEMM]: chosen for the
+// whole batch, without split-K); an unbatched key is as it was.
 inline std::string tune_key(const std::string& signature, const Shape& shape) {
-  return fmt::format("{}|{}x{}x{}", signature, shape.m, shape.n, shape.k);
+  return shape.batch > 1 ? fmt::format("{}|{}x{}x{}x{}", signature, shape.m, shape.n, shape.k, shape.batch)
+                         : fmt::format("{}|{}x{}x{}", signature, shape.m, shape.n, shape.k);
 }
 
 }  // namespace jit_detail

@@ -63,6 +63,27 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
         const std::optional<TensorMap2d> map = kernel.family->tensor_map(f, {ks, b.inputs, b.outputs, shape});
         EPIFUSE_ASSERT(!map || driver, "a tensor map for {}: TMA is an NVIDIA feature", target_name);
         if (map) tensor_maps.fill(*driver, *map, params + f.offset);  // else left zero
+        // Note [Batched GEMM]: a batched operand the copy engine cannot take
+        // (shared, or a batch stride off 16 bytes) runs the general kernel.
+        if (!map && shape.batch > 1) aligned = false;
+        break;
+      }
+      case ParamRole::batch:
+        EPIFUSE_CHECK(shape.batch >= 1 && shape.batch <= limits::k_max_batch, "launch: batch {} must be between 1 and {}",
+                      shape.batch, limits::k_max_batch);
+        put(f, std::int64_t{shape.batch});
+        break;
+      case ParamRole::batch_stride: {  // Note [Batched GEMM]: each batch's operand aligned as the pointer must be
+        const Mainloop& ml = kernel.spec->mainloop;
+        const std::int64_t stride = gemm_operand_batch_stride(ml, shape, static_cast<int>(f.index));
+        const std::int64_t size = gemm_operand_size(ml, shape, static_cast<int>(f.index));
+        EPIFUSE_CHECK(stride == 0 || stride >= size,
+                      "launch: operand '{}': batch stride {} is less than its {} elements: batches would overlap",
+                      ks.inputs[f.index], stride, size);
+        const int need = ks.input_alignment[f.index];
+        const auto bytes = static_cast<std::int64_t>(size_of(f.index == 0 ? ml.a : ml.b));
+        if (need && (stride * bytes) % need) aligned = false;
+        put(f, stride);
         break;
       }
     }

@@ -24,7 +24,7 @@ class TensorMapCache {
       }
     Entry& e = entries_[next_++ % entries_.size()];
     driver.encode_tensor_map_2d(e.map, want.element_bytes, want.base, want.inner, want.outer, want.row_bytes,
-                                want.box_inner, want.box_outer, want.tf32);
+                                want.box_inner, want.box_outer, want.tf32, want.batches, want.batch_bytes);
     e.key = want;
     e.used = true;
     std::memcpy(out, e.map, sizeof e.map);

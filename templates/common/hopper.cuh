@@ -58,6 +58,17 @@ __device__ __forceinline__ void ef_tma_load_2d(unsigned smem, const ef_tensor_ma
       : "memory");
 }
 
+/// ef_tma_load_2d of a 3-D map's box at (c0, c1) in its plane c2: a batched
+/// GEMM's operand, the batch outermost (Note [Batched GEMM]).
+__device__ __forceinline__ void ef_tma_load_3d(unsigned smem, const ef_tensor_map* map, unsigned bar, int c0, int c1,
+                                               int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(
+          smem),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
 /// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from
 /// global memory to shared memory at `smem`, completing them on `bar`.
 __device__ __forceinline__ void ef_bulk_load(unsigned smem, const void* src, unsigned bytes, unsigned bar) {
@@ -127,6 +138,15 @@ __device__ __forceinline__ void ef_tma_load_2d_multicast(unsigned smem, const ef
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
       "%4}], [%2], %5;\n" ::"r"(smem),
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
+/// ef_tma_load_2d_multicast of a 3-D map's box in plane c2 (ef_tma_load_3d).
+__device__ __forceinline__ void ef_tma_load_3d_multicast(unsigned smem, const ef_tensor_map* map, unsigned bar, int c0,
+                                                         int c1, int c2, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "%4, %5}], [%2], %6;\n" ::"r"(smem),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
       : "memory");
 }
 /// Named barrier `id` (1..15; 0 is __syncthreads') over `threads` threads, a

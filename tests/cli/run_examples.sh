@@ -195,6 +195,18 @@ expect_stderr 2 "--ld below the rows' length" "operand 'a': ld 30 is less than i
 expect_stderr 2 "--ld of no operand" "'c' is not an operand" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --ld c=64 --device cpu
 expect_stderr 2 "--ld on an elementwise chain" "elementwise" -- "$EPIFUSE" run "$AM" --shape 3,4 --ld a=8 --device cpu
 expect 0 "--ld on the CPU reference" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --ld a=40 --ld b=32 --device cpu
+expect_stderr 2 "--batch with overlapping batches" "operand 'b': batch stride 10 is less than its 768 elements" -- \
+  "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --batch 3 --batch-stride b=10 --device cpu
+expect_stderr 2 "--batch-stride without --batch" "give --batch B above 1 too" -- \
+  "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --batch-stride b=0 --device cpu
+expect_stderr 2 "--batch on an elementwise chain" "only GEMM chains are batched" -- "$EPIFUSE" run "$AM" --shape 3,4 --batch 2 --device cpu
+expect 2 "--batch 0" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --batch 0 --device cpu
+expect 0 "--batch on the CPU reference, a shared B" -- "$EPIFUSE" run "$CHAINS/gemm_bias_relu_dropout.json" --shape 16,24,32 \
+  --batch 3 --batch-stride b=0 --device cpu --output-dir "$TMP/batched"
+if "$PYTHON" -c "import numpy as np, sys; a = np.load(sys.argv[1]); assert a.shape == (3, 16, 24), a.shape" "$TMP/batched/y.npy"
+then pass "a batched output is written as a (B, M, N) array"; else fail "a batched output is written as a (B, M, N) array"; fi
+if "$EPIFUSE" emit "$CHAINS/gemm_bias_relu_dropout.json" --target sm_80 --batch 4 | grep -q "const long long batch = (long long)blockIdx.z"
+then pass "emit --batch prints the batched kernel"; else fail "emit --batch prints the batched kernel"; fi
 expect 2 "bad --shape (too large)" -- "$EPIFUSE" run "$AM" --shape 99999999999999999999,4 --device cpu
 expect 2 "missing chain file" -- "$EPIFUSE" run "$TMP/no_such_chain.json" --device cpu
 expect 2 "validate missing chain file" -- "$EPIFUSE" validate "$TMP/no_such_chain.json"

@@ -61,6 +61,8 @@ def test_a_non_unit_innermost_stride_is_refused_naming_the_tensor():
 def test_the_launch_record_carries_the_appended_ld_fields():
     from epifuse import _lib
     names = [f[0] for f in _lib.LaunchRecord._fields_]
-    assert names[-3:] == ["rng_state", "ld", "nld"]
+    # ld and nld after rng_state, then the batched GEMM's fields (c_api.h's order)
+    assert names[-6:] == ["rng_state", "ld", "nld", "batch", "batch_stride", "nbatch_stride"]
     r = _lib.LaunchRecord()
     assert not r.ld and r.nld == 0  # zeroed: dense, as before the fields were appended
+    assert r.batch == 0 and not r.batch_stride and r.nbatch_stride == 0  # zeroed: unbatched

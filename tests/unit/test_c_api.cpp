@@ -284,3 +284,62 @@ TEST_CASE("C ABI: strided operands through ef_jit_compile_ld and ef_launch's app
   ef_jit_free(jit);
   ef_spec_free(s);
 }
+
+TEST_CASE("C ABI: batched GEMMs through ef_jit_compile_batched and ef_launch's appended batch fields") {
+  // Appended after nld: a record laid out before them is a prefix of this one.
+  static_assert(offsetof(ef_launch, batch) >= offsetof(ef_launch, nld) + sizeof(std::size_t));
+  static_assert(offsetof(ef_launch, nbatch_stride) > offsetof(ef_launch, batch_stride));
+  ef_launch zeroed{};
+  CHECK(zeroed.batch == 0);  // an unbatched launch
+  CHECK(zeroed.batch_stride == nullptr);
+  CHECK(zeroed.nbatch_stride == 0);
+
+  ef_spec* s = nullptr;
+  REQUIRE(ef_spec_from_json(R"({"epifuse": 1, "mainloop": {"kind": "gemm", "a": "f16", "b": "f16", "b_layout": "col"},
+    "inputs": {"bias": {"dtype": "f16", "broadcast": "row"}, "res": {"dtype": "f16"}},
+    "ops": [{"name": "z", "op": "add", "args": ["acc", "bias"]}, {"name": "y", "op": "add", "args": ["z", "res"]}],
+    "outputs": {"y": {"dtype": "f16"}}})",
+                            "batched.json", &s) == EF_OK);
+  ef_jit* jit = nullptr;
+  if (ef_jit_new("sm_80", &jit) != EF_OK) {
+    MESSAGE("C ABI batched compile skipped: " << last_error());
+    ef_spec_free(s);
+    return;
+  }
+  ef_kernel* kernel = nullptr;
+  CHECK(ef_jit_compile_batched(jit, s, 32, 48, 64, nullptr, 0, 70000, nullptr, 0, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("batch 70000") != std::string::npos);
+  const std::int64_t overlapping[] = {-1, 100};  // B is 48 x 64 = 3072 elements
+  CHECK(ef_jit_compile_batched(jit, s, 32, 48, 64, nullptr, 0, 4, overlapping, 2, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("operand 'b'") != std::string::npos);
+  CHECK(last_error().find("overlap") != std::string::npos);
+  const std::int64_t three[] = {-1, 0, 0};
+  CHECK(ef_jit_compile_batched(jit, s, 32, 48, 64, nullptr, 0, 4, three, 3, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("2 GEMM operands") != std::string::npos);
+  CHECK(ef_jit_compile_batched(jit, s, 32, 48, 64, nullptr, 0, 4, nullptr, 2, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("batch_stride is NULL") != std::string::npos);
+  const std::int64_t shared_b[] = {-1, 0};  // one weight for every batch
+  REQUIRE(ef_jit_compile_batched(jit, s, 32, 48, 64, nullptr, 0, 4, shared_b, 2, nullptr, &kernel) == EF_OK);
+  ef_kernel* one = nullptr;
+  REQUIRE(ef_jit_compile_batched(jit, s, 32, 48, 64, nullptr, 0, 1, nullptr, 0, nullptr, &one) == EF_OK);
+  ef_kernel* plain = nullptr;
+  REQUIRE(ef_jit_compile(jit, s, 32, 48, 64, nullptr, &plain) == EF_OK);
+  char* a = nullptr;
+  char* b = nullptr;
+  char* c = nullptr;
+  REQUIRE(ef_kernel_bindings(kernel, &a) == EF_OK);
+  REQUIRE(ef_kernel_bindings(one, &b) == EF_OK);
+  REQUIRE(ef_kernel_bindings(plain, &c) == EF_OK);
+  const std::string batched_json = a, one_json = b, plain_json = c;
+  CHECK(batched_json.find(R"("inputs":["a","b","bias","res"])") != std::string::npos);
+  CHECK(batched_json != plain_json);  // another kernel (its name), the same bindings
+  CHECK(one_json == plain_json);      // batch 1 is the unbatched kernel
+  ef_string_free(a);
+  ef_string_free(b);
+  ef_string_free(c);
+  ef_kernel_free(kernel);
+  ef_kernel_free(one);
+  ef_kernel_free(plain);
+  ef_jit_free(jit);
+  ef_spec_free(s);
+}

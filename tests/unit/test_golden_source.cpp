@@ -60,6 +60,12 @@ std::vector<GoldenCase> golden_cases() {
   // Strided A and B (Note [Strided operands]): the lda and ldb fields the loaders read.
   c.push_back({"gemm_mma_strided_operands_sm80.cu", dropout_gemm, {256, 256, 256, 264, 320}, std::nullopt,
                KernelPath::fastest, "sm_80"});
+  // Batched (Note [Batched GEMM]): blockIdx.z's batch on mma.sync, the walk over
+  // batch x units and the 3-D tensor maps' copies on wgmma.
+  c.push_back({"gemm_mma_batched_sm80.cu", dropout_gemm, {256, 256, 256, 0, 0, 0, 3}, std::nullopt,
+               KernelPath::fastest, "sm_80"});
+  c.push_back({"gemm_wgmma_batched_sm90a.cu", dropout_gemm, {1024, 1024, 1024, 0, 0, 0, 8},
+               WgmmaTile{128, 256, 64, 4, 8}, KernelPath::fastest, "sm_90a"});
   c.push_back({"gemm_wgmma_bias_relu_dropout_sm90a.cu", dropout_gemm, {4096, 4096, 4096},
                WgmmaTile{128, 256, 64, 4, 8}, KernelPath::fastest, "sm_90a"});
   c.push_back({"dual_wgmma_gating_sm90a.cu", load_spec(kExamples / "gating.json"), {4096, 4096, 4096}, std::nullopt,

@@ -23,6 +23,8 @@ struct BenchCliOptions {
   std::string chain;
   std::vector<std::string> shapes;
   std::vector<std::string> lds;  // NAME=LD, every shape
+  std::int64_t batch = 1;                  // --batch, every shape
+  std::vector<std::string> batch_strides;  // NAME=S
   int repeats = 30;
   std::string tile;  ///< --tile
   bool no_tune = false, no_unfused = false, no_sweep = false, no_cublas = false, seeds_on_device = false;
@@ -158,6 +160,7 @@ void bench_command(const BenchCliOptions& opt) {
   for (const std::string& s : opt.shapes) shapes.push_back(parse_shape(s, spec));
   if (shapes.empty()) shapes.push_back(resolve_shape("", spec));
   for (Shape& s : shapes) apply_lds(opt.lds, spec, s);
+  for (Shape& s : shapes) apply_batch(opt.batch, opt.batch_strides, spec, s);
   for (const Shape& s : shapes) require_nonempty(s, "--shape");
   BenchOptions bo;
   if (!opt.variants.empty() && spec.mainloop.kind == MainloopKind::elementwise)
@@ -229,6 +232,7 @@ void add_bench(CLI::App& app) {
                   "NAME=LD: a GEMM operand's leading dimension for every shape (a, b; dual: a, b0, b1; "
                   "repeatable): the fused kernel is the strided variant; the cuBLAS and unfused baselines are skipped")
       ->allow_extra_args(false);
+  add_batch_options(*sub, opt->batch, opt->batch_strides);
   sub->add_option("--repeats", opt->repeats, "Timed batches per measurement (median reported)")
       ->check(CLI::Range(3, 10000));
   sub->add_flag("--no-tune", opt->no_tune, "Use the default tile instead of autotuning");

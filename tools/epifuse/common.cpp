@@ -205,6 +205,49 @@ void apply_lds(const std::vector<std::string>& lds, const KernelSpec& spec, Shap
   verify_shape(spec, shape);
 }
 
+void apply_batch(std::int64_t batch, const std::vector<std::string>& strides, const KernelSpec& spec, Shape& shape) {
+  const MainloopKind kind = spec.mainloop.kind;
+  EPIFUSE_CHECK(strides.empty() || batch > 1, "--batch-stride: give --batch B above 1 too");
+  shape.batch = batch;
+  std::set<std::string> seen;
+  for (const std::string& text : strides) {
+    const std::size_t eq = text.find('=');
+    EPIFUSE_CHECK(eq != std::string::npos, "--batch-stride '{}': expected NAME=STRIDE (a, b; a dual GEMM's a, b0, b1)",
+                  text);
+    const std::string name = text.substr(0, eq);
+    const std::string_view digits = std::string_view(text).substr(eq + 1);
+    std::int64_t stride = 0;
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), stride);
+    EPIFUSE_CHECK(all_digits(digits, 10) && ec == std::errc{} && ptr == digits.data() + digits.size(),
+                  "--batch-stride '{}': the stride must be a non-negative decimal integer (0: one operand for every "
+                  "batch)",
+                  text);
+    EPIFUSE_CHECK(seen.insert(name).second, "--batch-stride: '{}' given twice", name);
+    const bool dual = kind == MainloopKind::dual_gemm;
+    if (kind != MainloopKind::elementwise && name == "a")
+      shape.batch_stride_a = stride;
+    else if (kind != MainloopKind::elementwise && name == (dual ? "b0" : "b"))
+      shape.batch_stride_b = stride;
+    else if (dual && name == "b1")
+      shape.batch_stride_b1 = stride;
+    else
+      throw UserError(fmt::format("--batch-stride '{}': '{}' is not an operand of this {}: give {}", text, name,
+                                  to_string(kind), dual ? "a, b0 or b1" : "a or b"));
+  }
+  verify_shape(spec, shape);
+}
+
+void add_batch_options(CLI::App& sub, std::int64_t& batch, std::vector<std::string>& strides) {
+  sub.add_option("--batch", batch,
+                 "B: a GEMM chain's batch, B problems of the shape in one launch (docs/strided-batched.md): "
+                 "operands and [M,N] tensors [B,...], row and column inputs shared")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{65535}));
+  sub.add_option("--batch-stride", strides,
+                 "NAME=S: elements between batches of GEMM operand NAME (a, b; dual: a, b0, b1; repeatable); "
+                 "0 shares one matrix across batches; default the operand's size")
+      ->allow_extra_args(false);
+}
+
 std::uint64_t parse_u64(std::string_view text, std::string_view option) {
   std::string_view digits = text;
   int base = 10;

@@ -110,6 +110,14 @@ Shape resolve_shape(const std::string& text, const KernelSpec& spec);
 /// UserError naming --ld for another name, a repeated one or a bad number.
 void apply_lds(const std::vector<std::string>& lds, const KernelSpec& spec, Shape& shape);
 
+/// `--batch B` and `--batch-stride NAME=S` (repeatable): a batched GEMM's problem
+/// count and an operand's batch stride (elements; 0 shares it) into `shape`
+/// (Note [Batched GEMM]), then verify_shape. UserError naming the option for
+/// an unknown name, a repeated one or a bad number.
+void apply_batch(std::int64_t batch, const std::vector<std::string>& strides, const KernelSpec& spec, Shape& shape);
+/// The --batch and --batch-stride options of run, bench and emit.
+void add_batch_options(CLI::App& sub, std::int64_t& batch, std::vector<std::string>& strides);
+
 /// An unsigned 64-bit integer in decimal or 0x hex; `option` names it in errors.
 std::uint64_t parse_u64(std::string_view text, std::string_view option);
 

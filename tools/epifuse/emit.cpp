@@ -17,6 +17,8 @@ namespace {
 
 struct EmitOptions {
   std::string chain, shape, target;
+  std::int64_t batch = 1;                  // --batch
+  std::vector<std::string> batch_strides;  // NAME=S
   TileOptions tile;
   bool standalone = false;
 };
@@ -47,6 +49,7 @@ void emit(const EmitOptions& opt) {
   } else {
     shape = resolve_shape(opt.shape, spec);
   }
+  apply_batch(opt.batch, opt.batch_strides, spec, shape);
   KernelSource ks = emit_kernel(spec, shape, opt.tile.tile(), KernelPath::fastest, target);
   if (opt.standalone) ks.text = standalone_text(ks.text);
   if (session().json) {
@@ -73,6 +76,7 @@ void add_emit(CLI::App& app) {
   sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, gfx90a, gfx1100, ...): which tiles are allowed (wgmma tiles need sm_90a; AMD targets take wave tiles)")
       ->check(non_empty());
   add_tile_options(*sub, opt->tile);
+  add_batch_options(*sub, opt->batch, opt->batch_strides);
   sub->add_flag("--standalone", opt->standalone,
                 "Write the project's headers (templates/common/) into the source: one file that compiles "
                 "without them, e.g. as another build's `bench --variant`");

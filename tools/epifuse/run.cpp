@@ -38,6 +38,8 @@ struct RunOptions {
   std::string chain;
   std::string shape;
   std::vector<std::string> lds;  // NAME=LD
+  std::int64_t batch = 1;                // --batch
+  std::vector<std::string> batch_strides;  // NAME=S
   std::string device;
   std::vector<std::string> inputs;   // NAME=FILE.npy
   std::vector<std::string> outputs;  // NAME=FILE.npy
@@ -133,7 +135,7 @@ Summary summarize(const HostTensor& t) {
 }
 
 double flop_estimate(const KernelSpec& spec, const Shape& shape) {
-  const double mn = static_cast<double>(shape.m) * static_cast<double>(shape.n);
+  const double mn = static_cast<double>(shape.batch) * static_cast<double>(shape.m) * static_cast<double>(shape.n);
   switch (spec.mainloop.kind) {
     case MainloopKind::elementwise: return mn * static_cast<double>(spec.graph.nodes().size());
     case MainloopKind::gemm: return 2 * mn * static_cast<double>(shape.k);
@@ -150,6 +152,11 @@ std::string shape_text(const KernelSpec& spec, const Shape& shape) {
   const auto names = names::gemm_operand_names(spec.mainloop.kind);
   for (std::size_t i = 0; i < names.size(); ++i)
     if (gemm_operand_strided(spec.mainloop, shape, static_cast<int>(i))) s += fmt::format(" ld {}={}", names[i], lds[i]);
+  if (shape.batch > 1) {  // Note [Batched GEMM]: the batch and each operand's batch stride
+    s += fmt::format(" batch {}", shape.batch);
+    for (std::size_t i = 0; i < names.size(); ++i)
+      s += fmt::format(" {}:{}", names[i], gemm_operand_batch_stride(spec.mainloop, shape, static_cast<int>(i)));
+  }
   return s;
 }
 
@@ -215,6 +222,7 @@ RunPlan plan_run(const RunOptions& opt) {
   plan.label = chain_label(plan.spec, opt.chain);
   plan.shape = resolve_shape(opt.shape, plan.spec);
   apply_lds(opt.lds, plan.spec, plan.shape);
+  apply_batch(opt.batch, opt.batch_strides, plan.spec, plan.shape);
   plan.data_seed = parse_u64(opt.data_seed, "--data-seed");
   plan.args.seed = parse_u64(opt.seed, "--seed");
   plan.args.offset = parse_u64(opt.offset, "--offset");
@@ -370,6 +378,7 @@ void run(const RunOptions& opt) {
     doc["shape"] = plan.spec.mainloop.kind == MainloopKind::elementwise
                        ? Json{plan.shape.m, plan.shape.n}
                        : Json{plan.shape.m, plan.shape.n, plan.shape.k};
+    if (plan.shape.batch > 1) doc["batch"] = plan.shape.batch;
     doc["seed"] = plan.args.seed;
     doc["offset"] = plan.args.offset;
     doc["data_seed"] = plan.data_seed;
@@ -399,6 +408,7 @@ void add_run(CLI::App& app) {
                   "NAME=LD: a GEMM operand's leading dimension (a, b; dual: a, b0, b1; repeatable): the device "
                   "buffer's rows LD elements apart, run by the strided kernel (docs/strided-batched.md)")
       ->allow_extra_args(false);
+  add_batch_options(*sub, opt->batch, opt->batch_strides);
   sub->add_option("--device", opt->device,
                   "cuda, hip or cpu (the reference evaluator); default: the GPU present, else cpu")
       ->check(CLI::IsMember({"cuda", "hip", "cpu"}));

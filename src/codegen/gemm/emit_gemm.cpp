@@ -31,16 +31,18 @@ std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
   // Note [Strided operands]: a strided operand's flag (never its ld's value)
   // follows, "/lda", "/ldb", "/ldb1"; a dense shape's class is as it was. An
   // ld's alignment is checked at launch, with the pointers'.
+  // Note [Batched GEMM]: a batch count above 1 adds "/bat" last.
   const int strided = (gemm_operand_strided(ml, s, 0) ? 1 : 0) | (gemm_operand_strided(ml, s, 1) ? 2 : 0) |
                       (gemm_operand_strided(ml, s, 2) ? 4 : 0);
-  static const std::array<std::string, 32> classes = [] {
-    std::array<std::string, 32> out;
-    for (int c = 0; c < 32; ++c)
-      out[static_cast<std::size_t>(c)] = fmt::format("{}/{}{}{}{}", c & 16 ? "ld8" : "ld1", c & 8 ? "n4" : "n1",
-                                                     c & 1 ? "/lda" : "", c & 2 ? "/ldb" : "", c & 4 ? "/ldb1" : "");
+  static const std::array<std::string, 64> classes = [] {
+    std::array<std::string, 64> out;
+    for (int c = 0; c < 64; ++c)
+      out[static_cast<std::size_t>(c)] =
+          fmt::format("{}/{}{}{}{}{}", c & 16 ? "ld8" : "ld1", c & 8 ? "n4" : "n1", c & 1 ? "/lda" : "",
+                      c & 2 ? "/ldb" : "", c & 4 ? "/ldb1" : "", c & 32 ? "/bat" : "");
     return out;
   }();
-  return classes[static_cast<std::size_t>((ld8 ? 16 : 0) | (n4 ? 8 : 0) | strided)];
+  return classes[static_cast<std::size_t>((s.batch > 1 ? 32 : 0) | (ld8 ? 16 : 0) | (n4 ? 8 : 0) | strided)];
 }
 
 bool gemm_staged_epilogue(const GemmTile& t) {
@@ -79,6 +81,7 @@ GemmPlan plan_gemm(const KernelPlan& plan) {
   g.vector_only = g.ld8 && plan.path == KernelPath::fastest;
   g.dual = plan.spec->mainloop.kind == MainloopKind::dual_gemm;
   for (int i = 0; i < 3; ++i) g.strided[i] = gemm_operand_strided(plan.spec->mainloop, plan.shape, i);
+  g.batched = plan.shape_class.ends_with("/bat");
   return g;
 }
 
@@ -100,6 +103,7 @@ void operand_params(const GemmPlan& g, ParamLayout& layout) {
   constexpr const char* ld_names[] = {"lda", "ldb", "ldb1"};
   for (std::uint32_t i = 0; i < 3; ++i)
     if (g.strided[i]) layout.add(ParamRole::ld, i, ld_names[i], fmt::format("long long {}", ld_names[i]), 8, 8);
+  batch_params(g, layout);
   layout.add_rng_and_scalars(plan);
 }
 
@@ -149,13 +153,13 @@ bool staged_epilogue(const GemmPlan& g) { return !g.simt && (g.wgmma || g.wave |
 
 // d<k>[4]: the draws of four consecutive columns col0..col0+3 of `row` (col0 a
 // multiple of 4, N % 4 == 0): exactly one Philox call (docs/design.md §4).
-std::string row_quad_draws(std::size_t k, std::uint32_t stream, const std::string& pad) {
+std::string row_quad_draws(const GemmPlan& g, std::size_t k, std::uint32_t stream, const std::string& pad) {
   return fmt::format(
       "{0}unsigned d{1}[4];  // dropout stream {2}: one Philox call per four elements\n"
       "{0}{{\n{0}  const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), {2}u, "
-      "(unsigned long long)(row * p.n + col0) >> 2);\n"
+      "(unsigned long long)({3}) >> 2);\n"
       "{0}  d{1}[0] = w.x;\n{0}  d{1}[1] = w.y;\n{0}  d{1}[2] = w.z;\n{0}  d{1}[3] = w.w;\n{0}}}\n",
-      pad, k, stream);
+      pad, k, stream, draw_index(g, "row * p.n + col0"));
 }
 
 }  // namespace
@@ -167,7 +171,7 @@ std::string emit_staged_draws(const GemmPlan& g) {
   for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
     const Node& n = plan.spec->graph.node(plan.dropouts[k]);
     if (!shared_draws(g, n)) continue;
-    s += row_quad_draws(k, n.stream, "    ");
+    s += row_quad_draws(g, k, n.stream, "    ");
   }
   if (s.empty()) return "    // no shared dropout draws";
   s.pop_back();
@@ -204,9 +208,9 @@ std::string emit_early_draws(const GemmPlan& g) {
     const Node& n = plan.spec->graph.node(plan.dropouts[k]);
     if (!shared_draws(g, n)) continue;
     s += fmt::format(
-        "      ef_mma_philox4_draws(dd{0}[mi][ni], ef_seed(p), ef_offset(p), {1}u, (unsigned long long)(row_g * p.n + (col0 & ~3LL)),\n"
-        "                           (unsigned long long)((row_g + 8) * p.n + (col0 & ~3LL)));\n",
-        k, n.stream);
+        "      ef_mma_philox4_draws(dd{0}[mi][ni], ef_seed(p), ef_offset(p), {1}u, (unsigned long long)({2}),\n"
+        "                           (unsigned long long)({3}));\n",
+        k, n.stream, draw_index(g, "row_g * p.n + (col0 & ~3LL)"), draw_index(g, "(row_g + 8) * p.n + (col0 & ~3LL)"));
   }
   s += "    }";
   return s;
@@ -226,23 +230,23 @@ std::string emit_fragment_draws(const GemmPlan& g) {
     const Node& n = plan.spec->graph.node(plan.dropouts[k]);
     if (!shared_draws(g, n)) continue;
     if (g.simt) {  // a thread's four consecutive columns are one Philox call
-      s += row_quad_draws(k, n.stream, "      ");
+      s += row_quad_draws(g, k, n.stream, "      ");
       continue;
     }
     s += fmt::format(
         "      unsigned d{0}[4];  // dropout stream {1}: one Philox call per four elements, shared by a lane pair\n"
-        "      ef_mma_philox4_draws(d{0}, ef_seed(p), ef_offset(p), {1}u, (unsigned long long)(row_g * p.n + (col0 & ~3LL)),\n"
-        "                           (unsigned long long)((row_g + 8) * p.n + (col0 & ~3LL)));\n",
-        k, n.stream);
+        "      ef_mma_philox4_draws(d{0}, ef_seed(p), ef_offset(p), {1}u, (unsigned long long)({2}),\n"
+        "                           (unsigned long long)({3}));\n",
+        k, n.stream, draw_index(g, "row_g * p.n + (col0 & ~3LL)"), draw_index(g, "(row_g + 8) * p.n + (col0 & ~3LL)"));
   }
   if (s.empty()) return "      // no shared dropout draws";
   s.pop_back();
   return s;
 }
 
-std::string load_expression(const TensorPlan& t) {
+std::string load_expression(const GemmPlan& g, const TensorPlan& t) {
   switch (t.broadcast) {
-    case Broadcast::full: return fmt::format("ef_ldg_float(p.{} + rc * p.n + cc)", t.field);
+    case Broadcast::full: return fmt::format("ef_ldg_float({} + rc * p.n + cc)", tensor_pointer(g, t));
     case Broadcast::row: return fmt::format("ef_ldg_float(p.{} + cc)", t.field);
     case Broadcast::col: return fmt::format("ef_ldg_float(p.{} + rc)", t.field);
     case Broadcast::scalar: return fmt::format("ef_ldg_float(p.{})", t.field);
@@ -286,9 +290,9 @@ std::string emit_early_loads(const GemmPlan& g) {
             "  float {0}_e[MI][NI][4];\n#pragma unroll\n  for (int mi = 0; mi < MI; ++mi)\n#pragma unroll\n"
             "    for (int ni = 0; ni < NI; ++ni)\n#pragma unroll\n      for (int e = 0; e < 4; ++e) {{\n"
             "        const long long r = m0 + wm + mi * 16 + (lane >> 2) + (e >> 1) * 8, c = n0 + wn + ni * 8 + (lane & 3) * 2 + (e & 1);\n"
-            "        {0}_e[mi][ni][e] = ef_ldg_float(p.{0} + (r < p.m ? r : p.m - 1) * p.n + (c < p.n ? c : p.n - 1));\n"
+            "        {0}_e[mi][ni][e] = ef_ldg_float({1} + (r < p.m ? r : p.m - 1) * p.n + (c < p.n ? c : p.n - 1));\n"
             "      }}\n",
-            t.field);
+            t.field, tensor_pointer(g, t));
         break;
       case Broadcast::row:
         s += fmt::format(
@@ -350,7 +354,7 @@ std::string emit_element_loads(const GemmPlan& g, const std::string& pad, bool s
   if (cols) s += pad + "const long long cc = col < p.n ? col : p.n - 1;\n";
   for (std::size_t i = 0; i < plan.inputs.size(); ++i) {
     const TensorPlan& t = plan.inputs[i];
-    const std::string value = held_value(i).empty() ? load_expression(t) : held_value(i);
+    const std::string value = held_value(i).empty() ? load_expression(g, t) : held_value(i);
     s += fmt::format("{}const float {}_v = {};\n", pad, t.field, value);
   }
   s.pop_back();
@@ -365,14 +369,16 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, st
                          const std::string& pad, bool quads, std::string_view column_slot) {
   const KernelPlan& plan = *g.plan;
   const Graph& graph = plan.spec->graph;
+  const std::string at = g.batched ? "(batch_base + at)" : "at";  // the element's dropout index
   std::string s;
   for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
     const Node& n = graph.node(plan.dropouts[k]);
     if (shared_draws(g, n)) continue;
     s += n.rng == RngMode::philox4
-             ? fmt::format("{}const unsigned d{}e = ef_philox4_draw(ef_seed(p), ef_offset(p), {}u, (unsigned long long)at);\n",
-                           pad, k, n.stream)
-             : fmt::format("{}const unsigned d{}e = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long)at);\n", pad, k);
+             ? fmt::format("{}const unsigned d{}e = ef_philox4_draw(ef_seed(p), ef_offset(p), {}u, (unsigned long long){});\n",
+                           pad, k, n.stream, at)
+             : fmt::format("{}const unsigned d{}e = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long){});\n", pad,
+                           k, at);
   }
   s += pad + "float";
   for (std::size_t k = 0; k < plan.outputs.size(); ++k) s += fmt::format("{} {}_v", k ? "," : "", plan.outputs[k].field);
@@ -402,7 +408,8 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, st
       continue;
     }
     s += quads ? fmt::format("{}{}_q[e] = {}_v;\n", pad, t.field, t.field)
-               : fmt::format("{}p.{}[at] = ef_from_float<{}>({}_v);\n", pad, t.field, storage_type_name(t.dtype), t.field);
+               : fmt::format("{}{}[at] = ef_from_float<{}>({}_v);\n", pad, tensor_pointer(g, t), storage_type_name(t.dtype),
+                             t.field);
   }
   s.pop_back();
   return s;
@@ -433,12 +440,13 @@ std::string emit_staged_stores(const GemmPlan& g) {
   const Graph& graph = g.plan->spec->graph;
   std::string s = "    if (row < p.m && col0 + 3 < p.n) {\n";
   for (const TensorPlan& t : g.plan->outputs)
-    if (!is_column_sum(graph.node(t.value))) s += fmt::format("      ef_store4(p.{0} + row * p.n + col0, {0}_q);\n", t.field);
+    if (!is_column_sum(graph.node(t.value)))
+      s += fmt::format("      ef_store4({1} + row * p.n + col0, {0}_q);\n", t.field, tensor_pointer(g, t));
   s += "    } else if (row < p.m) {\n#pragma unroll\n      for (int e = 0; e < 4; ++e)\n        if (col0 + e < p.n) {\n";
   for (const TensorPlan& t : g.plan->outputs)
     if (!is_column_sum(graph.node(t.value)))
-      s += fmt::format("          p.{0}[row * p.n + col0 + e] = ef_from_float<{1}>({0}_q[e]);\n", t.field,
-                     storage_type_name(t.dtype));
+      s += fmt::format("          {2}[row * p.n + col0 + e] = ef_from_float<{1}>({0}_q[e]);\n", t.field,
+                       storage_type_name(t.dtype), tensor_pointer(g, t));
   s += "        }\n    }";
   return s;
 }
@@ -513,7 +521,6 @@ KernelSource emit_gemm(const GemmPlan& g) {
   TemplateVars vars = common_vars(plan, contract, layout);
   vars.insert({
       {"dual", g.dual ? "true" : "false"},
-      {"b1", g.dual ? "p.b1" : "p.b"},
       {"bm", std::to_string(g.tile.bm)},
       {"bn", std::to_string(g.tile.bn)},
       {"bk", std::to_string(g.tile.bk)},
@@ -527,6 +534,7 @@ KernelSource emit_gemm(const GemmPlan& g) {
                                "[ni][e & 1]")},
   });
   vars.merge(operand_ld_vars(g));
+  vars.merge(batch_vars(g, "(long long)blockIdx.z", "  "));
   if (!g.simt) {
     vars.emplace("operand_t", std::string(storage_type_name(plan.spec->mainloop.a)));
     vars.emplace("operand_bits", g.operand_bytes == 4 ? "unsigned" : "unsigned short");

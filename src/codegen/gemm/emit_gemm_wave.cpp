@@ -48,7 +48,6 @@ KernelSource emit_gemm_wave(const GemmPlan& g) {
       {"matrix_op", fmt::format("{}<T, {}>", t.op == 0 ? "EfMfma32" : "EfWmma16", t.fma ? "false" : "true")},
       {"dual", g.dual ? "true" : "false"},
       {"tf32", plan.spec->mainloop.math == GemmMath::tf32 ? "true" : "false"},
-      {"b1", g.dual ? "p.b1" : "p.b"},
       {"bm", std::to_string(t.bm)},
       {"bn", std::to_string(t.bn)},
       {"bk", std::to_string(t.bk)},
@@ -60,6 +59,7 @@ KernelSource emit_gemm_wave(const GemmPlan& g) {
       {"vector_flag", vector_flag},
   });
   vars.merge(operand_ld_vars(g));
+  vars.merge(batch_vars(g, "(long long)blockIdx.z", "  "));
   vars.merge(staged_vars(g, contract, 8));
   layout.finish(ks);
   ks.text = render_template(embedded_template("gemm_wave.cu.in"), vars, "gemm_wave.cu.in");

@@ -28,6 +28,7 @@ struct GemmPlan {
   bool vector_only = false; // 16-byte loads only: the host checks the operands' alignment
   bool dual = false;        // dual_gemm: B0 and B1, accumulators acc and acc1
   bool strided[3] = {};     // A, B (B0), B1 strided: an ld field each (Note [Strided operands])
+  bool batched = false;     // batch > 1: "/bat" in the shape class (Note [Batched GEMM])
 };
 
 /// "ld8" or "ld1" (16-byte operand loads possible), then "/n4" or "/n1", then
@@ -49,6 +50,30 @@ std::string_view gemm_shape_class(const Mainloop& mainloop, const Shape& shape);
 // a multiple of 16, as they need the pointer aligned: the launch checks both
 // (Jit::Impl::pack_params) and a miss takes the general kernel, which for a
 // wgmma key is the mma.sync fallback tile's.
+
+// Note [Batched GEMM] (docs/strided-batched.md, step 4)
+// Shape::batch problems of one shape run in one launch. A batched kernel is a
+// variant ("/bat", the last flag of the shape class), so an unbatched kernel is
+// byte for byte what it was. Its parameters gain `long long batch` and a
+// `long long batch_stride_<operand>` per operand after the lds (ParamRole::batch,
+// batch_stride; the launch resolves Shape::dense_batch). Each kernel finds its
+// batch, then offsets every pointer it reads or writes: the operands by batch x
+// their batch stride, full [M,N] inputs and outputs by batch x M x N (stored
+// back to back); row, column and scalar inputs are shared. mma.sync, SIMT and
+// the wave kernel take the batch from blockIdx.z (gemm_tile_geometry): their
+// tile walk is unchanged. The wgmma kernel is persistent: its units run over
+// batch x the tiles of one problem, batch-major, and each TMA descriptor is
+// 3-D with the batch outermost (TensorMap2d::batches), so one descriptor
+// serves every batch and each box is zero-filled at its own problem's edge
+// exactly as in 2-D. (Offsetting a 2-D map's row coordinate per batch would be
+// simpler, but past a problem's last K row it would read the next batch's rows
+// instead of zeros for an M- or N-major operand.) A shared operand (batch
+// stride 0), or a stride the copy engine cannot take, sends a wgmma key to
+// its general kernel, the mma.sync fallback tile's, batched the same way. A
+// dropout element of batch b is i = b*M*N + r*N + c (docs/design.md §4,
+// batched elements): each draw's index adds `batch_base`. Split-K and column
+// sums are not batched: a batched tile with split-K, and a batched chain with
+// a column-sum output, are UserErrors.
 
 /// Dynamic shared memory of a tile: the ring of A and B stages (A, B0 and B1
 /// for a dual GEMM) of `operand_bytes`-byte elements.

@@ -25,6 +25,27 @@ void refuse_column_sums(const KernelSpec& spec, std::string_view mainloop) {
                               n->name.empty() ? "" : fmt::format(" '{}'", n->name), mainloop));
 }
 
+// Note [Batched GEMM] (gemm.hpp): a batched problem's tiles are chosen for
+// its whole work, the batches stacked in M (a heuristic counts tiles against
+// the GPU's SMs); split-K is not batched, and batches fill the GPU anyway.
+Shape batch_work_shape(const Shape& shape) {
+  if (shape.batch == 1) return shape;
+  Shape work = shape;
+  work.m = shape.m * shape.batch;
+  work.batch = 1;
+  work.batch_stride_a = work.batch_stride_b = work.batch_stride_b1 = Shape::dense_batch;
+  return work;
+}
+
+TileConfig without_split_k(TileConfig tile, const Shape& shape, bool requested) {
+  auto* t = std::get_if<GemmTile>(&tile);
+  if (shape.batch == 1 || !t || t->split_k == 1) return tile;
+  EPIFUSE_CHECK(!requested, "tile {}: split-K is not built for a batched GEMM (batch {}); take a tile without it",
+                to_string(tile), shape.batch);
+  t->split_k = 1;
+  return tile;
+}
+
 constexpr std::string_view k_simt_mainloop = "SIMT mainloop of exact f32 GEMMs (\"math\": \"tf32\" runs on mma.sync)";
 
 class GemmFamily final : public KernelFamily {
@@ -42,6 +63,8 @@ class GemmFamily final : public KernelFamily {
     const Mainloop& ml = spec.mainloop;
     EPIFUSE_CHECK(ml.a == ml.b, "gemm: A and B must have one dtype, got a={} b={}", to_string(ml.a), to_string(ml.b));
     const GemmProblem p = problem(spec, shape, target, device);
+    const Shape work_shape = batch_work_shape(shape);
+    const GemmProblem work = problem(spec, work_shape, target, device);
     if (requested && std::holds_alternative<WaveTile>(*requested)) {
       refuse_column_sums(spec, fmt::format("wave mainloop (tile {})", to_string(*requested)));
       wave_mainloop().check(*requested, p);
@@ -49,7 +72,7 @@ class GemmFamily final : public KernelFamily {
     }
     if (amd_target(target)) {
       refuse_column_sums(spec, fmt::format("AMD wave mainloop ({})", target));
-      const TileConfig t = *wave_mainloop().heuristic(p);
+      const TileConfig t = *wave_mainloop().heuristic(work);
       EPIFUSE_CHECK(!requested, "tile {}: AMD targets take wave tiles (mBMxBNxBKwWMxWNgGROUP.OP, e.g. {})",
                     to_string(*requested), to_string(t));
       wave_mainloop().check(t, p);
@@ -61,15 +84,15 @@ class GemmFamily final : public KernelFamily {
     }
     if (gemm_is_simt(ml)) refuse_column_sums(spec, k_simt_mainloop);
     if (!requested)
-      if (std::optional<TileConfig> w = wgmma_mainloop().heuristic(p)) return *w;
+      if (std::optional<TileConfig> w = wgmma_mainloop().heuristic(work)) return *w;
     const GemmMainloop& sync = sync_mainloop(ml);
     TileConfig tile;
     if (requested) {
       EPIFUSE_CHECK(std::holds_alternative<GemmTile>(*requested),
                     "tile {}: a gemm kernel takes a gemm tile (BM, BN, BK, warps, stages)", to_string(*requested));
-      tile = *requested;
+      tile = without_split_k(*requested, shape, true);
     } else {
-      tile = *sync.heuristic(p);
+      tile = without_split_k(*sync.heuristic(work), shape, false);
     }
     sync.check(tile, p);
     return tile;
@@ -90,7 +113,8 @@ class GemmFamily final : public KernelFamily {
   // wgmma tiles alone. A chain with a col_sum alike (both sum columns).
   std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
                                           const DeviceInfo& device) const override {
-    const GemmProblem p = problem(spec, shape, target, device);
+    const Shape work_shape = batch_work_shape(shape);
+    const GemmProblem p = problem(spec, work_shape, target, device);
     if (amd_target(target)) {
       refuse_column_sums(spec, fmt::format("AMD wave mainloop ({})", target));
       return wave_mainloop().candidates(p);
@@ -101,7 +125,9 @@ class GemmFamily final : public KernelFamily {
     }
     std::vector<TileConfig> out = wgmma_mainloop().candidates(p);
     if (!out.empty() && wgmma_only(p)) return out;
-    const std::vector<TileConfig> sync = mma_mainloop().candidates(p);
+    std::vector<TileConfig> sync = mma_mainloop().candidates(p);
+    if (shape.batch > 1)  // Note [Batched GEMM]: no split-K
+      std::erase_if(sync, [](const TileConfig& t) { return std::get<GemmTile>(t).split_k > 1; });
     out.insert(out.end(), sync.begin(), sync.end());
     return out;
   }

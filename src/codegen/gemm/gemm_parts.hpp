@@ -25,6 +25,24 @@ std::vector<std::string> operand_bindings(const GemmPlan& g);
 /// kernel, description, param_fields, epilogue_signature, epilogue_body.
 TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contract, const ParamLayout& layout);
 
+/// Note [Batched GEMM] (emit_gemm_batch.cpp): the batch's fields after the
+/// operands' lds (batch count, a batch stride per operand); and the template
+/// variables of a kernel that finds its batch as `batch_expr` (blockIdx.z, or
+/// the wgmma tile's): batch_setup (the per-batch pointers and the batch's first
+/// dropout element, `batch_base`, at `pad`; empty for an unbatched kernel),
+/// a_ptr, b_ptr and b1 (the operands' pointers, p.a, p.b, p.b1 unbatched; the
+/// wgmma kernel's batch_setup has none: TMA reads its operands).
+void batch_params(const GemmPlan& g, ParamLayout& layout);
+TemplateVars batch_vars(const GemmPlan& g, std::string_view batch_expr, std::string_view pad);
+/// An epilogue tensor's pointer in the kernel: `p.<field>`, or in a batched
+/// kernel a full tensor's pointer at its batch (`<field>_bat`).
+std::string tensor_pointer(const GemmPlan& g, const TensorPlan& t);
+std::string tensor_pointer(const GemmPlan& g, std::string_view field);
+/// A dropout element index `index` (an expression of row and column) as the
+/// kernel passes it to Philox: in a batched kernel `batch_base + index`
+/// (docs/design.md §4, batched elements), else `index` unchanged.
+std::string draw_index(const GemmPlan& g, std::string_view index);
+
 /// The shared dropout draws of a lane's four columns: one Philox call each.
 std::string emit_staged_draws(const GemmPlan& g);
 /// The loads of an element's epilogue inputs at (row, col), clamped into the tensor.

@@ -15,6 +15,7 @@ LaunchGeometry gemm_tile_geometry(const GemmTile& t, const Shape& shape, unsigne
   LaunchGeometry g;
   g.grid[0] = static_cast<unsigned>(tiles);
   g.grid[1] = static_cast<unsigned>(t.split_k);
+  g.grid[2] = static_cast<unsigned>(shape.batch);  // Note [Batched GEMM]: blockIdx.z is the batch
   g.block[0] = static_cast<unsigned>(t.warps_m * t.warps_n * 32);
   g.shared_bytes = shared_bytes;
   return g;

@@ -119,6 +119,7 @@ class WaveMainloop final : public GemmMainloop {
                   shape.n, tiles, v.bm, v.bn);
     LaunchGeometry g;
     g.grid[0] = static_cast<unsigned>(tiles);
+    g.grid[2] = static_cast<unsigned>(shape.batch);  // Note [Batched GEMM]: blockIdx.z is the batch
     g.block[0] = static_cast<unsigned>(v.waves_m * v.waves_n * v.lanes());
     g.shared_bytes = source.shared_bytes;
     return g;

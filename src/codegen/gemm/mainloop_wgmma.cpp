@@ -176,7 +176,10 @@ class WgmmaMainloop final : public GemmMainloop {
   LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int multiprocessors) const override {
     const WgmmaTile& w = std::get<WgmmaTile>(source.tile);
     if (source.path != KernelPath::fastest) return gemm_tile_geometry(k_wgmma_fallback_tile, shape, source.shared_bytes);
-    const std::int64_t units = tiles_of(shape, std::int64_t{w.bm} * w.cluster, w.bn);
+    // Note [Batched GEMM]: the walk runs over every batch's units (32-bit in the kernel).
+    const std::int64_t units = tiles_of(shape, std::int64_t{w.bm} * w.cluster, w.bn) * shape.batch;
+    EPIFUSE_CHECK(units <= 0x7fffffff, "gemm: batch {} of {}x{} needs {} tile units, more than one launch holds",
+                  shape.batch, shape.m, shape.n, units);
     const std::int64_t slots = multiprocessors > 0 ? multiprocessors / w.cluster : units;
     LaunchGeometry g;
     g.grid[0] = static_cast<unsigned>(std::min(units, slots) * w.cluster);
@@ -221,24 +224,36 @@ std::optional<TensorMap2d> wgmma_tensor_map(const ParamField& field, const Opaqu
   // An operand's row stride in elements: its ld (Note [Strided operands]),
   // the dense rows' length (`inner`) where the shape gives none.
   const std::int64_t lds[] = {c.shape.lda, c.shape.ldb, c.shape.ldb1};
-  auto map = [&](std::uint64_t base, std::uint64_t inner, std::uint64_t outer, std::int64_t ld,
-                 unsigned box_outer) {
+  const std::int64_t batch_strides[] = {c.shape.batch_stride_a, c.shape.batch_stride_b, c.shape.batch_stride_b1};
+  auto map = [&](int operand, std::uint64_t inner, std::uint64_t outer,
+                 unsigned box_outer) -> std::optional<TensorMap2d> {
+    const std::uint64_t base = c.inputs[static_cast<std::size_t>(operand)];
+    const std::int64_t ld = lds[operand];
     const std::uint64_t stride = ld != 0 ? static_cast<std::uint64_t>(ld) : inner;
     // A base or a row stride the copy engine cannot take sends the launch to
     // the general kernel (KernelSource::requires_alignment), which has no
     // maps; an empty K is never loaded. Neither needs a map.
-    return base % 16 != 0 || inner == 0 || outer == 0 || (stride * es) % 16 != 0
-               ? std::nullopt
-               : std::optional<TensorMap2d>(
-                     TensorMap2d{base, inner, outer, stride * es, box_inner, box_outer, es, es == 4});
+    if (base % 16 != 0 || inner == 0 || outer == 0 || (stride * es) % 16 != 0) return std::nullopt;
+    TensorMap2d out{base, inner, outer, stride * es, box_inner, box_outer, es, es == 4};
+    if (c.shape.batch > 1) {
+      // Note [Batched GEMM]: a 3-D map, the batch outermost. A shared operand
+      // (batch stride 0) or a stride that is not a multiple of 16 bytes has no
+      // map: the launch takes the general kernel (Jit::Impl::pack_params).
+      const std::int64_t given = batch_strides[operand];
+      const std::uint64_t batch = given == Shape::dense_batch ? outer * stride : static_cast<std::uint64_t>(given);
+      if (batch == 0 || (batch * es) % 16 != 0) return std::nullopt;
+      out.batches = static_cast<std::uint64_t>(c.shape.batch);
+      out.batch_bytes = batch * es;
+    }
+    return out;
   };
   switch (field.index) {
-    case a_kmajor_map: return map(c.inputs[0], k, m, lds[0], bm);              // [M][K]
-    case a_mmajor_map: return map(c.inputs[0], m, k, lds[0], 64);              // [K][M] (16-bit)
-    case b_kmajor_map: return map(c.inputs[1], k, n, lds[1], bn / t.cluster);  // [N][K], a block's share
-    case b_nmajor_map: return map(c.inputs[1], n, k, lds[1], nmajor_box);      // [K][N]
-    case b1_kmajor_map: return map(c.inputs[2], k, n, lds[2], bn / t.cluster);
-    case b1_nmajor_map: return map(c.inputs[2], n, k, lds[2], nmajor_box);
+    case a_kmajor_map: return map(0, k, m, bm);              // [M][K]
+    case a_mmajor_map: return map(0, m, k, 64);              // [K][M] (16-bit)
+    case b_kmajor_map: return map(1, k, n, bn / t.cluster);  // [N][K], a block's share
+    case b_nmajor_map: return map(1, n, k, nmajor_box);      // [K][N]
+    case b1_kmajor_map: return map(2, k, n, bn / t.cluster);
+    case b1_nmajor_map: return map(2, n, k, nmajor_box);
     default: EPIFUSE_ASSERT(false, "unknown tensor map {}", field.index);
   }
   return std::nullopt;
