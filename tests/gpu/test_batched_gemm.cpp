@@ -192,12 +192,14 @@ TEST_SUITE("gpu") {
       for (Layout b : {Layout::row, Layout::col})
         for (double p : {0.0, 0.2}) {
           const KernelSpec spec = chain(DType::f16, a, b, MainloopKind::gemm, p);
-          for (const TileConfig& tile : tiles)
+          for (const TileConfig& tile : tiles) {
+            MESSAGE("a " << to_string(a) << " b " << to_string(b) << " p " << p << " tile " << to_string(tile));
             for (const Shape& s : {Shape{300, 264, 128}, Shape{512, 512, 512}}) {
               same_as_loop(*jit, spec, batched(s, 4), tile, ++seed);
               same_as_loop(*jit, spec, batched(s, 3, s.m * s.k + 64, s.k * s.n + 128), tile, ++seed);  // spaced
               same_as_loop(*jit, spec, batched(s, 3, Shape::dense_batch, 0), tile, ++seed, 1);  // shared B: general
             }
+          }
         }
     // tf32 (A row-major, B col-major), a dual GEMM, and the default tile for a
     // batch of 1024^2 problems (wgmma, chosen for the whole batch).
