@@ -462,34 +462,16 @@ void ef_jit_free(ef_jit* jit) { delete jit; }
 
 const char* ef_jit_target(const ef_jit* jit) { return jit ? jit->target.c_str() : ""; }
 
+// ef_jit_compile and ef_jit_compile_ld are ef_jit_compile_batched with no ld
+// and one problem (dense, unbatched: the same key and kernel).
 int ef_jit_compile(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k, const char* tile,
                    ef_kernel** out) {
-  return guarded([&] {
-    require(jit, "jit");
-    require(spec, "spec");
-    require(out, "out");
-    const KernelSpec s = snapshot(spec);
-    verify(s);
-    const Shape shape = make_shape(s, m, n, k);
-    std::optional<TileConfig> t;
-    if (tile && *tile) t = parse_tile(tile);
-    *out = new ef_kernel{jit->jit->compile(s, shape, t)};
-  });
+  return ef_jit_compile_batched(jit, spec, m, n, k, nullptr, 0, 1, nullptr, 0, tile, out);
 }
 
 int ef_jit_compile_ld(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k,
                       const std::int64_t* ld, std::size_t nld, const char* tile, ef_kernel** out) {
-  return guarded([&] {
-    require(jit, "jit");
-    require(spec, "spec");
-    require(out, "out");
-    const KernelSpec s = snapshot(spec);
-    verify(s);
-    const Shape shape = with_lds(s, make_shape(s, m, n, k), ld, nld);
-    std::optional<TileConfig> t;
-    if (tile && *tile) t = parse_tile(tile);
-    *out = new ef_kernel{jit->jit->compile(s, shape, t)};
-  });
+  return ef_jit_compile_batched(jit, spec, m, n, k, ld, nld, 1, nullptr, 0, tile, out);
 }
 
 int ef_jit_compile_batched(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k,
