@@ -91,7 +91,12 @@ std::size_t path_bytes(const KernelSpec& spec, const Shape& s, int extra_mn = 0,
 }
 
 std::string_view lt_epilogue_name(LtEpilogueKind k) {
-  return k == LtEpilogueKind::relu_bias ? "CUBLASLT_EPILOGUE_RELU_BIAS" : "CUBLASLT_EPILOGUE_GELU_BIAS";
+  switch (k) {
+    case LtEpilogueKind::relu_bias: return "CUBLASLT_EPILOGUE_RELU_BIAS";
+    case LtEpilogueKind::gelu_bias: return "CUBLASLT_EPILOGUE_GELU_BIAS";
+    case LtEpilogueKind::dgelu_bgrad: return "CUBLASLT_EPILOGUE_DGELU_BGRAD";
+  }
+  return {};
 }
 
 // The state one bench_gemm call shares between its rows.
@@ -276,8 +281,10 @@ class GemmBench {
   void lt_epilogue(baseline::CublasLt& lt, CUdeviceptr a, CUdeviceptr b) {
     const std::optional<LtEpilogueMatch> match = match_lt_epilogue(spec_);
     if (!match) {
+      if (const std::optional<LtDgradMatch> dgrad = match_lt_dgrad(spec_)) return lt_dgrad(lt, a, b, *dgrad);
       g_.skipped.push_back(
-          "cuBLASLt epilogue: the chain does not start with relu or gelu_tanh of acc + a row bias [N]");
+          "cuBLASLt epilogue: the chain does not start with relu or gelu_tanh of acc + a row bias [N], nor is it "
+          "acc * gelu_tanh_deriv(saved) with its col_sum (DGELU_BGRAD)");
       return;
     }
     baseline::LtMatmulConfig config{spec_.mainloop, shape_, gemm_dtype_};
@@ -297,6 +304,39 @@ class GemmBench {
     g_.checks.push_back(compare_results(nodrop ? "fused_no_dropout vs cublaslt_epilogue" : "fused vs cublaslt_epilogue",
                                         (nodrop ? nodrop_t_ : fused_t_).bindings.outputs.at(0),
                                         spec_.graph.outputs().front().dtype, d->ptr(), gemm_dtype_, shape_));
+  }
+
+  // cuBLASLt's backward epilogue, DGELU_BGRAD, for a dgrad chain of that form:
+  // dz from the saved GELU input, and the bias gradient in D's dtype.
+  void lt_dgrad(baseline::CublasLt& lt, CUdeviceptr a, CUdeviceptr b, const LtDgradMatch& match) {
+    if (shape_.n % 8 != 0 || shape_.batch > 1) {  // cuBLASLt: the GELU input's leading dimension a multiple of 8
+      g_.skipped.push_back(fmt::format("cuBLASLt DGELU_BGRAD: N = {} is not a multiple of 8, or a batch", shape_.n));
+      return;
+    }
+    baseline::LtMatmulConfig config{spec_.mainloop, shape_, gemm_dtype_};
+    config.epilogue = LtEpilogueKind::dgelu_bgrad;
+    config.aux = input(match.saved);
+    config.aux_ld = shape_.n;
+    const auto grad = keep(matrix_buffer(Shape{1, shape_.n, 0}, gemm_dtype_));
+    config.bias = grad->ptr();
+    const auto gemm = std::make_shared<const baseline::LtMatmul>(lt, config);
+    keep_.push_back(gemm);
+    const auto d = keep(matrix_buffer(shape_, gemm_dtype_));
+    add_row("cublaslt_epilogue", "cuBLASLt DGELU_BGRAD", std::string(lt_epilogue_name(LtEpilogueKind::dgelu_bgrad)), 1,
+            [gemm, a, b, d] { gemm->run(a, b, d->ptr()); });
+    const KernelSource& ks = fused_.source();
+    const auto output = [&](const std::string& name) {
+      const auto at = static_cast<std::size_t>(std::find(ks.outputs.begin(), ks.outputs.end(), name) - ks.outputs.begin());
+      DType dtype = gemm_dtype_;
+      for (const Output& o : spec_.graph.outputs())
+        if (o.name == name) dtype = o.dtype;
+      return std::pair{fused_t_.bindings.outputs.at(at), dtype};
+    };
+    const auto [dz, dz_dtype] = output(match.dz);
+    const auto [db, db_dtype] = output(match.db);
+    g_.checks.push_back(compare_results("fused vs cublaslt DGELU_BGRAD (dz)", dz, dz_dtype, d->ptr(), gemm_dtype_, shape_));
+    g_.checks.push_back(compare_results("fused vs cublaslt DGELU_BGRAD (bias gradient)", db, db_dtype, grad->ptr(),
+                                        gemm_dtype_, Shape{1, shape_.n, 0}));
   }
 
   // cuBLASLt, then the chain as one epifuse elementwise kernel reading D (D0 and D1).

@@ -198,4 +198,37 @@ std::optional<LtEpilogueMatch> match_lt_epilogue(const KernelSpec& gemm_spec) {
   return m;
 }
 
+std::optional<LtDgradMatch> match_lt_dgrad(const KernelSpec& gemm_spec) {
+  if (gemm_spec.mainloop.kind != MainloopKind::gemm) return std::nullopt;
+  const Graph& g = gemm_spec.graph;
+  const auto is_op = [&](Value v, OpKind op) { return g.node(v).kind == NodeKind::op && g.node(v).op == op; };
+  if (g.outputs().size() != 2) return std::nullopt;
+  LtDgradMatch m;
+  const Node* mul = nullptr;
+  for (const Output& o : g.outputs()) {
+    if (is_op(o.value, OpKind::col_sum)) {
+      m.db = o.name;
+    } else if (is_op(o.value, OpKind::mul)) {
+      m.dz = o.name;
+      mul = &g.node(o.value);
+    }
+  }
+  if (m.db.empty() || !mul) return std::nullopt;
+  const Output& db = *std::find_if(g.outputs().begin(), g.outputs().end(), [&](const Output& o) { return o.name == m.db; });
+  const Output& dz = *std::find_if(g.outputs().begin(), g.outputs().end(), [&](const Output& o) { return o.name == m.dz; });
+  if (g.node(db.value).args.at(0).id != dz.value.id) return std::nullopt;
+  // acc · gelu_tanh_deriv(saved), either order.
+  Value acc = mul->args.at(0), deriv = mul->args.at(1);
+  if (g.node(acc).kind != NodeKind::accumulator) std::swap(acc, deriv);
+  if (g.node(acc).kind != NodeKind::accumulator || g.node(acc).accumulator != 0 ||
+      !is_op(deriv, OpKind::gelu_tanh_deriv))
+    return std::nullopt;
+  const Node& saved = g.node(g.node(deriv).args.at(0));
+  if (saved.kind != NodeKind::input || saved.broadcast != Broadcast::full) return std::nullopt;
+  const auto ops = std::count_if(g.nodes().begin(), g.nodes().end(), [](const Node& n) { return n.kind == NodeKind::op; });
+  if (ops != 3) return std::nullopt;
+  m.saved = saved.name;
+  return m;
+}
+
 }  // namespace epifuse

@@ -40,7 +40,8 @@ std::optional<std::vector<KernelSpec>> one_kernel_per_op(const KernelSpec& spec,
 /// cuBLASLt epilogues a gemm chain can start with: D = act(acc + bias), the
 /// bias a row-broadcast [N] input (one value per column of C; in cuBLASLt's
 /// column-major view C^T, one per row, length N).
-enum class LtEpilogueKind { relu_bias, gelu_bias };
+/// dgelu_bgrad: the backward's CUBLASLT_EPILOGUE_DGELU_BGRAD (match_lt_dgrad).
+enum class LtEpilogueKind { relu_bias, gelu_bias, dgelu_bgrad };
 
 struct LtEpilogueMatch {
   LtEpilogueKind kind = LtEpilogueKind::relu_bias;
@@ -58,5 +59,16 @@ struct LtEpilogueMatch {
 /// row-broadcast input, used once, by `relu` or `gelu_tanh` (cuBLASLt's GELU is
 /// the tanh form). nullopt when the chain does not start that way.
 std::optional<LtEpilogueMatch> match_lt_epilogue(const KernelSpec& gemm_spec);
+
+/// A dgrad chain cuBLASLt runs as CUBLASLT_EPILOGUE_DGELU_BGRAD: the output
+/// `dz` = acc · gelu_tanh_deriv(`saved`), `saved` a full [M,N] input (the
+/// GELU's input, which cuBLASLt's GELU_AUX forward saves), and the output `db`
+/// = col_sum(dz) (cuBLASLt's bias gradient: one value per row of its
+/// column-major D, our columns). Nothing else in the chain.
+struct LtDgradMatch {
+  std::string saved;  ///< the saved input's binding name
+  std::string dz, db;  ///< the outputs' names
+};
+std::optional<LtDgradMatch> match_lt_dgrad(const KernelSpec& gemm_spec);
 
 }  // namespace epifuse

@@ -25,11 +25,14 @@ constexpr int CUBLASLT_MATMUL_DESC_TRANSA = 3;          // int32_t
 constexpr int CUBLASLT_MATMUL_DESC_TRANSB = 4;          // int32_t
 constexpr int CUBLASLT_MATMUL_DESC_EPILOGUE = 7;        // uint32_t
 constexpr int CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8;    // const void*
+constexpr int CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11;  // const void* (the backward's input)
+constexpr int CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12;       // int64_t, elements
 constexpr int CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26; // int32_t (cudaDataType)
 // cublasLtEpilogue_t
 constexpr std::uint32_t CUBLASLT_EPILOGUE_DEFAULT = 1;
 constexpr std::uint32_t CUBLASLT_EPILOGUE_RELU_BIAS = 2 | 4;   // RELU | BIAS
 constexpr std::uint32_t CUBLASLT_EPILOGUE_GELU_BIAS = 32 | 4;  // GELU | BIAS
+constexpr std::uint32_t CUBLASLT_EPILOGUE_DGELU_BGRAD = 64 | 128 | 16;  // DGELU (64 | 128) | BGRAD
 // cublasLtMatrixLayoutAttribute_t
 constexpr int CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5;           // int32_t
 constexpr int CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6;  // int64_t, elements
@@ -211,7 +214,16 @@ LtMatmul::Descriptors::Descriptors(const CublasLt::Api& api, const LtMatmulConfi
     set(CUBLASLT_MATMUL_DESC_TRANSA, trans_a, "cublasLtMatmulDescSetAttribute(TRANSA)");
     set(CUBLASLT_MATMUL_DESC_TRANSB, trans_b, "cublasLtMatmulDescSetAttribute(TRANSB)");
     std::uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    if (c.epilogue) {
+    if (c.epilogue == LtEpilogueKind::dgelu_bgrad) {
+      // D = dGELU(A·B, aux); the bias gradient (a row sum of D in cuBLASLt's
+      // view, our col_sum) into the bias pointer, in D's dtype.
+      epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+      void* grad = reinterpret_cast<void*>(static_cast<std::uintptr_t>(c.bias));
+      const void* aux = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(c.aux));
+      set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, grad, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.aux_ld, "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
+    } else if (c.epilogue) {
       epilogue =
           *c.epilogue == LtEpilogueKind::relu_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
       const void* bias = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(c.bias));
@@ -270,8 +282,13 @@ LtMatmul::LtMatmul(CublasLt& lt, const LtMatmulConfig& c)
     throw RuntimeError(fmt::format(
         "cuBLASLt has no algorithm for {} x {} x {} {} (A {}, B {}, D {}, epilogue {}{})", c.shape.m, c.shape.n,
         c.shape.k, to_string(c.mainloop.a), to_string(c.mainloop.a_layout), to_string(c.mainloop.b_layout),
-        to_string(c.d), !c.epilogue ? "default" : *c.epilogue == LtEpilogueKind::relu_bias ? "RELU_BIAS" : "GELU_BIAS",
-        c.epilogue ? fmt::format(", bias {}", to_string(c.bias_dtype)) : std::string()));
+        to_string(c.d),
+        !c.epilogue                                     ? "default"
+        : *c.epilogue == LtEpilogueKind::relu_bias      ? "RELU_BIAS"
+        : *c.epilogue == LtEpilogueKind::gelu_bias      ? "GELU_BIAS"
+                                                        : "DGELU_BGRAD",
+        c.epilogue && *c.epilogue != LtEpilogueKind::dgelu_bgrad ? fmt::format(", bias {}", to_string(c.bias_dtype))
+                                                                 : std::string()));
   d.algo = result.algo;
   workspace_used_ = result.workspace_size;
   workspace_ = backend::DeviceBuffer(k_workspace_bytes);

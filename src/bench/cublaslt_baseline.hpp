@@ -87,8 +87,10 @@ struct LtMatmulConfig {
   Shape shape;
   DType d = DType::f16;                    ///< C and D
   std::optional<LtEpilogueKind> epilogue;  ///< nullopt: CUBLASLT_EPILOGUE_DEFAULT
-  backend::CUdeviceptr bias = 0;           ///< the epilogue's [N] vector
+  backend::CUdeviceptr bias = 0;           ///< the epilogue's [N] vector (dgelu_bgrad: the bias gradient, written in D's dtype)
   DType bias_dtype = DType::f16;
+  backend::CUdeviceptr aux = 0;            ///< dgelu_bgrad: the GELU's saved input, [M,N] in D's dtype
+  std::int64_t aux_ld = 0;                 ///< its leading dimension in cuBLASLt's column-major view (N)
 };
 
 /// Makes and destroys every descriptor LtMatmul would (operation, attributes,

@@ -5,12 +5,14 @@
 // the CPU for all four layouts (docs/bench.md).
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "bench/bench_specs.hpp"
 #include "bench/cublaslt_baseline.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
+#include "epifuse/json.hpp"
 #include "epifuse/reference.hpp"
 
 using namespace epifuse;
@@ -219,6 +221,35 @@ TEST_CASE("match_lt_epilogue: bias + relu or gelu_tanh at the start of the chain
   CHECK_FALSE(match_lt_epilogue(elementwise));
 }
 
+TEST_CASE("match_lt_dgrad: acc * gelu_tanh_deriv(saved) and its col_sum, as cuBLASLt's DGELU_BGRAD") {
+  const KernelSpec dgrad = load_spec(std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples" / "backward" /
+                                     "gemm_bias_gelu_dgrad.json");
+  const std::optional<LtDgradMatch> m = match_lt_dgrad(dgrad);
+  REQUIRE(m);
+  CHECK(m->saved == "saved_z");
+  CHECK(m->dz == "dacc");
+  CHECK(m->db == "dbias");
+  // Not that form: no col_sum output, another derivative, a dropout, a row input as the saved one.
+  auto build = [](bool sum, OpKind deriv, bool dropout, Broadcast saved) {
+    KernelSpec s;
+    s.mainloop = {MainloopKind::gemm, DType::bf16, DType::bf16, Layout::row, Layout::row};
+    Graph& g = s.graph;
+    Value acc = g.accumulator(0);
+    if (dropout) acc = g.dropout(acc, 0.1);
+    const Value dz = g.mul(g.unary(deriv, g.input("saved", DType::bf16, saved)), acc);
+    g.output("dz", dz, DType::bf16);
+    if (sum) g.output("db", g.unary(OpKind::col_sum, dz), DType::f32);
+    return s;
+  };
+  CHECK(match_lt_dgrad(build(true, OpKind::gelu_tanh_deriv, false, Broadcast::full)));  // mul(deriv, acc)
+  CHECK_FALSE(match_lt_dgrad(build(false, OpKind::gelu_tanh_deriv, false, Broadcast::full)));
+  CHECK_FALSE(match_lt_dgrad(build(true, OpKind::gelu_erf_deriv, false, Broadcast::full)));
+  CHECK_FALSE(match_lt_dgrad(build(true, OpKind::gelu_tanh_deriv, true, Broadcast::full)));
+  CHECK_FALSE(match_lt_dgrad(build(true, OpKind::gelu_tanh_deriv, false, Broadcast::row)));
+  // A forward chain is the forward matcher's, not this one's.
+  CHECK_FALSE(match_lt_dgrad(gemm_bias_act(DType::f16, OpKind::gelu_tanh, true)));
+}
+
 // cuBLAS semantics on the CPU: D (column-major m x n, ld) = op(A) op(B), each
 // stored matrix column-major `rows x cols` with its ld, op() transposing when
 // asked. Run on the device buffers' bytes (to_device_layout), it must give the
@@ -275,6 +306,12 @@ TEST_CASE("cuBLASLt loads through dlopen where it is installed, and says what it
             c.bias_dtype = DType::f32;  // another type than D's: BIAS_DATA_TYPE is set
             CHECK_NOTHROW(baseline::check_descriptors(*lt, c));
           }
+          // The backward's DGELU_BGRAD: the bias gradient's and the saved input's pointers, and its ld.
+          c.epilogue = LtEpilogueKind::dgelu_bgrad;
+          c.bias = 0x10000;
+          c.aux = 0x20000;
+          c.aux_ld = 128;
+          CHECK_NOTHROW(baseline::check_descriptors(*lt, c));
         }
   } else {
     MESSAGE(baseline::cublaslt_unavailable_reason());
