@@ -156,9 +156,7 @@ Shape make_shape(const KernelSpec& spec, std::int64_t m, std::int64_t n, std::in
 // first, 0 dense); only the operands take one yet.
 Shape with_lds(const KernelSpec& spec, Shape shape, const std::int64_t* ld, std::size_t nld) {
   require_array(ld, nld, "ld");
-  const std::size_t operands = spec.mainloop.kind == MainloopKind::gemm        ? 2
-                               : spec.mainloop.kind == MainloopKind::dual_gemm ? 3
-                                                                               : 0;
+  const std::size_t operands = mainloop_operand_names(spec.mainloop.kind).size();
   for (std::size_t i = 0; i < nld; ++i) {
     EPIFUSE_CHECK(ld[i] == 0 || i < operands,
                   "ld[{}] = {}: only GEMM operands (the first {} inputs) take a leading dimension", i, ld[i], operands);
@@ -175,9 +173,7 @@ Shape with_lds(const KernelSpec& spec, Shape shape, const std::int64_t* ld, std:
 Shape with_batch(const KernelSpec& spec, Shape shape, std::int64_t batch, const std::int64_t* stride,
                  std::size_t nstride) {
   require_array(stride, nstride, "batch_stride");
-  const std::size_t operands = spec.mainloop.kind == MainloopKind::gemm        ? 2
-                               : spec.mainloop.kind == MainloopKind::dual_gemm ? 3
-                                                                               : 0;
+  const std::size_t operands = mainloop_operand_names(spec.mainloop.kind).size();
   EPIFUSE_CHECK(nstride <= operands, "batch_stride: {} given, the chain has {} GEMM operands", nstride, operands);
   shape.batch = batch == 0 ? 1 : batch;
   if (nstride > 0) shape.batch_stride_a = stride[0];
