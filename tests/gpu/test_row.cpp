@@ -407,6 +407,54 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("row family: a quotient by a per-row input, normal and below FLT_MIN, with and without draws") {
+    // The attention backward's softmax read back from the forward's sum: the
+    // kernel multiplies by the input's reciprocal, and a divisor whose
+    // reciprocal overflows must still divide; the row's choice is made once
+    // a row where the stage draws dropout.
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const Shape shape{4, 64, 0};
+    HostTensor x = HostTensor::zeros(DType::f32, {shape.m, shape.n});
+    HostTensor dy = HostTensor::zeros(DType::f32, {shape.m, shape.n});
+    HostTensor s = HostTensor::zeros(DType::f32, {shape.m});
+    const float sums[] = {37.5f, 1.3e-42f, 1.1e-37f, 2.5e-38f};
+    for (std::int64_t r = 0; r < shape.m; ++r) {
+      s.set(r, sums[r]);
+      for (std::int64_t c = 0; c < shape.n; ++c) {
+        const float scale = sums[r] / shape.n;
+        x.set(r * shape.n + c, c % 5 == 0 ? 0.0f : scale * (0.5f + 0.02f * c));  // zeros: masked entries
+        dy.set(r * shape.n + c, 0.25f - 0.01f * c);
+      }
+    }
+    for (const bool draws : {false, true}) {
+      KernelSpec spec;
+      Graph& g = spec.graph;
+      const Value xi = g.input("x", DType::f32);
+      const Value sum = g.input("saved_sum", DType::f32, Broadcast::col);
+      const Value dyi = g.input("dy", DType::f32);
+      const Value y = g.div(xi, sum);
+      const Value d = draws ? g.dropout(dyi, 0.25) : dyi;
+      g.output("dx", g.mul(y, g.sub(d, g.row_sum(g.mul(d, y)))), DType::f32);
+      g.output("y", y, DType::f32);
+      TensorMap given;
+      given.emplace("x", x);
+      given.emplace("dy", dy);
+      given.emplace("saved_sum", s);
+      std::vector<RowTile> tiles{RowTile{64, 0, -1, 0}, RowTile{256, 0, -1, 1, 32, 1}, RowTile{64, 0, 0, 1}};
+      if (jit->target().starts_with("sm_9")) tiles.push_back(RowTile{32, 0, -1, 1, 0, 2, 2});
+      for (const RowTile& t : tiles) {
+        INFO("draws " << draws << " tile " << t.str());
+        check(*jit, spec, shape, 7700, t, 0, given);
+        const TensorMap out = run_on_device(*jit, spec, shape, given, {}, t);
+        for (std::int64_t i = 0; i < shape.m * shape.n; ++i) {
+          const float want = x.get(i) / s.get(i / shape.n);
+          CHECK(std::abs(out.at("y").get(i) - want) <= 2e-7f * std::abs(want));  // within a rounding
+        }
+      }
+    }
+  }
+
   TEST_CASE("row family: bad row tiles and GEMM reductions are user errors") {
     Jit* jit = gpu_jit();
     if (!jit) return;

@@ -264,6 +264,20 @@ TEST_SUITE("unit") {
     CHECK(count(emit_kernel(att, {8, 65536, 0}).text, "_bits[") == 0);  // no ring: Philox in the stage
     CHECK(count(kept, "if (fabsf(v") == 0);
     CHECK(count(kept, "(tiny") == 2);
+    // So does a quotient by a per-row input (the sum the attention backward
+    // reads back): the row's choice tests the value loaded for the row.
+    {
+      KernelSpec bwd;
+      Graph& g = bwd.graph;
+      const Value x = g.input("x", DType::bf16);
+      const Value sum = g.input("saved_sum", DType::f32, Broadcast::col);
+      const Value d = g.dropout(g.input("dy", DType::bf16), 0.1);
+      const Value y = g.div(g.exp(x), sum);
+      g.output("dx", g.mul(y, g.sub(d, g.row_sum(g.mul(d, y)))), DType::bf16);
+      const std::string drawn = emit_kernel(bwd, {8, 4096, 0}, std::nullopt, KernelPath::fastest, "sm_90a").text;
+      CHECK(count(drawn, "if (fabsf(in1_r) >= 1.17549435e-38f)") == 1);
+      CHECK(count(drawn, "kTiny ? ") == 1);  // a multiply by the reciprocal, not a division an element
+    }
     // Clusters of 16 (non-portable) for the longest rows.
     CHECK_NOTHROW(row.resolve_tile(bf, {8, 262144, 0}, RowTile{512, 0, -1, 1, 0, 16, 1}, "sm_90a"));
     CHECK_THROWS_AS(row.resolve_tile(bf, {8, 262144, 0}, RowTile{512, 0, -1, 1, 0, 32, 1}, "sm_90a"), UserError);

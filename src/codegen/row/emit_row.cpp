@@ -56,30 +56,51 @@ void layout_params(const RowPlan& r, ParamLayout& layout) {
   }
 }
 
-// The per-row divisors of a stage: the row reductions its quotients divide by
-// (softmax's sum).
-std::vector<std::uint32_t> row_divisors(const Graph& g, const RowStage& st) {
+// A per-row input (col broadcast: one value a row; or a scalar), or nullptr:
+// a value the row family reads once a row, as {field}_r.
+const TensorPlan* per_row_input(const KernelPlan& plan, Value v) {
+  for (const TensorPlan& t : plan.inputs)
+    if (t.value == v && (t.broadcast == Broadcast::col || t.broadcast == Broadcast::scalar)) return &t;
+  return nullptr;
+}
+
+// Whether a node is a quotient by a per-row value: a row reduction (softmax's
+// sum) or a per-row input (the sum a backward reads back from the forward).
+bool divides_by_row_value(const KernelPlan& plan, const Node& n) {
+  if (n.kind != NodeKind::op || n.op != OpKind::div) return false;
+  const Node& d = plan.spec->graph.node(n.args[1]);
+  return (d.kind == NodeKind::op && is_row_reduction(d.op)) || per_row_input(plan, n.args[1]) != nullptr;
+}
+
+// The per-row divisors of a stage: what its quotients by row values divide by.
+std::vector<std::uint32_t> row_divisors(const KernelPlan& plan, const RowStage& st) {
+  const Graph& g = plan.spec->graph;
   std::vector<std::uint32_t> out;
   for (std::uint32_t id : st.nodes) {
     const Node& n = g.nodes()[id];
-    if (n.op != OpKind::div) continue;
-    const Node& d = g.node(n.args[1]);
-    if (d.kind == NodeKind::op && is_row_reduction(d.op) &&
-        std::find(out.begin(), out.end(), n.args[1].id) == out.end())
+    if (divides_by_row_value(plan, n) && std::find(out.begin(), out.end(), n.args[1].id) == out.end())
       out.push_back(n.args[1].id);
   }
   return out;
 }
 
+// A divisor's name where the row's loop is chosen: a reduction's v<id>, an input's {field}_r.
+std::string row_divisor_name(const KernelPlan& plan, std::uint32_t id) {
+  const TensorPlan* t = per_row_input(plan, Value{id});
+  return t ? t->field + "_r" : fmt::format("v{}", id);
+}
+
 // Whether a stage's loop is emitted twice, for normal and tiny divisors
 // (stage_function): where it divides by a row value and draws dropout.
-bool row_unswitched(const Graph& g, const RowStage& st) { return !st.draws.empty() && !row_divisors(g, st).empty(); }
+bool row_unswitched(const KernelPlan& plan, const RowStage& st) {
+  return !st.draws.empty() && !row_divisors(plan, st).empty();
+}
 
 std::string stage_function(const RowPlan& r, std::size_t s) {
   const KernelPlan& plan = *r.plan;
   const Graph& g = plan.spec->graph;
   const RowStage& st = r.stages[s];
-  const bool unswitch = row_unswitched(g, st);
+  const bool unswitch = row_unswitched(plan, st);
   std::string sig = fmt::format("const {}_params& p", plan.kernel_name);
   for (std::size_t k : st.inputs) sig += fmt::format(", float v{}", plan.inputs[k].value.id);
   for (std::size_t k : st.draws) sig += fmt::format(", unsigned d{}", k);
@@ -94,10 +115,15 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
   std::string body;
   for (std::uint32_t id : st.nodes) {
     const Node& n = g.nodes()[id];
-    // A quotient by a per-row value (softmax's sum) multiplies by its
-    // reciprocal, which the compiler computes once a row: an IEEE division an
-    // element cost ~10 instructions, and the attention pattern is bound by
-    // issue (docs/perf/rows.md). Within a rounding of the quotient. A
+    // A quotient by a per-row value (softmax's sum, or the sum a backward
+    // reads back from its forward) multiplies by its reciprocal, which the
+    // compiler computes once a row: an IEEE division an element cost ~10
+    // instructions, and the attention pattern is bound by issue
+    // (docs/perf/rows.md); it also leaves its fast path for a zero dividend,
+    // which every masked entry of an attention row is (the backward at
+    // 65,536 took 1.6x as long with a tenth of the row masked,
+    // docs/perf/backward.md). Within a rounding of the quotient; the
+    // backward's recomputed softmax is the forward's, bit for bit. A
     // divisor below FLT_MIN (its reciprocal overflows) is scaled by 2^24 first
     // and the quotient back (exact powers of two). Where the stage draws
     // dropout (bound by issue) the choice is made once a row: emit_stage
@@ -107,7 +133,7 @@ std::string stage_function(const RowPlan& r, std::size_t s) {
     // branch cost the g32 softmax tile 3% (docs/perf/rows.md). A
     // choice an element (a branch an element, an IEEE division two
     // registers) cost most.
-    if (n.op == OpKind::div && g.node(n.args[1]).kind == NodeKind::op && is_row_reduction(g.node(n.args[1]).op)) {
+    if (divides_by_row_value(plan, n)) {
       if (unswitch)
         body += fmt::format(
             "  const float v{0} = kTiny ? v{1} * (1.0f / (v{2} * 16777216.0f)) * 16777216.0f : v{1} * (1.0f / v{2});\n", id,
@@ -288,7 +314,7 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
     if (ring_slot(r, id) >= 0) out += fmt::format("      float k{}_v[VEC];\n", id) + ring_slot_access(r, id, false);
   for (std::uint32_t id : st.kept_out)
     if (ring_slot(r, id) >= 0) out += fmt::format("      float k{}_v[VEC];\n", id);
-  const std::vector<std::uint32_t> divisors = row_unswitched(g, st) ? row_divisors(g, st) : std::vector<std::uint32_t>{};
+  const std::vector<std::uint32_t> divisors = row_unswitched(plan, st) ? row_divisors(plan, st) : std::vector<std::uint32_t>{};
   std::string call = fmt::format("{}_stage{}{}(p", plan.kernel_name, s, divisors.empty() ? "" : "<EF_EXACT>");
   for (std::size_t k : st.inputs) call += fmt::format(", {}_v[j]", plan.inputs[k].field);
   for (std::size_t k : st.draws) call += fmt::format(", d{}[j]", k);
@@ -328,7 +354,8 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
     out = head + out;
   } else {  // the loop twice: multiplying by the divisors' reciprocals, or dividing (stage_function)
     std::string normal;
-    for (std::uint32_t id : divisors) normal += fmt::format("{}fabsf(v{}) >= 1.17549435e-38f", normal.empty() ? "" : " && ", id);
+    for (std::uint32_t id : divisors)
+      normal += fmt::format("{}fabsf({}) >= 1.17549435e-38f", normal.empty() ? "" : " && ", row_divisor_name(plan, id));
     auto copy = [&](std::string_view exact) {
       std::string text = out;
       for (std::size_t at; (at = text.find("EF_EXACT")) != std::string::npos;) text.replace(at, 8, exact);
