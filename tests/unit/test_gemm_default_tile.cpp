@@ -119,6 +119,13 @@ TEST_SUITE("unit") {
       g.output("dbias", g.unary(OpKind::col_sum, dz), DType::bf16);
     }
     CHECK(default_tile(dgrad, {8192, 8192, 8192}, h100) == "h128x128x64s6g8p");
+    // Except deep (K >= 8192) and large (2^40 multiply-adds): 128x256.
+    CHECK(default_tile(dgrad, {16384, 16384, 4096}, h100) == "h128x128x64s6g8p");
+    CHECK(default_tile(dgrad, {16384, 16384, 8192}, h100).starts_with("h128x256x64"));
+    CHECK(default_tile(dgrad, {4096, 32768, 8192}, h100).starts_with("h128x256x64"));
+    CHECK(default_tile(dgrad, {16384, 32768, 8192}, h100).starts_with("h128x256x64"));
+    CHECK(default_tile(plain, {16384, 16384, 8192}, h100).starts_with("h128x256x64"));
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {16384, 32768, 8192}, h100) == "h128x128x64s6g8p");
     // A bias (an [N] row) is not one: the ping-pong tile.
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {16384, 4096, 11008}, h100) == "h128x128x64s6g8p");
   }

@@ -25,6 +25,10 @@ constexpr std::int64_t k_wgmma_only_outputs = 2048 * 2048;
 // Fewer rows leave most of a 128-row tile idle: mma.sync's 16- and 32-row
 // tiles win there (M = 16: 32x32 mma.sync tiles fastest, Note [Default GEMM tile]).
 constexpr std::int64_t k_wgmma_min_rows = 64;
+// A fragment epilogue that reads an [M,N] input takes 128x256 from this K and
+// this many multiply-adds on (Note [Default GEMM tile]).
+constexpr std::int64_t k_deep_k = 8192;
+constexpr double k_large_work = 1099511627776.0;  // 2^40
 
 // The share of one wave's slots that `tiles` blocks of one tile an SM keep
 // busy over the waves they take: 1 for whole waves.
@@ -129,6 +133,11 @@ class WgmmaMainloop final : public GemmMainloop {
   // [Prefetched epilogue inputs]), takes the ping-pong tile: dgrad + dGELU +
   // dbias at 8192^3 and 4096^3 1.05x and 1.08x cuBLAS against 1.12x and 1.24x
   // on 128x256, a residual add 0.98x against 1.06x (H100, same runs, 2026-11-27).
+  // Except deep and large: from K = 8192 and 2^40 multiply-adds, where the
+  // group's operand panels (8 x 128 rows of K) and the input's stream share
+  // the L2, 128x256 (fewer L2 bytes a FLOP) won every shape tuned: dgrad +
+  // dGELU + dbias at 16384x32768x8192 1.15x cuBLAS against 1.57x ping-pong;
+  // below either bound ping-pong won or tied (16384^2x4096, 8192^3).
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p) || p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs)
       return std::nullopt;
@@ -136,7 +145,10 @@ class WgmmaMainloop final : public GemmMainloop {
     const std::int64_t sms = std::max(p.device.multiprocessors, 1);
     const std::int64_t wide = tiles_of(p.shape, 128, 128), narrow = tiles_of(p.shape, 128, 64);
     WgmmaTile t = p.dual ? WgmmaTile{128, 64, bk, 6, 8, 1, 1} : WgmmaTile{128, 128, bk, 6, 8, 1, 1};
-    if (!p.dual && full_tensors(p.spec) > 1 && !wgmma_fragment_chain(p.spec) && tiles_of(p.shape, 128, 256) >= sms)
+    const bool deep_and_large = p.shape.k >= k_deep_k && static_cast<double>(p.shape.m) * static_cast<double>(p.shape.n) *
+                                                            static_cast<double>(p.shape.k) >= k_large_work;
+    if (!p.dual && full_tensors(p.spec) > 1 && (!wgmma_fragment_chain(p.spec) || deep_and_large) &&
+        tiles_of(p.shape, 128, 256) >= sms)
       t = WgmmaTile{128, 256, bk, 4, 8};
     if (wide < sms) {
       const bool narrow_fills_more = wave_fill(narrow, sms) > wave_fill(wide, sms) + 0.05;
