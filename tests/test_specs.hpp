@@ -31,14 +31,16 @@ inline KernelSpec add_mul(DType dt, double alpha = 0.5) {
   return s;
 }
 
-// One spec per unary op, binary op with each broadcast kind, cast, dropout
+// One spec per unary op (the derivatives a backward uses included), binary op with each broadcast kind, cast, dropout
 // mode, add_scalar, and a multi-output graph, over all three dtypes.
 inline std::vector<std::pair<std::string, KernelSpec>> coverage() {
   std::vector<std::pair<std::string, KernelSpec>> out;
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
     const std::string d(to_string(dt));
     for (OpKind op : {OpKind::relu, OpKind::gelu_tanh, OpKind::gelu_erf, OpKind::sigmoid, OpKind::silu,
-                      OpKind::tanh, OpKind::exp, OpKind::log, OpKind::rsqrt}) {
+                      OpKind::tanh, OpKind::exp, OpKind::log, OpKind::rsqrt, OpKind::step, OpKind::relu_deriv,
+                      OpKind::gelu_tanh_deriv, OpKind::gelu_erf_deriv, OpKind::sigmoid_deriv, OpKind::silu_deriv,
+                      OpKind::tanh_deriv}) {
       KernelSpec s;
       Value x = s.graph.input("x", dt);
       s.graph.output("y", s.graph.unary(op, x), dt);

@@ -174,6 +174,35 @@ __device__ __forceinline__ float ef_gelu_tanh_deriv(float x) {
   const float du = k * (1.0f + 3.0f * c * xc * xc);
   return ef_sigmoid(two_u) + xc * ef_sigmoid_deriv(two_u) * 2.0f * du;
 }
+// Fast forms of the derivatives (16-bit outputs, OpInfo::fast_for): the
+// same formulas from t = exp(-|x|) = ex2.approx(-|x| log2(e)) and
+// r = rcp.approx(1 + t), two MUFU ops where the accurate forms take expf's
+// range reduction and a Newton step. Error up to ~2^-16 of the terms' size
+// (the rounded ex2 argument, |a| 2^-24 ln 2, is largest where t is smallest;
+// gelu_tanh_deriv's worst near x = -9, from a float32 model of the formula),
+// against half an ulp of f16's 2^-12; t flushed to 0 below 2^-126. In the
+// GEMM's epilogue the accurate gelu_tanh_deriv cost 15% of a bf16
+// 8192x8192x2048 dgrad on an H100 (docs/perf/backward.md, "GEMM backward").
+__device__ __forceinline__ float ef_sigmoid_deriv_fast(float x) {
+  const float t = ef_ex2_approx(-1.4426950408889634f * fabsf(x)), r = ef_rcp_approx(1.0f + t);
+  return t * r * r;
+}
+__device__ __forceinline__ float ef_tanh_deriv_fast(float x) { return 4.0f * ef_sigmoid_deriv_fast(2.0f * x); }
+__device__ __forceinline__ float ef_silu_deriv_fast(float x) {
+  const float t = ef_ex2_approx(-1.4426950408889634f * fabsf(x)), r = ef_rcp_approx(1.0f + t);
+  const float s = x >= 0.0f ? r : t * r;
+  const float y = fmaf(x, t * r * r, s);
+  return fabsf(x) == __int_as_float(0x7f800000) ? (x > 0.0f ? 1.0f : 0.0f) : y;
+}
+// 2u and 2u' from x^2 in two FFMAs; the sign of 2u is x's.
+__device__ __forceinline__ float ef_gelu_tanh_deriv_fast(float x) {
+  const float xc = ef_min_nan(ef_max_nan(x, -1.0e4f), 1.0e4f), x2 = xc * xc;
+  constexpr float k2 = 2.0f * 0.7978845608028654f, k2c = k2 * 0.044715f;
+  const float two_u = xc * fmaf(k2c, x2, k2), two_du = fmaf(3.0f * k2c, x2, k2);
+  const float t = ef_ex2_approx(-1.4426950408889634f * fabsf(two_u)), r = ef_rcp_approx(1.0f + t);
+  const float s = xc >= 0.0f ? r : t * r;
+  return fmaf(xc * two_du, t * r * r, s);
+}
 // Phi(x) + x phi(x).
 __device__ __forceinline__ float ef_gelu_erf_deriv(float x) {
   const float xc = ef_min_nan(ef_max_nan(x, -1.0e4f), 1.0e4f);

@@ -10,6 +10,8 @@
 #include <memory>
 
 #include "codegen/elementwise/elementwise.hpp"
+#include "epifuse/codegen.hpp"
+#include "ir/op_table.hpp"
 #include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
@@ -111,6 +113,35 @@ TEST_SUITE("gpu") {
       INFO(name);
       for (const Shape& shape : {Shape{37, 129, 0}, Shape{64, 256, 0}}) check_against_reference(*jit, spec, shape, ++seed);
     }
+  }
+
+  TEST_CASE("the derivatives' fast forms: the tails, the zero crossing and the specials, against the reference") {
+    // A 16-bit output takes sigmoid', silu', tanh' and gelu_tanh''s ex2/rcp
+    // forms (plan_precision); an f32 input holds the exact special values.
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const float inf = std::numeric_limits<float>::infinity();
+    const std::vector<float> xs = {0.0f,   -0.0f,  1e-30f, -1e-30f, 0.5f,    -0.5f,  -0.7518f, -0.75f, 1.0f,
+                                   -1.0f,  2.0f,   -2.0f,  -4.0f,   -9.0f,   9.0f,   -17.0f,   17.0f,  -40.0f,
+                                   40.0f,  -90.0f, 90.0f,  -1e4f,   1e4f,    -1e5f,  1e5f,     -3e38f, 3e38f,
+                                   inf,    -inf,   std::numeric_limits<float>::quiet_NaN()};
+    const Shape shape{1, static_cast<std::int64_t>(xs.size()), 0};
+    HostTensor x = HostTensor::zeros(DType::f32, {shape.m, shape.n});
+    for (std::size_t i = 0; i < xs.size(); ++i) x.set(static_cast<std::int64_t>(i), xs[i]);
+    for (OpKind op : {OpKind::gelu_tanh_deriv, OpKind::sigmoid_deriv, OpKind::silu_deriv, OpKind::tanh_deriv})
+      for (DType out : {DType::f16, DType::bf16}) {
+        KernelSpec spec;
+        spec.graph.output("y", spec.graph.unary(op, spec.graph.input("x", DType::f32)), out);
+        CHECK(emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, jit->target()).text.find("_deriv_fast(") !=
+              std::string::npos);
+        TensorMap given;
+        given.emplace("x", x);
+        const TensorMap want = evaluate(spec, shape, given, {});
+        const TensorMap got = run_on_device(*jit, spec, shape, given, {});
+        const Comparison c = compare(got.at("y"), want.at("y"), tolerance_for(out, spec.precision));
+        INFO(op_info(op).name << " -> " << to_string(out));
+        CHECK_MESSAGE(c.ok, c.message);
+      }
   }
 
   TEST_CASE("shapes that break assumptions") {
