@@ -109,8 +109,8 @@ def test_a_shared_2d_b_folds_into_m_and_a_non_foldable_a_runs_batched():
     a = rand(6, 50, 72)
     res = rand(6, 50, 130)
     close(fn(a, b, bias, res), reference(a, b, bias, res), "f16", 72)
-    wide = rand(6, 64, 80)
-    for view in (wide[..., :72], wide[:, :50, :72]):  # rows evenly spaced (folded); batches 64 rows apart
+    # x[..., :k]: rows evenly spaced (folded, ld 80); x[:, :m]: batches 64 rows apart (batched, B shared)
+    for view in (rand(6, 50, 80)[..., :72], rand(6, 64, 72)[:, :50]):
         assert not view.is_contiguous()
         close(fn(view, b, bias, res), reference(view, b, bias, res), "f16", 72)
 
