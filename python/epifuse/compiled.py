@@ -105,13 +105,22 @@ class Compiled:
             j = self._jits[device] = Handle(h, lib.ef_jit_free)
         return j.h
 
-    def kernel(self, mnk, device=0, lds=None):
+    def kernel(self, mnk, device=0, lds=None, batch=0, batch_strides=None):
         """The kernel for (M, N, K) loaded on GPU `device`, and its bindings' order:
         (Handle, inputs, outputs). `lds`: each input's leading dimension in binding
-        order, 0 dense (a strided GEMM operand's kernel variant, docs/strided-batched.md)."""
+        order, 0 dense (a strided GEMM operand's kernel variant, docs/strided-batched.md).
+        `batch` above 1: the batched variant of a GEMM chain for that many problems,
+        `batch_strides` one per GEMM operand (elements between its batches, 0 shared;
+        ef_jit_compile_batched)."""
         h = ctypes.c_void_p()
         start = time.perf_counter()
-        if lds and any(lds):
+        if batch > 1:
+            arr = None if not lds or not any(lds) else (ctypes.c_int64 * len(lds))(*lds)
+            strides = (ctypes.c_int64 * len(batch_strides))(*batch_strides)
+            check(lib.ef_jit_compile_batched(self.jit(device), self.chain._h, mnk[0], mnk[1], mnk[2], arr,
+                                             0 if arr is None else len(lds), batch, strides, len(batch_strides),
+                                             text(self.tile, "tile"), ctypes.byref(h)))
+        elif lds and any(lds):
             arr = (ctypes.c_int64 * len(lds))(*lds)
             check(lib.ef_jit_compile_ld(self.jit(device), self.chain._h, mnk[0], mnk[1], mnk[2], arr, len(lds),
                                         text(self.tile, "tile"), ctypes.byref(h)))
@@ -121,8 +130,8 @@ class Compiled:
         took = time.perf_counter() - start
         if took > LOG_SECONDS:
             target = lib.ef_jit_target(self.jit(device)).decode()
-            _log.info("compiled %s for M=%d N=%d K=%d on %s (device %d) in %.2f s", self.chain.name, mnk[0], mnk[1],
-                      mnk[2], target, device, took)
+            _log.info("compiled %s for M=%d N=%d K=%d%s on %s (device %d) in %.2f s", self.chain.name, mnk[0],
+                      mnk[1], mnk[2], f" batch={batch}" if batch > 1 else "", target, device, took)
         handle = Handle(h, lib.ef_kernel_free)
         kb = json.loads(_lib.take_string(lib.ef_kernel_bindings, h))
         return handle, kb["inputs"], kb["outputs"]
@@ -208,7 +217,8 @@ class Compiled:
         if self._gemm:
             a, b = shapes[0], shapes[1]
             if len(a) != 2 or len(b) != 2:
-                raise _lib.UserError(f"{self.chain.name}: GEMM operands are matrices, got a {list(a)}, b {list(b)}")
+                raise _lib.UserError(f"{self.chain.name}: GEMM operands are matrices, got a {list(a)}, b {list(b)}"
+                                     " (3-D operands, a batched GEMM, run on torch CUDA tensors)")
             return (a[0], b[1], a[1]), None
         x = tuple(shapes[self._full])
         if len(x) == 0:

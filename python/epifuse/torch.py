@@ -50,7 +50,13 @@ def _register(name, compiled, out_classes):
         return list(out) if isinstance(out, tuple) else [out]
 
     def fake(inputs, seed, offset, rng_state):
-        shape = (inputs[0].shape[0], inputs[1].shape[1]) if gemm else tuple(inputs[full].shape)
+        if gemm:  # [M, N], or [B, M, N] for 3-D operands (Note [Batched calls from Python])
+            a, b = inputs[0], inputs[1]
+            shape = (a.shape[-2], b.shape[-1])
+            if a.dim() == 3 or b.dim() == 3:
+                shape = ((a if a.dim() == 3 else b).shape[0],) + shape
+        else:
+            shape = tuple(inputs[full].shape)
         shapes = {"full": shape, "row": shape[-1:], "col": shape[:-1]}
         return [inputs[0].new_empty(shapes[c], dtype=dt) for c, dt in zip(out_classes, out_dtypes)]
 
@@ -239,17 +245,24 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, 
                     # In B's own layout: nn.Linear's weight is B column-major, and a
                     # row-major Aᵀ·dacc would be transposed by a strided copy when
                     # autograd hands it to the weight.
-                    db = (acc.t() @ a).t() if b.dim() == 2 and b.stride(0) == 1 and b.stride(1) != 1 \
-                        else a.t() @ acc
-                    result[i] = db.to(b.dtype)
-                part = acc @ given[bn].t()
+                    db = (acc.transpose(-1, -2) @ a).transpose(-1, -2) if b.stride(-2) == 1 and b.stride(-1) != 1 \
+                        else a.transpose(-1, -2) @ acc
+                    result[i] = _unbatched(db, b).to(b.dtype)
+                part = acc @ given[bn].transpose(-1, -2)
                 da = part if da is None else da + part
             if ctx.needs[0] and da is not None:
-                result[0] = da.to(a.dtype)
+                result[0] = _unbatched(da, a).to(a.dtype)
         # One entry per argument of the op: the list for `inputs`, None for seed, offset and rng_state.
         return (result,) + (None,) * (len(ctx.needs_input_grad) - 1)
 
     torch.library.register_autograd(qualified, backward, setup_context=setup_context)
+
+
+def _unbatched(grad, operand):
+    """A batched call's gradient of a GEMM operand: a 2-D operand, shared by every
+    batch, gets the sum over the batches; a 3-D one (an expanded one's sum is
+    autograd's) its [B, ...] as it is."""
+    return grad.sum(0) if grad.dim() == 3 and operand.dim() == 2 else grad
 
 
 def linear(chain: Chain, target=None, tile=None, tune=None):

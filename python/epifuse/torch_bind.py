@@ -10,7 +10,7 @@ import struct
 
 import torch
 
-from . import _lib
+from . import _lib, batching
 from ._lib import lib, check
 
 _DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -20,7 +20,8 @@ _U64_MAX = _lib.U64_MAX
 class _Launch:
     """What a call with inputs of a signature seen before needs, prepared once."""
     __slots__ = ("kernel", "order", "outputs", "one_output", "pointers", "pack_pointers", "pack_varying",
-                 "varying_offset", "mnk", "lead", "signature", "record", "address", "index", "device", "lds")
+                 "varying_offset", "mnk", "lead", "signature", "record", "address", "index", "device", "lds",
+                 "batch_strides")
 
 
 def _signature(tensors):
@@ -54,12 +55,21 @@ def _prepare(compiled, tensors, device, lds):
     # ld in the kernel's binding order, where the GEMM operands come first.
     operand_lds = [lds[names.index(n)] for n in _layouts(compiled)] if any(lds) else None
     kernel, kb_inputs, kb_outputs = compiled.kernel(mnk, device.index, operand_lds)
+    return _make_launch(compiled, tensors, device, kernel, kb_inputs, kb_outputs, mnk, lead,
+                        _output_shapes(b, lead), operand_lds)
+
+
+def _make_launch(compiled, tensors, device, kernel, kb_inputs, kb_outputs, mnk, lead, shapes, operand_lds,
+                 batch=0, batch_strides=None):
+    """The _Launch of a kernel: its binding order, outputs (`shapes`: {output name:
+    torch shape}), signature and the launch record with everything but what varies
+    per call; `batch` above 1 with a batch stride per GEMM operand: a batched launch."""
+    names = compiled.input_names
     l = _Launch()
     l.order = [names.index(n) for n in kb_inputs]
     l.lds = None if operand_lds is None else (ctypes.c_int64 * len(operand_lds))(*operand_lds)
     l.kernel, l.mnk, l.lead = kernel, mnk, lead
     l.index, l.device = device.index, device
-    shapes = _output_shapes(b, lead)
     dtypes = dict(compiled._outputs)
     l.outputs = [(shapes[n], _DTYPES[dtypes[n]]) for n in kb_outputs]
     # What the hot path compares: the inputs' signature as this first call checked
@@ -86,8 +96,48 @@ def _prepare(compiled, tensors, device, lds):
     r.m, r.n, r.k = mnk
     if l.lds is not None:
         r.ld, r.nld = l.lds, len(l.lds)
+    if batch > 1:  # kept with the launch: the record points at it
+        l.batch_strides = (ctypes.c_int64 * len(batch_strides))(*batch_strides)
+        r.batch, r.batch_stride, r.nbatch_stride = batch, l.batch_strides, len(batch_strides)
     l.address = ctypes.addressof(r)
     return l
+
+
+def _prepare_batched(compiled, tensors, device):
+    """The launch of a GEMM chain's call with 3-D operands (Note [Batched calls from
+    Python] in batching.py): folded into M, or one batched launch, after the checks
+    of batching.plan_gemm_call."""
+    layouts = list(_layouts(compiled).items())
+    p = batching.plan_gemm_call(compiled.chain.name, layouts, list(zip(compiled.input_names, compiled._broadcasts)),
+                                _output_classes(compiled), [tuple(t.shape) for t in tensors],
+                                [tuple(t.stride()) for t in tensors])
+    nops = len(layouts)
+    operand_lds = list(p.lds[:nops]) if any(p.lds) else None
+    if (p.batch == 0 and compiled.tune and p.mnk[0] * p.mnk[1] > 0
+            and not torch.cuda.is_current_stream_capturing()):
+        # One 2-D problem (folded, or a batch of 1): tuned as any 2-D shape, on its
+        # dense [rows, cols] views. A batched launch runs the default tile, which
+        # is chosen for the batches stacked in M (ef_jit_tune has no batch).
+        views = [_matrix_view(t, p.folded and i == 0) if i < nops else t.reshape(-1, p.mnk[1]) if t.dim() == 3 else t
+                 for i, t in enumerate(tensors)]
+        _tune(compiled, views, p.mnk, None, compiled.chain.bindings(*p.mnk), device, list(p.lds))
+    kernel, kb_inputs, kb_outputs = compiled.kernel(p.mnk, device.index, operand_lds, p.batch, p.batch_strides)
+    shapes = {name: shape for (name, _), shape in zip(compiled._outputs, p.outputs)}
+    return _make_launch(compiled, tensors, device, kernel, kb_inputs, kb_outputs, p.mnk, None, shapes,
+                        operand_lds, p.batch, p.batch_strides)
+
+
+def _matrix_view(t, folded):
+    """A GEMM operand of a batch of 1 or a folded call as the 2-D matrix its kernel
+    reads: the batch's one matrix, or a folded A's B*M rows."""
+    if t.dim() == 2:
+        return t
+    return t.reshape(-1, t.shape[-1]) if folded else t[0]
+
+
+def _output_classes(compiled):
+    """[(output name, "full" | "row" | "col")] in declaration order."""
+    return [(o["name"], o.get("broadcast", "full")) for o in compiled.chain.bindings(1, 1, 1)["outputs"]]
 
 
 def _output_shapes(b, lead):
@@ -123,7 +173,7 @@ def _layouts(compiled):
 
 def _dense_copy(t, layout):
     """A strided operand's dense copy in its layout (a column-major one stays the transpose of a contiguous tensor)."""
-    return t.t().contiguous().t() if layout == "col" else t.contiguous()
+    return t.transpose(-1, -2).contiguous().transpose(-1, -2) if layout == "col" else t.contiguous()
 
 
 def _operand_ld(compiled, name, layout, t):
@@ -154,13 +204,7 @@ def _check(compiled, tensors, device):
     layouts = _layouts(compiled)
     lds = []
     for (name, dtype), t in zip(compiled._inputs, tensors):
-        if not isinstance(t, torch.Tensor):
-            raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is a {type(t).__name__}; mix no "
-                                 "NumPy arrays with torch tensors")
-        if t.device != device:
-            raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is on {t.device}, the others on {device}")
-        if t.dtype != _DTYPES[dtype]:
-            raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is {t.dtype}, the chain reads {dtype}")
+        _check_tensor(compiled, name, dtype, t, device)
         if name in layouts:
             lds.append(_operand_ld(compiled, name, layouts[name], t))
             continue
@@ -169,6 +213,38 @@ def _check(compiled, tensors, device):
                                  f"{tuple(t.stride())}); call .contiguous() first")
         lds.append(0)
     return lds
+
+
+def _check_tensor(compiled, name, dtype, t, device):
+    """UserError unless input `name` is a torch tensor of the chain's dtype on `device`."""
+    if not isinstance(t, torch.Tensor):
+        raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is a {type(t).__name__}; mix no "
+                             "NumPy arrays with torch tensors")
+    if t.device != device:
+        raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is on {t.device}, the others on {device}")
+    if t.dtype != _DTYPES[dtype]:
+        raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is {t.dtype}, the chain reads {dtype}")
+
+
+def _is_batched(compiled, tensors):
+    """Whether a call of a GEMM chain has a 3-D operand (batching.is_batched_call)."""
+    if not compiled._gemm:
+        return False
+    operands = tensors[:len(_layouts(compiled))]
+    return batching.is_batched_call([t.dim() if isinstance(t, torch.Tensor) else 0 for t in operands])
+
+
+def _first_batched_call(compiled, tensors, device):
+    """_first_call for a GEMM chain's call with 3-D operands: every input checked
+    (types, device, dtypes, then batching.plan_gemm_call), the launch prepared once
+    per signature."""
+    for (name, dtype), t in zip(compiled._inputs, tensors):
+        _check_tensor(compiled, name, dtype, t, device)
+    key = _key(tensors)
+    l = compiled._launches.get(key)
+    if l is None:
+        l = compiled._launches[key] = _prepare_batched(compiled, tensors, device)
+    return l
 
 
 try:
@@ -303,6 +379,8 @@ def _first_call(compiled, tensors):
                              "CUDA devices (NumPy arrays run on the CPU reference)")
     if device.index is None:  # a tensor's device always has its index; a bare "cuda" is the current one
         device = torch.device("cuda", torch.cuda.current_device())
+    if _is_batched(compiled, tensors):
+        return _first_batched_call(compiled, tensors, device)
     lds = _check(compiled, tensors, device)
     key = _key(tensors)
     l = compiled._launches.get(key)
