@@ -41,8 +41,8 @@ const Node* row_reduction_of(const KernelSpec& spec) {
 // Column sums and [N] or [M] outputs: the reference evaluator runs them
 // anywhere; of the GPU families the elementwise and row families may (each
 // checks what it generates), and a single GEMM's epilogue may sum columns on
-// its mma.sync and wgmma tiles (Note [GEMM column sums], gemm/gemm.hpp; the
-// GEMM family refuses its other mainloops). A dual GEMM's epilogue does not.
+// every GEMM mainloop (Note [GEMM column sums], gemm/gemm.hpp). A dual GEMM's
+// epilogue does not.
 static void check_family_shapes(const KernelSpec& spec) {
   if (spec.mainloop.kind == MainloopKind::elementwise) return;
   if (spec.mainloop.kind == MainloopKind::gemm && has_column_sums(spec)) {
@@ -51,7 +51,7 @@ static void check_family_shapes(const KernelSpec& spec) {
   }
   for (const Node& n : spec.graph.nodes())
     EPIFUSE_CHECK(!is_column_sum(n),
-                  "col_sum{}: a {} epilogue does not sum columns (a single GEMM's mma.sync and wgmma tiles do); the CPU "
+                  "col_sum{}: a {} epilogue does not sum columns (a single GEMM's does); the CPU "
                   "reference does (epifuse run --device cpu)",
                   n.name.empty() ? "" : fmt::format(" '{}'", n.name), to_string(spec.mainloop.kind));
   for (const Output& o : spec.graph.outputs()) {

@@ -42,6 +42,23 @@ __device__ __forceinline__ unsigned ef_shfl_xor(unsigned v, int mask) {
 #endif
 }
 
+// A partial row of a column sum that another multiprocessor reads: stored
+// and loaded through L2 (the row family's tree, the GEMM kernels' partials).
+__device__ __forceinline__ void ef_col_partial_store(float* p, float v) {
+#if EF_HIP
+  *(volatile float*)p = v;
+#else
+  __stcg(p, v);
+#endif
+}
+__device__ __forceinline__ float ef_col_partial_load(const float* p) {
+#if EF_HIP
+  return *(const volatile float*)p;
+#else
+  return __ldcg(p);
+#endif
+}
+
 #if EF_HIP
 // hipRTC's implicit runtime header has no __align__.
 #ifndef __align__

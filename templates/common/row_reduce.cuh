@@ -183,21 +183,7 @@ struct EfRowReducer {
 // bits; the adds are spread over the units of each level, and the last block
 // does at most log_F(units) nodes. Returns after storing through `store` at
 // the root (every column this block owns), or early.
-// The partial rows go through L2 (other multiprocessors read them).
-__device__ __forceinline__ void ef_col_partial_store(float* p, float v) {
-#if EF_HIP
-  *(volatile float*)p = v;
-#else
-  __stcg(p, v);
-#endif
-}
-__device__ __forceinline__ float ef_col_partial_load(const float* p) {
-#if EF_HIP
-  return *(const volatile float*)p;
-#else
-  return __ldcg(p);
-#endif
-}
+// The partial rows go through L2 (ef_col_partial_store and _load, common/platform.cuh).
 
 // VEC floats of a partial row (16-byte pieces where VEC allows: a partial
 // row starts at a multiple of N floats, and VEC divides N).

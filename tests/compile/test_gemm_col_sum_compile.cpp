@@ -2,8 +2,9 @@
 // sums]): the mma.sync kernels NVRTC must accept for sm_80, sm_86 and sm_90a,
 // on the fragment and staged epilogues, with split-K, and the wgmma kernels
 // for sm_90a (every candidate, cooperative, cluster and ping-pong, fragment
-// and staged epilogues), for f16, bf16 and tf32 operands. Skips with a
-// visible line without NVRTC.
+// and staged epilogues), for f16, bf16 and tf32 operands; and the SIMT
+// (exact f32) and wave-FMA kernels for sm_80 and sm_90a. Skips with a
+// visible line without NVRTC. (The wave kernel's AMD forms: test_hiprtc.cpp.)
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -117,5 +118,32 @@ TEST_SUITE("compile") {
       compile(dgrad_two_sums(DType::bf16), big, tile);
     MESSAGE("compiled " << compiled << " wgmma col_sum kernels, " << total / compiled << " ms each on average, "
                         << slowest << " ms the slowest");
+  }
+  TEST_CASE("gemm col_sum SIMT and wave-FMA kernels compile for sm_80 and sm_90a" * doctest::test_suite("nvrtc")) {
+    if (!have_nvrtc()) return;
+    int compiled = 0;
+    for (const char* target : {"sm_80", "sm_90a"}) {
+      Jit jit(target);
+      auto compile = [&](const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile) {
+        INFO(target << " " << to_string(spec.mainloop.a) << " " << shape.m << "x" << shape.n << "x" << shape.k
+                    << " tile " << (tile ? to_string(*tile) : "default"));
+        auto kernel = jit.compile(spec, shape, tile);
+        CHECK(kernel->binary().size() > 4);
+        CHECK(kernel->binary()[0] == 0x7f);  // ELF
+        ++compiled;
+      };
+      // Exact f32 (SIMT): every candidate, two sums in one kernel, ragged and 16-byte shapes.
+      KernelSpec simt = dgrad_two_sums(DType::f32);
+      simt.mainloop.math = GemmMath::exact;
+      for (const Shape& shape : {Shape{67, 200, 96}, Shape{1000, 520, 64}})
+        for (const TileConfig& tile : tile_candidates(simt, shape, target)) compile(simt, shape, tile);
+      // The wave kernel's FMA form (what the GPU suite runs): both layouts, f32 and bf16, N % 4 == 0 or not.
+      for (const WaveTile& t : {WaveTile{64, 64, 32, 2, 2, 8, 0, 1}, WaveTile{128, 128, 32, 2, 2, 8, 0, 1},
+                                WaveTile{64, 64, 32, 2, 2, 8, 1, 1}, WaveTile{128, 128, 32, 2, 4, 8, 1, 1},
+                                WaveTile{32, 32, 64, 1, 1, 8, 1, 1}})
+        for (DType dt : {DType::bf16, DType::f32})
+          for (const Shape& shape : {Shape{1000, 520, 64}, Shape{67, 202, 96}}) compile(dgrad_two_sums(dt), shape, t);
+    }
+    MESSAGE("compiled " << compiled << " SIMT and wave-FMA gemm col_sum kernels");
   }
 }

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <utility>
 #include <string>
 
 #include <fmt/format.h>
@@ -97,6 +98,25 @@ struct FakeWorker {
   }
   ~FakeWorker() { std::filesystem::remove(path); }
 };
+
+// Note [GEMM column sums] on the wave kernel: dgrad epilogues with one and
+// two col_sum outputs, f16 and bf16 (MFMA, WMMA) and f32 (the FMA form), the
+// default tiles of a small and a large shape, N % 4 == 0 or not.
+std::vector<std::pair<KernelSpec, Shape>> wave_col_sum_kernels() {
+  std::vector<std::pair<KernelSpec, Shape>> out;
+  for (DType dt : {DType::bf16, DType::f16, DType::f32})
+    for (int sums : {1, 2}) {
+      KernelSpec s;
+      s.mainloop = {MainloopKind::gemm, dt, dt, Layout::row, Layout::col, GemmMath::exact};
+      Graph& g = s.graph;
+      const Value dacc = g.mul(g.accumulator(0), g.unary(OpKind::gelu_tanh_deriv, g.input("saved", dt)));
+      g.output("dacc", dacc, dt);
+      g.output("db", g.col_sum(dacc), DType::f32);
+      if (sums == 2) g.output("acc_sum", g.col_sum(g.accumulator(0)), DType::f32);
+      for (const Shape& shape : {Shape{67, 202, 96}, Shape{4096, 4096, 256}}) out.emplace_back(s, shape);
+    }
+  return out;
+}
 
 }  // namespace
 
@@ -351,5 +371,53 @@ TEST_SUITE("compile") {
     std::filesystem::remove_all(dir);
     CHECK(compiled >= 2 * static_cast<int>(example_chains().size()));
     CHECK(matrix >= 24);  // the six f16/bf16 GEMM and dual GEMM examples at two shapes, for both targets
+  }
+  TEST_CASE("AMD compile tier: gemm col_sum wave kernels compile for gfx90a and gfx1030 through hipRTC" * doctest::test_suite("hiprtc")) {
+    if (!have_hiprtc()) return;
+    const std::vector<Header> headers = template_headers();
+    int compiled = 0;
+    for (const auto& [spec, shape] : wave_col_sum_kernels())
+      for (const char* target : {"gfx90a", "gfx1030"}) {
+        INFO(to_string(spec.mainloop.a) << " " << spec.graph.outputs().size() << " outputs for " << std::string(target)
+                                        << " at " << shape.m << "x" << shape.n << "x" << shape.k);
+        const KernelSource ks = emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, target);
+        REQUIRE(ks.text.find("atomicAdd(counter, 1u)") != std::string::npos);
+        const HiprtcBinary bin = compile_hip_isolated(inline_headers(ks.text, headers), ks.name + ".hip",
+                                                      parse_amd_target(target));
+        CHECK(is_elf(bin.code));
+        ++compiled;
+      }
+    MESSAGE("compiled " << compiled << " wave col_sum kernels with " << hiprtc().version_string());
+  }
+
+  TEST_CASE("AMD compile tier, clang-19: gemm col_sum wave kernels give gfx1100 and gfx942 assembly without spills") {
+    if (std::system("command -v clang++-19 > /dev/null 2>&1") != 0 ||
+        !std::filesystem::exists("/usr/include/hip/hip_runtime.h")) {
+      MESSAGE("clang-19 AMD tier skipped: clang++-19 or /usr/include/hip/hip_runtime.h missing (tools/setup.sh installs them)");
+      return;
+    }
+    const std::vector<Header> headers = template_headers();
+    const std::filesystem::path dir = scratch_dir("clang19_col_sum");
+    int compiled = 0;
+    for (const auto& [spec, shape] : wave_col_sum_kernels())
+      for (const char* target : {"gfx1100", "gfx942"}) {
+        INFO(to_string(spec.mainloop.a) << " " << spec.graph.outputs().size() << " outputs for " << std::string(target)
+                                        << " at " << shape.m << "x" << shape.n << "x" << shape.k);
+        const KernelSource ks = emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, target);
+        const std::filesystem::path src = dir / fmt::format("{}_{}.hip", ks.name, target);
+        std::ofstream(src) << inline_headers(ks.text, headers);
+        const std::filesystem::path out = dir / fmt::format("{}_{}.s", ks.name, target);
+        const std::string s = run_and_read(fmt::format("clang++-19 -x hip --offload-arch={} --cuda-device-only -nogpulib "
+                                                       "-O3 -S -include hip/hip_runtime.h -o '{}' '{}' 2> '{}.log'; cat '{}'",
+                                                       target, out.string(), src.string(), out.string(), out.string()),
+                                           dir / "asm.txt");
+        CHECK(s.find(ks.name + ":") != std::string::npos);
+        CHECK(s.find("global_atomic_add") != std::string::npos);  // the column tile's arrival counter
+        CHECK(s.find(".vgpr_spill_count: 0") != std::string::npos);
+        CHECK(s.find(".private_segment_fixed_size: 0") != std::string::npos);
+        ++compiled;
+      }
+    std::filesystem::remove_all(dir);
+    CHECK(compiled == 2 * static_cast<int>(wave_col_sum_kernels().size()));
   }
 }

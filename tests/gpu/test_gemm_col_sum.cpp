@@ -5,7 +5,9 @@
 // operands, against the reference evaluator on random non-zero data; two
 // launches give the same bits. On an sm_90a GPU the same for every wgmma
 // candidate (persistent blocks, cooperative, cluster and ping-pong tiles) and
-// its general (mma.sync) kernel. Skips without a GPU.
+// its general (mma.sync) kernel. The same for exact f32 (the SIMT mainloop)
+// and the wave kernel's FMA form (the AMD mainloop's code on NVIDIA: its
+// loaders, staging, lane sums and arrivals). Skips without a GPU.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -55,8 +57,21 @@ KernelSpec dgrad_chain(DType dt, GemmMath math = GemmMath::exact, DType db = DTy
   return s;
 }
 
-// f32 operands run as tf32 (exact f32 is the SIMT mainloop's, which refuses a col_sum).
+// f32 operands run as tf32 on mma.sync (exact f32 is the SIMT mainloop's: its own cases below).
 GemmMath math_of(DType dt) { return dt == DType::f32 ? GemmMath::tf32 : GemmMath::exact; }
+
+// The wave kernel's FMA form (what NVIDIA runs of the AMD mainloop): the MFMA
+// layout (64-lane waves, two warps each) and the WMMA one (32 lanes), at the
+// heuristic's sizes and a narrow one.
+const WaveTile k_wave_fma_tiles[] = {{64, 64, 32, 2, 2, 8, 0, 1}, {128, 128, 32, 2, 2, 8, 0, 1},
+                                     {64, 64, 32, 2, 2, 8, 1, 1}, {128, 128, 32, 2, 4, 8, 1, 1},
+                                     {32, 32, 64, 1, 1, 8, 1, 1}};
+
+// Two launches of one kernel on the same inputs, another col_sum kernel with
+// the same tile between them (it writes the shared scratch workspace): the
+// same bits in every output.
+void check_two_launches(Jit& jit, const KernelSpec& spec, const KernelSpec& other, const Shape& s,
+                        const TileConfig& tile, std::uint64_t seed);
 
 // Runs `spec` on the GPU and the reference: full outputs within the
 // accumulator's bound (times 1.13, |gelu_tanh_deriv|'s peak, for the dgrad
@@ -85,6 +100,19 @@ TensorMap check_gemm_column_sums(Jit& jit, const KernelSpec& spec, const Shape& 
 }
 
 bool same_bits(const HostTensor& a, const HostTensor& b) { return a.dtype == b.dtype && a.bytes == b.bytes; }
+
+void check_two_launches(Jit& jit, const KernelSpec& spec, const KernelSpec& other, const Shape& s,
+                        const TileConfig& tile, std::uint64_t seed) {
+  INFO("shape " << s.m << "x" << s.n << "x" << s.k << " tile " << to_string(tile));
+  const TensorMap inputs = make_inputs(spec, s, seed);
+  const TensorMap first = run_on_device(jit, spec, s, inputs, {}, tile);
+  run_on_device(jit, other, s, make_inputs(other, s, seed + 1), {}, tile);
+  const TensorMap second = run_on_device(jit, spec, s, inputs, {}, tile);
+  for (const Output& o : spec.graph.outputs()) {
+    INFO("output " << o.name);
+    CHECK(same_bits(first.at(o.name), second.at(o.name)));
+  }
+}
 
 // The wgmma candidates of a col_sum chain on sm_90a: at 4096^2 the tuner
 // tries wgmma tiles alone, so these are all of them.
@@ -157,6 +185,72 @@ TEST_SUITE("gpu") {
         CHECK(same_bits(first.at("dacc"), second.at("dacc")));
       }
     }
+  }
+  // Exact f32 (the SIMT mainloop, FFMA): the accumulator's bound above is
+  // tf32's, a loose one for exact f32, so these also pass if the kernel ran
+  // tf32; the column sums' own error is what they check.
+  TEST_CASE("gemm col_sum SIMT: exact f32 bias and dgrad chains on every SIMT candidate, ragged shapes, all layouts") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9800;
+    const KernelSpec dgrad = dgrad_chain(DType::f32);
+    for (const Shape& s : {Shape{67, 200, 96}, Shape{1000, 522, 64}, Shape{1, 8, 16}, Shape{130, 70, 33}}) {
+      check_gemm_column_sums(*jit, bias_chain(DType::f32), s, ++seed);
+      check_gemm_column_sums(*jit, dgrad, s, ++seed);
+      for (const TileConfig& tile : tile_candidates(dgrad, s, jit->target())) {
+        REQUIRE(std::holds_alternative<GemmTile>(tile));
+        check_gemm_column_sums(*jit, dgrad, s, ++seed, tile);
+      }
+    }
+    for (Layout a : {Layout::row, Layout::col})
+      for (Layout b : {Layout::row, Layout::col})
+        check_gemm_column_sums(*jit, dgrad_chain(DType::f32, GemmMath::exact, DType::f32, a, b), {67, 200, 96}, ++seed);
+    // A 16-byte-misaligned launch (the general kernel), and more than 256 row tiles of 64 rows.
+    check_gemm_column_sums(*jit, dgrad, {1000, 520, 64}, ++seed, std::nullopt, 1);
+    check_gemm_column_sums(*jit, bias_chain(DType::f32), {20000, 96, 32}, ++seed, GemmTile{64, 64, 8, 2, 4, 2, 8});
+  }
+
+  TEST_CASE("gemm col_sum SIMT: two launches give the same bits") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const KernelSpec spec = dgrad_chain(DType::f32);
+    for (const Shape& s : {Shape{1000, 520, 64}, Shape{20000, 96, 32}})
+      for (const TileConfig& tile : {TileConfig{GemmTile{128, 128, 8, 2, 4, 2, 8}}, TileConfig{GemmTile{64, 64, 16, 2, 4, 2, 8}}})
+        check_two_launches(*jit, spec, bias_chain(DType::f32), s, tile, 9900);
+  }
+
+  TEST_CASE("gemm col_sum wave-FMA: MFMA and WMMA layouts, f16, bf16 and f32, ragged shapes, every test tile") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    std::uint64_t seed = 10000;
+    for (const WaveTile& t : k_wave_fma_tiles)
+      for (DType dt : {DType::bf16, DType::f16, DType::f32})
+        for (const Shape& s : {Shape{67, 200, 96}, Shape{1000, 522, 64}, Shape{1, 8, 16}, Shape{130, 70, 33}}) {
+          check_gemm_column_sums(*jit, bias_chain(dt, math_of(dt)), s, ++seed, t);
+          check_gemm_column_sums(*jit, dgrad_chain(dt, math_of(dt)), s, ++seed, t);
+        }
+    // Exact f32 operands, a 16-bit [N] output, the other layouts, two sums in one kernel, misaligned
+    // operands, and more than 256 row tiles.
+    for (const WaveTile& t : {k_wave_fma_tiles[0], k_wave_fma_tiles[2]}) {
+      check_gemm_column_sums(*jit, dgrad_chain(DType::f32), {300, 264, 96}, ++seed, t);
+      check_gemm_column_sums(*jit, dgrad_chain(DType::bf16, GemmMath::exact, DType::bf16), {200, 136, 96}, ++seed, t);
+      for (Layout a : {Layout::row, Layout::col})
+        for (Layout b : {Layout::row, Layout::col})
+          check_gemm_column_sums(*jit, dgrad_chain(DType::f16, GemmMath::exact, DType::f32, a, b), {67, 200, 96}, ++seed, t);
+      KernelSpec two = dgrad_chain(DType::bf16);
+      two.graph.output("acc_sum", two.graph.col_sum(two.graph.accumulator(0)), DType::f32);
+      check_gemm_column_sums(*jit, two, {1000, 520, 64}, ++seed, t);
+      check_gemm_column_sums(*jit, dgrad_chain(DType::f16), {96, 128, 64}, ++seed, t, 1);
+      check_gemm_column_sums(*jit, bias_chain(DType::bf16), {20000, 96, 32}, ++seed, t);
+    }
+  }
+
+  TEST_CASE("gemm col_sum wave-FMA: two launches give the same bits") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const KernelSpec spec = dgrad_chain(DType::bf16);
+    for (const Shape& s : {Shape{1000, 520, 64}, Shape{20000, 96, 32}})
+      for (const WaveTile& t : k_wave_fma_tiles) check_two_launches(*jit, spec, bias_chain(DType::bf16), s, TileConfig{t}, 10100);
   }
 }
 

@@ -1,10 +1,12 @@
 // col_sum outputs in a GEMM's epilogue without a GPU (Note [GEMM column sums],
 // src/codegen/gemm/gemm.hpp): which mainloop and tiles a chain gets on each
 // NVIDIA target (mma.sync, and wgmma on sm_90a), the workspace, the wgmma
-// kernel's shared memory, what the emitted kernels hold, and the refusals of
-// the mainloops that do not sum columns.
+// kernel's shared memory, what the emitted kernels hold (mma.sync, wgmma,
+// SIMT, and the wave kernel on AMD targets and in its FMA form), and what is
+// still refused.
 #include <doctest/doctest.h>
 
+#include <optional>
 #include <string>
 
 #include "codegen/family.hpp"
@@ -215,6 +217,99 @@ TEST_SUITE("unit") {
     CHECK(count(ragged, "              out1_s[e] += out1_v;  // a column term") == 1);
   }
 
+  TEST_CASE("gemm col_sum SIMT: the exact-f32 kernel sums a thread's TN columns, its warps through the A tiles") {
+    const KernelSpec spec = dgrad(DType::f32);
+    const KernelFamily& family = family_for(spec);
+    for (const Shape& shape : {Shape{67, 200, 96}, Shape{1000, 520, 64}, Shape{4096, 4096, 256}}) {
+      INFO(shape.m << "x" << shape.n << "x" << shape.k);
+      const KernelSource ks = emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, "sm_80");
+      REQUIRE(std::holds_alternative<GemmTile>(ks.tile));
+      const GemmTile& t = std::get<GemmTile>(ks.tile);
+      CHECK(t.warps_m * t.warps_n == 8);  // a SIMT tile
+      CHECK(ks.text.find("exact fp32, FFMA") != std::string::npos);
+      CHECK(gemm_sums_columns(ks));
+      CHECK(ks.shared_bytes == 0);  // static shared memory: colbuf reuses the A tiles
+      // A counter per column tile, a partial row per row tile (every output: an upper bound).
+      const WorkspaceNeeds w = family.workspace(ks, shape);
+      CHECK(w.zeroed == static_cast<std::size_t>((shape.n + t.bn - 1) / t.bn) * 4);
+      CHECK(w.scratch == ks.outputs.size() * static_cast<std::size_t>((shape.m + t.bm - 1) / t.bm) *
+                             static_cast<std::size_t>(shape.n) * 4);
+      CHECK(tile_candidates(spec, shape, "sm_80").size() == 8);  // every SIMT candidate takes the chain
+    }
+    const std::string text = emit_kernel(spec, {67, 200, 96}, std::nullopt, KernelPath::fastest, "sm_80").text;
+    CHECK(count(text, "float out1_s[TN] = {};") == 1);
+    CHECK(count(text, "          out1_s[jg * 4 + e] += out1_v;  // a column term") == 1);  // inside the row < M guard
+    CHECK(count(text, "out1_s[j] += __shfl_xor_sync(0xffffffffu, out1_s[j], 16);") == 1);
+    CHECK(count(text, "colbuf[(tid >> 5) * BN + (j / 4) * 64 + tx * 4 + j % 4] = out1_s[j];") == 1);
+    CHECK(count(text, "constexpr int COL_ROWS = THREADS / 32;") == 1);
+    CHECK(count(text, "for (int w = 1; w < COL_ROWS; ++w) t += colbuf[w * BN + c];") == 1);
+    CHECK(count(text, "atomicAdd(counter, 1u)") == 1);
+    CHECK(count(text, "t += __ldcg(partials + (0 * tiles_m + r) * p.n + n0 + c);") == 1);
+    CHECK(count(text, "p.out1[n0 + c] = ef_from_float<float>(t);") == 1);
+    CHECK(count(text, "*counter = 0u;") == 1);
+    CHECK(count(text, "unsigned* col_counters;") == 1);
+    CHECK(text.find("p.out1[at]") == std::string::npos);  // the [N] output is never stored per element
+    // Two sums: a row of partials each, combined one after the other through colbuf.
+    KernelSpec two = spec;
+    two.graph.output("acc_sum", two.graph.col_sum(two.graph.accumulator(0)), DType::f32);
+    const std::string both = emit_kernel(two, {67, 200, 96}, std::nullopt, KernelPath::fastest, "sm_80").text;
+    CHECK(count(both, "_s[j] += __shfl_xor_sync") == 2);
+    CHECK(count(both, "partials[(1 * tiles_m + tile_m) * p.n + n0 + c] = t;") == 1);
+    CHECK(count(both, "atomicAdd(counter, 1u)") == 1);
+  }
+
+  TEST_CASE("gemm col_sum wave: a lane's four staged columns, no shuffles, on gfx90a, gfx1100 and the FMA form") {
+    const KernelSpec spec = dgrad(DType::bf16);
+    const KernelFamily& family = family_for(spec);
+    struct Case {
+      const char* target;
+      std::optional<TileConfig> tile;
+      const char* op;
+    };
+    const Case cases[] = {{"gfx90a", std::nullopt, "EfMfma32<T, true>"},
+                          {"gfx1100", std::nullopt, "EfWmma16<T, true>"},
+                          {"gfx1030", std::nullopt, "EfWmma16<T, false>"},
+                          {"sm_80", TileConfig{WaveTile{64, 64, 32, 2, 2, 8, 0, 1}}, "EfMfma32<T, false>"},
+                          {"sm_80", TileConfig{WaveTile{128, 128, 32, 2, 4, 8, 1, 1}}, "EfWmma16<T, false>"}};
+    for (const Case& c : cases)
+      for (const Shape& shape : {Shape{67, 200, 96}, Shape{1000, 520, 64}, Shape{4096, 4096, 256}}) {
+        INFO(c.target << " " << shape.m << "x" << shape.n << "x" << shape.k);
+        const KernelSource ks = emit_kernel(spec, shape, c.tile, KernelPath::fastest, c.target);
+        REQUIRE(std::holds_alternative<WaveTile>(ks.tile));
+        const WaveTile& t = std::get<WaveTile>(ks.tile);
+        CHECK(ks.text.find(c.op) != std::string::npos);
+        CHECK(gemm_sums_columns(ks));
+        CHECK(count(ks.text, "float out1_s[4] = {};") == 1);
+        CHECK(count(ks.text, "out1_s[e] += out1_v;  // a column term") == 1);
+        CHECK(count(ks.text, "colbuf[((wave % WAVES_M) * (LANES / (WTN / 4)) + lane / (WTN / 4)) * BN + wn + "
+                             "lane % (WTN / 4) * 4 + e] = out1_s[e];") == 1);
+        CHECK(count(ks.text, "constexpr int COL_ROWS = WAVES_M * (LANES / (WTN / 4));") == 1);
+        CHECK(count(ks.text, "atomicAdd(counter, 1u)") == 1);
+        CHECK(count(ks.text, "t += ef_col_partial_load(partials + (0 * tiles_m + r) * p.n + n0 + c);") == 1);
+        CHECK(count(ks.text, "p.out1[n0 + c] = ef_from_float<float>(t);") == 1);
+        CHECK(ks.text.find("shfl") == std::string::npos);  // a wave may be two NVIDIA warps; HIP has no _sync shuffles
+        CHECK(ks.text.find("__ldcg") == std::string::npos);
+        CHECK(ks.text.find("p.out1[at]") == std::string::npos);
+        CHECK(ks.shared_bytes == wave_shared_bytes(t, 2));  // colbuf reuses the staging area
+        const WorkspaceNeeds w = family.workspace(ks, shape);
+        CHECK(w.zeroed == static_cast<std::size_t>((shape.n + t.bn - 1) / t.bn) * 4);
+        CHECK(w.scratch == ks.outputs.size() * static_cast<std::size_t>((shape.m + t.bm - 1) / t.bm) *
+                               static_cast<std::size_t>(shape.n) * 4);
+      }
+    // N % 4 != 0 (element stores): each term inside the element's row and column guard; N % 4 == 0
+    // (unguarded quads): the term masked by its row.
+    CHECK(count(emit_kernel(spec, {67, 202, 96}, std::nullopt, KernelPath::fastest, "gfx90a").text,
+                "          out1_s[e] += out1_v;  // a column term") == 1);
+    CHECK(count(emit_kernel(spec, {67, 200, 96}, std::nullopt, KernelPath::fastest, "gfx90a").text,
+                "if (row < p.m) out1_s[e] += out1_v;") == 1);
+    // The tuner's wave candidates take the chain: the plain chain's.
+    KernelSpec plain;
+    plain.mainloop = spec.mainloop;
+    plain.graph.output("y", plain.graph.accumulator(0), DType::bf16);
+    for (const char* target : {"gfx90a", "gfx1100", "gfx942"})
+      CHECK(tile_candidates(spec, {4096, 4096, 256}, target) == tile_candidates(plain, {4096, 4096, 256}, target));
+  }
+
   TEST_CASE("gemm col_sum: a chain without col_sum emits no column-sum code") {
     const KernelSpec plain = spec_from_json_text(R"({"epifuse":1,"mainloop":{"kind":"gemm","a":"bf16","b":"bf16"},
       "inputs":{"bias":{"dtype":"bf16","broadcast":"row"}},"ops":[{"name":"h","op":"add","args":["acc","bias"]}],
@@ -231,23 +326,45 @@ TEST_SUITE("unit") {
       CHECK(ks.text.find("col_counters") == std::string::npos);
       CHECK(ks.shared_bytes == wgmma_shared_bytes(t));
     }
+    // The SIMT kernel (exact f32) and the wave kernel (AMD, and its FMA form on NVIDIA).
+    KernelSpec f32 = plain;
+    f32.mainloop.a = f32.mainloop.b = DType::f32;
+    const std::string simt = emit_kernel(f32, {256, 256, 64}, std::nullopt, KernelPath::fastest, "sm_80").text;
+    CHECK(simt.find("col_counters") == std::string::npos);
+    CHECK(simt.find("colbuf") == std::string::npos);
+    CHECK(simt.find("    }\n  }\n\n  // Epilogue, one accumulator row per pass") != std::string::npos);
+    for (const char* target : {"gfx90a", "gfx1100"}) {
+      const KernelSource ks = emit_kernel(plain, {256, 256, 64}, std::nullopt, KernelPath::fastest, target);
+      CHECK(ks.text.find("col_counters") == std::string::npos);
+      CHECK(ks.text.find("colbuf") == std::string::npos);
+      CHECK(ks.text.find("float* stage1 = stage + Op::M * SROW;\n#pragma unroll") != std::string::npos);
+      CHECK(family_for(plain).workspace(ks, {256, 256, 64}).zeroed == 0);
+    }
   }
 
-  TEST_CASE("gemm col_sum: the other mainloops refuse it, naming why") {
+  TEST_CASE("gemm col_sum: what still refuses it, naming why (dual GEMM, batched, split-K on SIMT, wide tiles)") {
     const KernelSpec spec = spec_from_json_text(k_bias_chain);
     const Shape shape{256, 256, 64};
-    CHECK_THROWS_WITH_AS(emit_kernel(spec, shape, TileConfig{WaveTile{}}, KernelPath::fastest, "sm_80"),
-                         doctest::Contains("col_sum 'db': the wave mainloop"), UserError);
-    CHECK_THROWS_WITH_AS(emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, "gfx90a"),
-                         doctest::Contains("col_sum 'db': the AMD wave mainloop (gfx90a) does not sum columns yet"),
-                         UserError);
-    CHECK_THROWS_WITH_AS(tile_candidates(spec, shape, "gfx942"), doctest::Contains("AMD wave mainloop"), UserError);
-    // Exact f32 is the SIMT mainloop's; tf32 runs on mma.sync.
-    CHECK_THROWS_WITH_AS(emit_kernel(dgrad(DType::f32), shape, std::nullopt, KernelPath::fastest, "sm_80"),
-                         doctest::Contains("the SIMT mainloop of exact f32 GEMMs"), UserError);
-    CHECK_THROWS_WITH_AS(tile_candidates(dgrad(DType::f32), shape, "sm_80"), doctest::Contains("SIMT mainloop"), UserError);
-    CHECK(std::holds_alternative<GemmTile>(
-        emit_kernel(dgrad(DType::f32, GemmMath::tf32), shape, std::nullopt, KernelPath::fastest, "sm_80").tile));
+    // The SIMT and wave mainloops sum columns: no refusal on any target.
+    CHECK_NOTHROW(emit_kernel(dgrad(DType::f32), shape, std::nullopt, KernelPath::fastest, "sm_80"));
+    CHECK_NOTHROW(tile_candidates(dgrad(DType::f32), shape, "sm_80"));
+    CHECK_NOTHROW(emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, "gfx90a"));
+    CHECK_NOTHROW(tile_candidates(spec, shape, "gfx942"));
+    CHECK_NOTHROW(emit_kernel(spec, shape, TileConfig{WaveTile{64, 64, 32, 2, 2, 8, 0, 1}}, KernelPath::fastest, "sm_80"));
+    // The SIMT mainloop has no split-K (col_sum or not); a batched col_sum chain is refused on every mainloop.
+    CHECK_THROWS_WITH_AS(emit_kernel(dgrad(DType::f32), shape, TileConfig{GemmTile{64, 64, 8, 2, 4, 2, 8, 2}},
+                                     KernelPath::fastest, "sm_80"),
+                         doctest::Contains("an f32 (FFMA) tile has"), UserError);
+    for (const char* target : {"sm_80", "gfx90a", "gfx1100"}) {
+      INFO(target);
+      CHECK_THROWS_WITH_AS(emit_kernel(dgrad(DType::f32), Shape{256, 256, 64, 0, 0, 0, 2}, std::nullopt,
+                                       KernelPath::fastest, target),
+                           doctest::Contains("output 'db'"), UserError);
+    }
+    // A wave tile wider than four columns a lane: a staged lane's columns would move.
+    CHECK_THROWS_WITH_AS(emit_kernel(spec, shape, TileConfig{WaveTile{16, 256, 16, 1, 1, 8, 1, 1}}, KernelPath::fastest,
+                                     "sm_80"),
+                         doctest::Contains("a chain with a col_sum needs wave tiles at most 128 columns wide"), UserError);
     // A dual GEMM's epilogue does not sum columns.
     KernelSpec dual = dgrad(DType::bf16, GemmMath::exact, MainloopKind::dual_gemm);
     CHECK_THROWS_WITH_AS(emit_kernel(dual, shape), doctest::Contains("col_sum: a dual_gemm epilogue does not sum columns"),

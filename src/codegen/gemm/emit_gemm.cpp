@@ -134,10 +134,7 @@ void layout_params(const GemmPlan& g, ParamLayout& layout) {
     layout.add(ParamRole::workspace, 0, "tile_flags", "unsigned* tile_flags", 8, 8);
     layout.add(ParamRole::workspace, 1, "partials", "float* partials", 8, 8);
   }
-  if (has_column_sums(*g.plan->spec)) {  // Note [GEMM column sums]: after split-K's, if any
-    layout.add(ParamRole::workspace, 0, "col_counters", "unsigned* col_counters", 8, 8);
-    layout.add(ParamRole::workspace, 1, "col_partials", "float* col_partials", 8, 8);
-  }
+  column_sum_params(g, layout);  // Note [GEMM column sums]: after split-K's, if any
 }
 
 // Draws shared by a lane pair (one Philox call per four elements) where the
@@ -531,7 +528,7 @@ KernelSource emit_gemm(const GemmPlan& g) {
       {"fragment_draws", emit_fragment_draws(g)},
       {"element_loads", emit_element_loads(g)},
       {"element", emit_element(g, contract, g.simt ? "acc[0][jg * 4 + e]" : "acc[mi][ni][e]", "          ", false,
-                               "[ni][e & 1]")},
+                               g.simt ? "[jg * 4 + e]" : "[ni][e & 1]")},
   });
   vars.merge(operand_ld_vars(g));
   vars.merge(batch_vars(g, "(long long)blockIdx.z", "  "));
@@ -547,8 +544,11 @@ KernelSource emit_gemm(const GemmPlan& g) {
     const bool staged = staged_epilogue(g);
     vars.emplace("staged", staged ? "1" : "0");
     vars.merge(staged_vars(g, contract, 6, staged));
-    vars.emplace("column_sum_decls", emit_column_sum_decls(g, staged));
+    vars.emplace("column_sum_decls", emit_column_sum_decls(g, staged ? "[4]" : "[NI][2]"));
     vars.emplace("column_sums", emit_column_sums(g, staged));
+  } else {  // Note [GEMM column sums]: a thread's TN columns
+    vars.emplace("column_sum_decls", emit_column_sum_decls(g, "[TN]"));
+    vars.emplace("column_sums", emit_simt_column_sums(g));
   }
   layout.finish(ks);
   const char* templ = g.simt ? "gemm_simt.cu.in" : "gemm_mma.cu.in";

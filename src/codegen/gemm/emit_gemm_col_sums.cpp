@@ -1,10 +1,12 @@
 // Note [GEMM column sums] (gemm.hpp): the col_sum outputs of an mma.sync
-// kernel (templates/gemm_mma.cu.in's column_sum_decls and column_sums) and of
-// a wgmma one (templates/gemm_sm90.cu.in's column_sum_setup,
+// kernel (templates/gemm_mma.cu.in's column_sum_decls and column_sums), of a
+// SIMT one (gemm_simt.cu.in's), of a wave one (gemm_wave.cu.in's) and of a
+// wgmma one (templates/gemm_sm90.cu.in's column_sum_setup,
 // staged_column_decls, staged_column_chunk and column_sums; the fragment
-// epilogue's text takes the same chunk code). A
-// chain without col_sum outputs gets empty text here, so its kernel is the
-// same bytes as before column sums existed.
+// epilogue's text takes the same chunk code). The three kernels of a block a
+// tile differ only in how their threads' sums reach a partial row of the
+// tile (ColumnSumBlock). A chain without col_sum outputs gets empty text
+// here, so its kernel is the same bytes as before column sums existed.
 #include <algorithm>
 
 #include "codegen/column_sums.hpp"
@@ -54,40 +56,61 @@ bool gemm_sums_columns(const KernelSource& source) {
                      [](const ParamField& f) { return f.role == ParamRole::workspace && f.name == "col_counters"; });
 }
 
-std::string emit_column_sum_decls(const GemmPlan& g, bool staged) {
+void column_sum_params(const GemmPlan& g, ParamLayout& layout) {
+  if (!has_column_sums(*g.plan->spec)) return;
+  layout.add(ParamRole::workspace, 0, "col_counters", "unsigned* col_counters", 8, 8);
+  layout.add(ParamRole::workspace, 1, "col_partials", "float* col_partials", 8, 8);
+}
+
+std::string emit_column_sum_decls(const GemmPlan& g, std::string_view extent) {
   std::string s;
   for (const TensorPlan* t : column_sum_plans(g))
     s += fmt::format("\n  float {}_s{} = {{}};  // a col_sum: this lane's sums over its rows (Note [GEMM column sums])",
-                     t->field, staged ? "[4]" : "[NI][2]");
+                     t->field, extent);
   return s;
 }
 
-std::string emit_column_sums(const GemmPlan& g, bool staged) {
+namespace {
+
+// How a block kernel (one tile a block, returning at its end: mma.sync, SIMT,
+// wave) brings its threads' sums to one partial row of the tile: `setup`
+// declares `counter`, `partials`, `colbuf` ([rows][BN] floats of free shared
+// memory) and `smem` (its bytes); `into_colbuf` puts one sum's thread sums
+// into colbuf's `rows` rows, each (row, column) written once; `load` reads
+// another block's partial row (L2). The rows are then added in row order,
+// and the rest is the same for every such kernel.
+struct ColumnSumBlock {
+  std::string who;    // which threads share columns, in the opening comment
+  std::string setup;  // after tile_m and tile_n
+  std::string rows;
+  std::string (*into_colbuf)(const std::string& field, bool staged);
+  bool staged = false;
+  std::string load;
+};
+
+std::string block_column_sums(const GemmPlan& g, const ColumnSumBlock& b) {
   const std::vector<const TensorPlan*> sums = column_sum_plans(g);
   if (sums.empty()) return {};
-  std::string s =
+  std::string s = fmt::format(
       "\n"
       "  // Note [GEMM column sums]: each col_sum's partial row of this tile into\n"
-      "  // partials[sum][tile_m][N] (the warps sharing columns in warp order), then\n"
+      "  // partials[sum][tile_m][N] ({}), then\n"
       "  // in the last of the column tile's tiles_m blocks the rows in order 0..tiles_m-1.\n"
-      "  {\n"
+      "  {{\n"
       "    const long long tile_m = m0 / BM, tile_n = n0 / BN;\n"
-      "    // After split-K's flags and partial tiles in the workspace, if any.\n"
-      "    unsigned* counter = p.col_counters + (SPLIT_K > 1 ? tiles_m * tiles_n : 0) + tile_n;\n"
-      "    float* partials = p.col_partials + (SPLIT_K > 1 ? tiles_m * tiles_n * (BM * BN) : 0);\n"
-      "    static_assert(WARPS_M * BN * 4 <= STAGES * STAGE_BYTES, \"a partial row of each warp row fits the ring\");\n"
-      "    float* colbuf = reinterpret_cast<float*>(smem);  // [WARPS_M][BN]\n";
+      "{}",
+      b.who, b.setup);
   for (std::size_t q = 0; q < sums.size(); ++q) {
     s += fmt::format("    // {}, sum {}\n", sums[q]->field, q);
-    s += lanes_into_colbuf(sums[q]->field, staged);
+    s += b.into_colbuf(sums[q]->field, b.staged);
     s += fmt::format(
         "    __syncthreads();\n"
         "    for (int c = threadIdx.x; c < BN; c += THREADS) {{\n"
         "      float t = colbuf[c];\n"
-        "#pragma unroll\n      for (int w = 1; w < WARPS_M; ++w) t += colbuf[w * BN + c];\n"
-        "      if (n0 + c < p.n) partials[({} * tiles_m + tile_m) * p.n + n0 + c] = t;\n"
+        "#pragma unroll\n      for (int w = 1; w < {1}; ++w) t += colbuf[w * BN + c];\n"
+        "      if (n0 + c < p.n) partials[({0} * tiles_m + tile_m) * p.n + n0 + c] = t;\n"
         "    }}\n",
-        q);
+        q, b.rows);
   }
   s += "    __threadfence();  // the partial rows are visible before the arrival counts\n"
        "    __syncthreads();\n"
@@ -102,14 +125,77 @@ std::string emit_column_sums(const GemmPlan& g, bool staged) {
     s += fmt::format(
         "      {{\n        float t = 0.0f;\n"
         "#pragma unroll 4\n"
-        "        for (long long r = 0; r < tiles_m; ++r) t += __ldcg(partials + ({0} * tiles_m + r) * p.n + n0 + c);\n"
+        "        for (long long r = 0; r < tiles_m; ++r) t += {3}(partials + ({0} * tiles_m + r) * p.n + n0 + c);\n"
         "        p.{1}[n0 + c] = ef_from_float<{2}>(t);\n      }}\n",
-        q, t.field, storage_type_name(t.dtype));
+        q, t.field, storage_type_name(t.dtype), b.load);
   }
   s += "    }\n"
        "    if (threadIdx.x == 0) *counter = 0u;  // the zeroed workspace stays zero\n"
        "  }";
   return s;
+}
+
+// SIMT (templates/gemm_simt.cu.in): thread (ty, tx) holds columns
+// (j / 4) * 64 + tx * 4 + j % 4 of its rows; a warp is two thread rows (lanes
+// l and l ^ 16 share columns), the 8 warps share them through the A tiles.
+std::string simt_into_colbuf(const std::string& f, bool) {
+  return fmt::format(
+      "#pragma unroll\n    for (int j = 0; j < TN; ++j) {0}_s[j] += __shfl_xor_sync(0xffffffffu, {0}_s[j], 16);\n"
+      "    __syncthreads();  // the shared memory is free (the A tiles, the previous sum's row)\n"
+      "    if ((tid & 31) < 16)\n#pragma unroll\n"
+      "      for (int j = 0; j < TN; ++j) colbuf[(tid >> 5) * BN + (j / 4) * 64 + tx * 4 + j % 4] = {0}_s[j];\n",
+      f);
+}
+
+// Wave (templates/gemm_wave.cu.in): a lane's four columns of the staged
+// epilogue are fixed (wave tiles at most 4 x LANES columns wide); no
+// shuffles (a wave may span two NVIDIA warps in the FMA form): each lane
+// writes its own row of colbuf, lane row lane / (WTN / 4) of its wave row.
+std::string wave_into_colbuf(const std::string& f, bool) {
+  return fmt::format(
+      "    __syncthreads();  // the shared memory is free (the staged tiles, the previous sum's row)\n"
+      "#pragma unroll\n"
+      "    for (int e = 0; e < 4; ++e)\n"
+      "      colbuf[((wave % WAVES_M) * (LANES / (WTN / 4)) + lane / (WTN / 4)) * BN + wn + lane % (WTN / 4) * 4 + e] = "
+      "{0}_s[e];\n",
+      f);
+}
+
+}  // namespace
+
+std::string emit_column_sums(const GemmPlan& g, bool staged) {
+  return block_column_sums(
+      g, {"the warps sharing columns in warp order",
+          "    // After split-K's flags and partial tiles in the workspace, if any.\n"
+          "    unsigned* counter = p.col_counters + (SPLIT_K > 1 ? tiles_m * tiles_n : 0) + tile_n;\n"
+          "    float* partials = p.col_partials + (SPLIT_K > 1 ? tiles_m * tiles_n * (BM * BN) : 0);\n"
+          "    static_assert(WARPS_M * BN * 4 <= STAGES * STAGE_BYTES, \"a partial row of each warp row fits the ring\");\n"
+          "    float* colbuf = reinterpret_cast<float*>(smem);  // [WARPS_M][BN]\n",
+          "WARPS_M", lanes_into_colbuf, staged, "__ldcg"});
+}
+
+std::string emit_simt_column_sums(const GemmPlan& g) {
+  return block_column_sums(
+      g, {"the warps sharing columns in warp order",
+          "    unsigned* counter = p.col_counters + tile_n;\n"
+          "    float* partials = p.col_partials;\n"
+          "    constexpr int COL_ROWS = THREADS / 32;  // a row of colbuf per warp\n"
+          "    static_assert(COL_ROWS * BN <= 2 * BK * (BM + PAD), \"a partial row of each warp fits the A tiles\");\n"
+          "    char* const smem = reinterpret_cast<char*>(&As[0][0][0]);  // free after the mainloop\n"
+          "    float* colbuf = reinterpret_cast<float*>(smem);  // [COL_ROWS][BN]\n",
+          "COL_ROWS", simt_into_colbuf, false, "__ldcg"});
+}
+
+std::string emit_wave_column_sums(const GemmPlan& g) {
+  return block_column_sums(
+      g, {"the lanes sharing columns in lane order",
+          "    unsigned* counter = p.col_counters + tile_n;\n"
+          "    float* partials = p.col_partials;\n"
+          "    static_assert(LANES % (WTN / 4) == 0, \"a lane's four columns are fixed\");\n"
+          "    constexpr int COL_ROWS = WAVES_M * (LANES / (WTN / 4));  // the lanes that share a column\n"
+          "    static_assert(COL_ROWS * BN <= WAVES_M * WAVES_N * Op::M * SROW, \"a row of each lane row fits the staging\");\n"
+          "    float* colbuf = reinterpret_cast<float*>(smem);  // [COL_ROWS][BN]\n",
+          "COL_ROWS", wave_into_colbuf, true, "ef_col_partial_load"});
 }
 
 // The wgmma kernel (templates/gemm_sm90.cu.in) is persistent: a block walks

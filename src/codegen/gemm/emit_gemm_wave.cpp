@@ -34,6 +34,7 @@ KernelSource emit_gemm_wave(const GemmPlan& g) {
   ParamLayout layout;
   operand_params(g, layout);
   if (g.ld8 && !g.vector_only) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
+  column_sum_params(g, layout);  // Note [GEMM column sums]
   ks.requires_alignment = g.vector_only;
   ks.shared_bytes = wave_shared_bytes(t, g.operand_bytes, g.dual);
 
@@ -61,6 +62,8 @@ KernelSource emit_gemm_wave(const GemmPlan& g) {
   vars.merge(operand_ld_vars(g));
   vars.merge(batch_vars(g, "(long long)blockIdx.z", "  "));
   vars.merge(staged_vars(g, contract, 8));
+  vars.emplace("column_sum_decls", emit_column_sum_decls(g, "[4]"));  // a lane's four staged columns
+  vars.emplace("column_sums", emit_wave_column_sums(g));
   layout.finish(ks);
   ks.text = render_template(embedded_template("gemm_wave.cu.in"), vars, "gemm_wave.cu.in");
   return ks;

@@ -127,15 +127,21 @@ bool amd_target(std::string_view target);
 
 // Note [GEMM column sums] (docs/gemm-backward.md §2)
 // A single GEMM's chain may have col_sum outputs (a bias gradient: db =
-// col_sum(dacc)); the mma.sync and wgmma mainloops sum them (GemmFamily
-// refuses a SIMT or wave tile and a dual GEMM; on sm_90a a col_sum chain takes
-// wgmma tiles as any chain does, mma.sync where wgmma does not apply and as
-// the general kernel). The epilogue hands a col_sum output its operand, and
-// each lane adds its terms over its rows in fp32 (masked by row < M).
+// col_sum(dacc)); every GEMM mainloop sums them (a dual GEMM is refused; on
+// sm_90a a col_sum chain takes wgmma tiles as any chain does, mma.sync where
+// wgmma does not apply and as the general kernel). The epilogue hands a
+// col_sum output its operand, and each lane adds its terms over its rows in
+// fp32 (masked by row < M).
 //  - mma.sync: two columns of each fragment, or in the staged epilogue four
 //    fixed columns (warp tiles at most 128 columns wide). Lanes sharing
 //    columns add in a fixed xor butterfly, the WARPS_M warps sharing columns
 //    through the freed ring in warp order.
+//  - SIMT (exact f32): a thread's TN columns; the warp's two thread rows
+//    add by xor 16, the 8 warps through the freed A tiles in warp order.
+//  - wave (AMD; its FMA form on NVIDIA): the staged epilogue's four fixed
+//    columns (wave tiles at most 4 x LANES columns wide). No shuffles (a
+//    64-lane wave of the FMA form is two NVIDIA warps): each lane writes its
+//    own row of the freed staging area, added in (wave row, lane row) order.
 //  - wgmma (persistent: a block walks many tiles): per epilogue chunk, the
 //    staged quads' four columns (lanes sharing them: xor 8, 16) or the
 //    fragments' two of each 8 (xor 4, 8, 16), added by halves (each xor step
@@ -144,12 +150,13 @@ bool amd_target(std::string_view target);
 //    consumer warp and sum), chunk after chunk in order. At the
 //    tile's end the warps on the tile (8 cooperative, a warpgroup's 4
 //    ping-pong) meet at a named barrier and add their rows in warp order.
-// Either way one partial row of BN floats per tile goes to the workspace,
+// Every way one partial row of BN floats per tile goes to the workspace,
 // partials[sum][tile_m][N] (scratch). After __threadfence, atomicAdd on the
 // column tile's counter (zeroed workspace); the last of the tiles_m arrivals
 // adds the rows 0..tiles_m-1 in order, one thread a column, writes the [N]
-// output in its dtype and sets the counter back to zero (an mma.sync block
-// then returns, a wgmma team goes on to its next tile). With split-K only
+// output in its dtype and sets the counter back to zero (an mma.sync, SIMT
+// or wave block then returns, a wgmma team goes on to its next tile; the
+// three block kernels share that text, emit_gemm_col_sums.cpp). With split-K only
 // the last split of a tile gets there (the others return after storing their
 // partial tile). Every addition's order depends only on the tile and the
 // shape, never on which block took a tile or when, so two launches give the
@@ -157,7 +164,7 @@ bool amd_target(std::string_view target);
 // without col_sum outputs emits the same bytes as before
 // (emit_gemm_col_sums.cpp).
 
-/// Whether a GEMM kernel (mma.sync or wgmma) sums columns (it has the col_sum workspace).
+/// Whether a GEMM kernel sums columns (it has the col_sum workspace).
 bool gemm_sums_columns(const KernelSource& source);
 
 GemmPlan plan_gemm(const KernelPlan& plan);

@@ -4,7 +4,6 @@
 // twice, as `gemm` and as `dual_gemm` (GemmProblem::dual).
 #include <algorithm>
 
-#include "codegen/column_sums.hpp"
 #include "codegen/family.hpp"
 #include "codegen/gemm/mainloop.hpp"
 #include "epifuse/errors.hpp"
@@ -12,18 +11,6 @@
 namespace epifuse {
 
 namespace {
-
-// Note [GEMM column sums] (gemm.hpp): the mma.sync and wgmma mainloops sum
-// columns; a chain with a col_sum output that would run on another is refused
-// here, naming the mainloop and why.
-void refuse_column_sums(const KernelSpec& spec, std::string_view mainloop) {
-  const Node* n = first_column_sum(spec);
-  if (!n) return;
-  throw UserError(fmt::format("col_sum{}: the {} does not sum columns yet; a GEMM chain with a col_sum runs on the "
-                              "mma.sync mainloop (f16, bf16 or tf32 operands on sm_80 and later, gemm tiles) or the "
-                              "wgmma one (sm_90a); the CPU reference runs it anywhere (epifuse run --device cpu)",
-                              n->name.empty() ? "" : fmt::format(" '{}'", n->name), mainloop));
-}
 
 // Note [Batched GEMM] (gemm.hpp): a batched problem's tiles are chosen for
 // its whole work, the batches stacked in M (a heuristic counts tiles against
@@ -46,8 +33,6 @@ TileConfig without_split_k(TileConfig tile, const Shape& shape, bool requested) 
   return tile;
 }
 
-constexpr std::string_view k_simt_mainloop = "SIMT mainloop of exact f32 GEMMs (\"math\": \"tf32\" runs on mma.sync)";
-
 class GemmFamily final : public KernelFamily {
  public:
   explicit GemmFamily(MainloopKind kind) : kind_(kind) {}
@@ -55,9 +40,9 @@ class GemmFamily final : public KernelFamily {
 
   // A requested tile goes to the mainloop of its type; untuned, AMD targets
   // take the wave kernel, sm_90a the wgmma one where it applies, the rest
-  // SIMT (exact f32) or mma.sync. A chain with a col_sum output runs on
-  // mma.sync or wgmma (Note [GEMM column sums]): the others refuse it. On
-  // NVIDIA a wave tile is asked for by name (the GPU suite runs its FMA form there).
+  // SIMT (exact f32) or mma.sync. Every one of them sums a col_sum output's
+  // columns (Note [GEMM column sums]). On NVIDIA a wave tile is asked for
+  // by name (the GPU suite runs its FMA form there).
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
                           std::string_view target, const DeviceInfo& device) const override {
     const Mainloop& ml = spec.mainloop;
@@ -66,12 +51,10 @@ class GemmFamily final : public KernelFamily {
     const Shape work_shape = batch_work_shape(shape);
     const GemmProblem work = problem(spec, work_shape, target, device);
     if (requested && std::holds_alternative<WaveTile>(*requested)) {
-      refuse_column_sums(spec, fmt::format("wave mainloop (tile {})", to_string(*requested)));
       wave_mainloop().check(*requested, p);
       return *requested;
     }
     if (amd_target(target)) {
-      refuse_column_sums(spec, fmt::format("AMD wave mainloop ({})", target));
       const TileConfig t = *wave_mainloop().heuristic(work);
       EPIFUSE_CHECK(!requested, "tile {}: AMD targets take wave tiles (mBMxBNxBKwWMxWNgGROUP.OP, e.g. {})",
                     to_string(*requested), to_string(t));
@@ -82,7 +65,6 @@ class GemmFamily final : public KernelFamily {
       wgmma_mainloop().check(*requested, p);
       return *requested;
     }
-    if (gemm_is_simt(ml)) refuse_column_sums(spec, k_simt_mainloop);
     if (!requested)
       if (std::optional<TileConfig> w = wgmma_mainloop().heuristic(work)) return *w;
     const GemmMainloop& sync = sync_mainloop(ml);
@@ -110,17 +92,15 @@ class GemmFamily final : public KernelFamily {
   // AMD: the wave tiles. Exact f32: the SIMT tiles. On sm_90a the wgmma tiles
   // first (docs/hopper.md), then the mma.sync ones: the tuner picks mma.sync
   // where a problem is too small to fill the GPU; above wgmma_only's size
-  // wgmma tiles alone. A chain with a col_sum alike (both sum columns).
+  // wgmma tiles alone. A chain with a col_sum alike (every mainloop sums columns).
   std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
                                           const DeviceInfo& device) const override {
     const Shape work_shape = batch_work_shape(shape);
     const GemmProblem p = problem(spec, work_shape, target, device);
     if (amd_target(target)) {
-      refuse_column_sums(spec, fmt::format("AMD wave mainloop ({})", target));
       return wave_mainloop().candidates(p);
     }
     if (gemm_is_simt(spec.mainloop)) {
-      refuse_column_sums(spec, k_simt_mainloop);
       return simt_mainloop().candidates(p);
     }
     std::vector<TileConfig> out = wgmma_mainloop().candidates(p);
@@ -153,7 +133,9 @@ class GemmFamily final : public KernelFamily {
     return wgmma_tensor_map(field, c);
   }
 
-  // SIMT and mma.sync kernels launch alike (gemm_tile_geometry): a GemmTile's is mma.sync's.
+  // SIMT and mma.sync kernels launch alike (gemm_tile_geometry) and size
+  // their workspace alike (a SIMT tile has no split-K; the column sums' is
+  // add_column_sum_workspace): a GemmTile's is mma.sync's.
   LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int multiprocessors) const override {
     return mainloop_of(source.tile).geometry(source, shape, multiprocessors);
   }

@@ -70,13 +70,19 @@ TemplateVars staged_vars(const GemmPlan& g, const EpilogueContract& contract, in
 /// else the general kernel).
 void bind_epilogue_tensors(const GemmPlan& g, KernelSource& ks);
 
-/// Note [GEMM column sums] (emit_gemm_col_sums.cpp): the lanes' sums of each
-/// col_sum output, declared after the mainloop (a line of its own each, or
-/// nothing without col_sum outputs), and the code after the epilogue that
-/// combines them into the [N] outputs. `staged`: the staged epilogue's lanes
-/// (four consecutive columns), else the fragments' (two columns of each).
-std::string emit_column_sum_decls(const GemmPlan& g, bool staged);
+/// Note [GEMM column sums] (emit_gemm_col_sums.cpp): the col_sum workspace's
+/// fields (col_counters, col_partials; none without col_sum outputs); the
+/// lanes' sums of each col_sum output, declared after the mainloop as arrays
+/// of `extent` ("[NI][2]", "[4]", "[TN]"; a line of its own each, or nothing
+/// without col_sum outputs); and the code after the epilogue that combines
+/// them into the [N] outputs, for the mma.sync kernel (`staged`: the staged
+/// epilogue's lanes, four consecutive columns, else the fragments', two
+/// columns of each), the SIMT kernel and the wave kernel.
+void column_sum_params(const GemmPlan& g, ParamLayout& layout);
+std::string emit_column_sum_decls(const GemmPlan& g, std::string_view extent);
 std::string emit_column_sums(const GemmPlan& g, bool staged);
+std::string emit_simt_column_sums(const GemmPlan& g);
+std::string emit_wave_column_sums(const GemmPlan& g);
 /// The same for the wgmma kernel (templates/gemm_sm90.cu.in): colbuf's and
 /// col_last's pointers after the staging area; a chunk's sums declared, and
 /// after the chunk combined into the warp's colbuf row (`fragment`: the

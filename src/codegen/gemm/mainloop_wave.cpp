@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/column_sums.hpp"
 #include "codegen/gemm/mainloop.hpp"
 #include "epifuse/errors.hpp"
 
@@ -34,6 +35,11 @@ std::string wave_tile_problem(const WaveTile& t, const KernelSpec& spec, std::st
     return fmt::format("wave tile {}: a wave's tile must be whole {}x{} fragments", name, frag_rows(t), frag_rows(t));
   if (t.group_m < 1 || t.group_m > 64) return fmt::format("wave tile {}: group_m must be in [1, 64]", name);
   if (t.fma != 0 && t.fma != 1) return fmt::format("wave tile {}: fma is 0 or 1", name);
+  // Note [GEMM column sums]: a lane of the staged epilogue keeps four fixed
+  // columns only where a wave's row of quads fits its lanes.
+  if (has_column_sums(spec) && t.bn / t.waves_n > 4 * t.lanes())
+    return fmt::format("wave tile {}: a chain with a col_sum needs wave tiles at most {} columns wide (BN / waves_n, "
+                       "four a lane), got {}", name, 4 * t.lanes(), t.bn / t.waves_n);
   if (!t.fma && ml.a == DType::f32)
     return fmt::format("wave tile {}: f32 operands take the FMA form ({}-fma)", name, t.op == 0 ? ".mfma" : ".wmma");
   if (!t.fma && !target.empty() && !(t.op == 0 ? mfma_arch(target) : wmma_arch(target)))
@@ -123,6 +129,15 @@ class WaveMainloop final : public GemmMainloop {
     g.block[0] = static_cast<unsigned>(v.waves_m * v.waves_n * v.lanes());
     g.shared_bytes = source.shared_bytes;
     return g;
+  }
+
+  // Column sums (Note [GEMM column sums]): a counter per column tile (zeroed)
+  // and a partial row per row tile and output (scratch), as mma.sync's.
+  WorkspaceNeeds workspace(const KernelSource& source, const Shape& shape) const override {
+    WorkspaceNeeds w;
+    const WaveTile& v = std::get<WaveTile>(source.tile);
+    if (gemm_sums_columns(source)) add_column_sum_workspace(w, source, shape, v.bm, v.bn);
+    return w;
   }
 
   KernelSource emit(const GemmPlan& g) const override { return emit_gemm_wave(g); }
