@@ -183,13 +183,20 @@ __device__ __forceinline__ float ef_gelu_tanh_deriv(float x) {
 // against half an ulp of f16's 2^-12; t flushed to 0 below 2^-126. In the
 // GEMM's epilogue the accurate gelu_tanh_deriv cost 15% of a bf16
 // 8192x8192x2048 dgrad on an H100 (docs/perf/backward.md, "GEMM backward").
+// t = exp(-|x|) and r = 1/(1+t): sigmoid(x) is r for x >= 0, else t r; sigmoid'(x) = t r^2.
+__device__ __forceinline__ void ef_sigmoid_terms_fast(float x, float& t, float& r) {
+  t = ef_ex2_approx(-1.4426950408889634f * fabsf(x));
+  r = ef_rcp_approx(1.0f + t);
+}
 __device__ __forceinline__ float ef_sigmoid_deriv_fast(float x) {
-  const float t = ef_ex2_approx(-1.4426950408889634f * fabsf(x)), r = ef_rcp_approx(1.0f + t);
+  float t, r;
+  ef_sigmoid_terms_fast(x, t, r);
   return t * r * r;
 }
 __device__ __forceinline__ float ef_tanh_deriv_fast(float x) { return 4.0f * ef_sigmoid_deriv_fast(2.0f * x); }
 __device__ __forceinline__ float ef_silu_deriv_fast(float x) {
-  const float t = ef_ex2_approx(-1.4426950408889634f * fabsf(x)), r = ef_rcp_approx(1.0f + t);
+  float t, r;
+  ef_sigmoid_terms_fast(x, t, r);
   const float s = x >= 0.0f ? r : t * r;
   const float y = fmaf(x, t * r * r, s);
   return fabsf(x) == __int_as_float(0x7f800000) ? (x > 0.0f ? 1.0f : 0.0f) : y;
@@ -199,7 +206,8 @@ __device__ __forceinline__ float ef_gelu_tanh_deriv_fast(float x) {
   const float xc = ef_min_nan(ef_max_nan(x, -1.0e4f), 1.0e4f), x2 = xc * xc;
   constexpr float k2 = 2.0f * 0.7978845608028654f, k2c = k2 * 0.044715f;
   const float two_u = xc * fmaf(k2c, x2, k2), two_du = fmaf(3.0f * k2c, x2, k2);
-  const float t = ef_ex2_approx(-1.4426950408889634f * fabsf(two_u)), r = ef_rcp_approx(1.0f + t);
+  float t, r;
+  ef_sigmoid_terms_fast(two_u, t, r);
   const float s = xc >= 0.0f ? r : t * r;
   return fmaf(xc * two_du, t * r * r, s);
 }
