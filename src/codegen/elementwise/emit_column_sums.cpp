@@ -194,7 +194,7 @@ std::string emit_final_sums(const KernelPlan& plan, const std::vector<bool>& sum
         "#pragma unroll 4\n"
         "    for ({3} s = ty; s < ({3})gridDim.y; s += TY) {{\n"
         "      const float* q = p.partials + {0} * sum_stride + s * slice_stride + ({3})blockIdx.x * TN + lane * VEC;\n"
-        "#pragma unroll\n      for (int j = 0; j < VEC; ++j) t[j] += {4}_partial(q + j);\n    }}\n"
+        "#pragma unroll\n      for (int j = 0; j < VEC; ++j) t[j] += ef_col_partial_load(q + j);  // another block's: L2\n    }}\n"
         "    {4}_rows_sum<VEC>(t, red);\n"
         "    if (ty == 0) {{\n#pragma unroll\n"
         "      for (int j = 0; j < VEC; ++j)\n        if (c0 + j < n) p.{1}[c0 + j] = ef_from_float<{2}>(t[j]);\n"
