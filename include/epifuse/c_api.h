@@ -96,6 +96,20 @@ int ef_spec_to_json(const ef_spec* spec, char** out);
  * (ef_spec_free them) and *info is {"wrt": [...], "saved": [{"name", "kind",
  * "of"}...]} (ef_string_free it); on failure none is set. */
 int ef_spec_grad(const ef_spec* spec, const char* wrt_json, ef_spec** forward, ef_spec** backward, char** info);
+/* as_gemm_epilogue (include/epifuse/dgrad.hpp, docs/gemm-backward.md §1): the
+ * elementwise spec `backward` (a backward of ef_spec_grad) with its full input
+ * `upstream` ("dy") replaced by the accumulator of a GEMM whose mainloop is
+ * `mainloop_json` (the JSON value of "mainloop", {"kind": "gemm", ...}, read as
+ * ef_spec_new reads it): one GEMM dY_above·W_above writes the backward's
+ * outputs (dacc, the bias gradient) in its epilogue. Every other input, op
+ * (dropout streams included) and output is kept. On success *out is a new spec
+ * (ef_spec_free it); on failure it is not set. EF_USER_ERROR for a `backward`
+ * that is not elementwise, an `upstream` that is not one of its full inputs, a
+ * mainloop that is not a single GEMM, or a result that does not verify
+ * (ef_spec_verify: an input named like a GEMM operand, a, b, b0 or b1).
+ * Whether a GEMM family runs the result (column sums, [M] outputs) is checked
+ * when it is compiled, as for any chain. */
+int ef_spec_as_gemm_epilogue(const ef_spec* backward, const char* upstream, const char* mainloop_json, ef_spec** out);
 /* What a run of `spec` at (m, n, k) binds, as JSON: {"inputs": [{"name",
  * "dtype", "shape"}...], "outputs": [...]}, logical row-major shapes, GEMM
  * operands first; an output also has "broadcast": "full" [M,N], "row" [N] (a

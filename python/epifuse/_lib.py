@@ -71,6 +71,7 @@ _SIGNATURES = {
     "ef_spec_verify": ([_voidp], _c.c_int),
     "ef_spec_to_json": ([_voidp, _c.POINTER(_voidp)], _c.c_int),
     "ef_spec_grad": ([_voidp, _charp, _c.POINTER(_voidp), _c.POINTER(_voidp), _c.POINTER(_voidp)], _c.c_int),
+    "ef_spec_as_gemm_epilogue": ([_voidp, _charp, _charp, _c.POINTER(_voidp)], _c.c_int),
     "ef_spec_bindings": ([_voidp, _c.c_int64, _c.c_int64, _c.c_int64, _c.POINTER(_voidp)], _c.c_int),
     "ef_evaluate": ([_voidp, _c.c_int64, _c.c_int64, _c.c_int64, _c.POINTER(_charp), _c.POINTER(_voidp),
                      _c.c_size_t, _c.POINTER(_charp), _c.POINTER(_voidp), _c.c_size_t, _c.c_uint64, _c.c_uint64],

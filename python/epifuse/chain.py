@@ -267,6 +267,24 @@ class Chain:
             lib.ef_string_free(info)
         return Grad(type(self)(_handle=f), type(self)(_handle=b), meta["saved"], meta["wrt"])
 
+    def as_gemm_epilogue(self, upstream, mainloop):
+        """This elementwise backward spec (`grad().backward`) run in a GEMM's epilogue
+        (docs/gemm-backward.md §1): a new Chain whose accumulator A·B stands for the
+        full input `upstream` (the upstream gradient, "dy"), read in fp32 where the
+        backward reads dy rounded to its dtype. Every other input, op (dropout
+        streams included, so the masks are the forward's) and output is kept, so the
+        GEMM dY_above·W_above writes dacc and the bias gradient of the layer below in
+        its own epilogue. `mainloop`: a single GEMM's, as a dict
+        ({"kind": "gemm", "a": "bf16", "b": "bf16", "a_layout": "row", "b_layout": "row"}).
+        UserError for a spec with a mainloop of its own, an `upstream` that is not
+        one of its full inputs, a mainloop that is not a single GEMM, or a result
+        that does not verify (an input named like a GEMM operand)."""
+        h = ctypes.c_void_p()
+        ml = json.dumps(mainloop)  # "gemm" alone is the kind with its defaults, as JSON reads it
+        check(lib.ef_spec_as_gemm_epilogue(self._h, text(upstream, "upstream"), text(ml, "mainloop"),
+                                           ctypes.byref(h)))
+        return type(self)(_handle=h)
+
     def compile(self, target=None, tile=None, tune=None):
         """A callable running the chain as it is now: on torch CUDA tensors with the
         JIT, on NumPy arrays with the CPU reference. Kernels compile per shape on

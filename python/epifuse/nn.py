@@ -36,7 +36,8 @@ _made_lock = threading.Lock()
 
 
 def _op(key, build, kind="op"):
-    """The op of configuration `key`, made once from the chain `build()` gives."""
+    """The op of configuration `key`, made once from what `build()` gives: a chain
+    (kind "op" or "linear"), or (lower, upper, residual_is_x) for kind "block"."""
     f = _made.get(key)
     if f is None:
         with _made_lock:
@@ -45,8 +46,9 @@ def _op(key, build, kind="op"):
                 if not hasattr(torch.library, "register_autograd"):
                     raise RuntimeError(f"epifuse.nn needs torch.library.register_autograd (torch 2.4 or newer); "
                                        f"this is torch {torch.__version__}")
-                chain = build()
-                f = _made[key] = _ops.linear(chain) if kind == "linear" else _ops.op(chain)
+                made = build()
+                f = _made[key] = (_ops.block(*made) if kind == "block" else
+                                  _ops.linear(made) if kind == "linear" else _ops.op(made))
     return f
 
 
@@ -140,46 +142,104 @@ class Linear(nn.Module):
                 f"activation={self.activation!r}, dropout={self.p}, residual={self.residual}")
 
 
+def _cast(cast, *tensors):
+    """The tensors in autocast's dtype `cast` (None stays None); as they are outside autocast."""
+    if cast is None:
+        return tensors
+    return tuple(None if t is None else t.to(cast) for t in tensors)
+
+
 class MLP(nn.Module):
     """The transformer MLP with its residual: y = x + fc2(dropout(act(fc1(x)))).
 
-    fc1 (hidden → ffn) runs bias, activation and dropout in its GEMM's epilogue, fc2
-    (ffn → hidden) bias and the residual add in its own. Parameters fc1.weight,
-    fc1.bias, fc2.weight, fc2.bias as two nn.Linear.
+    One `epifuse.torch.block` op: fc1 (hidden → ffn) runs bias, activation and
+    dropout in its GEMM's epilogue, fc2 (ffn → hidden) bias and the residual add in
+    its own, and the backward runs fc1's epilogue backward (dropout, act', the bias
+    gradient) in the epilogue of fc2's dgrad GEMM. Parameters fc1.weight, fc1.bias,
+    fc2.weight, fc2.bias as two nn.Linear. fused_dgrad=False runs that dgrad as
+    torch.mm and a separate kernel instead (None: EPIFUSE_FUSED_DGRAD, default on).
     """
 
     def __init__(self, hidden: int, ffn: int, activation="gelu_tanh", dropout: float = 0.0, bias: bool = True,
-                 device=None, dtype=None):
+                 device=None, dtype=None, fused_dgrad=None):
         super().__init__()
         self.fc1 = Linear(hidden, ffn, bias, activation, dropout, device=device, dtype=dtype)
         self.fc2 = Linear(ffn, hidden, bias, residual=True, device=device, dtype=dtype)
+        self.fused_dgrad = fused_dgrad
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x + fc2(dropout(act(fc1(x)))), two kernels."""
-        return self.fc2(self.fc1(x), x)
+        """x + fc2(dropout(act(fc1(x)))): two GEMM kernels forward, one op."""
+        fc1, fc2 = self.fc1, self.fc2
+        x, w1, b1, w2, b2 = _cast(_autocast_dtype(x.device), x, fc1.weight, fc1.bias, fc2.weight, fc2.bias)
+        dt = _dtype(w1, "fc1.weight")
+        if _dtype(w2, "fc2.weight") != dt or (self.training and fc2.p > 0):
+            return fc2(fc1(x), x)  # what one block cannot run: a Linear each
+        p = fc1.p if self.training and fc1.p > 0 else 0.0
+        key = ("mlp", dt, b1 is not None, b2 is not None, fc1.activation, p, fc2.activation, _tf32(dt))
+        f = _op(key, lambda: (linear_chain(dt, b1 is not None, fc1.activation, p, False, key[7]),
+                              linear_chain(dt, b2 is not None, fc2.activation, 0.0, True, key[7]), True), "block")
+        args = [x.contiguous(), w1.contiguous()] + ([b1] if b1 is not None else []) + [w2.contiguous()]
+        return f(*args, *([b2] if b2 is not None else []), fused_dgrad=self.fused_dgrad)
 
 
 class GatedMLP(nn.Module):
     """The gated MLP of LLaMA-style models (SwiGLU with "silu", GEGLU with "gelu_tanh"):
     y = down_proj(act(gate_proj(x)) · up_proj(x)) [+ residual].
 
-    gate_proj and up_proj run as one dual GEMM (A read once, both products in one
-    epilogue); down_proj is a `Linear`. Parameters gate_proj.weight, up_proj.weight
-    [ffn, hidden] and down_proj.weight [hidden, ffn] as LLaMA's MLP names them (and
-    their biases with bias=True). residual=True adds forward's residual in down_proj's
-    epilogue.
+    One `epifuse.torch.block` op: gate_proj and up_proj run as one dual GEMM (A read
+    once, both products in one epilogue), down_proj as a GEMM whose epilogue adds the
+    bias and residual; the backward runs the gate's backward in the epilogue of
+    down_proj's dgrad GEMM. Parameters gate_proj.weight, up_proj.weight [ffn, hidden]
+    and down_proj.weight [hidden, ffn] as LLaMA's MLP names them (and their biases
+    with bias=True). residual=True adds forward's residual in down_proj's epilogue
+    (forward(x, x), the residual being x itself, adds its gradient into dx's GEMM).
+    fused_dgrad as `MLP`'s.
     """
 
     def __init__(self, hidden: int, ffn: int, activation="silu", bias: bool = False, residual: bool = False,
-                 device=None, dtype=None):
+                 device=None, dtype=None, fused_dgrad=None):
         super().__init__()
         self.activation = _activation(activation)
         self.gate_proj = Linear(hidden, ffn, bias, device=device, dtype=dtype)
         self.up_proj = Linear(hidden, ffn, bias, device=device, dtype=dtype)
         self.down_proj = Linear(ffn, hidden, bias, residual=residual, device=device, dtype=dtype)
+        self.fused_dgrad = fused_dgrad
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor = None) -> torch.Tensor:
-        """down_proj(act(x @ gate_proj.weight.T) · (x @ up_proj.weight.T)) [+ residual]: two kernels."""
+        """down_proj(act(x @ gate_proj.weight.T) · (x @ up_proj.weight.T)) [+ residual]: two GEMM
+        kernels forward, one op."""
+        down = self.down_proj
+        if down.residual != (residual is not None):
+            raise UserError("epifuse.nn.GatedMLP: " + ("built with residual=True: pass forward(x, residual)"
+                                                       if down.residual else "built without residual: "
+                                                       "forward takes no residual"))
+        residual_is_x = residual is x
+        bias = self.gate_proj.bias is not None
+        cast = _autocast_dtype(x.device)
+        x, wg, wu, bg, bu, wd, bd = _cast(cast, x, self.gate_proj.weight, self.up_proj.weight, self.gate_proj.bias,
+                                          self.up_proj.bias, down.weight, down.bias)
+        if not residual_is_x:
+            (residual,) = _cast(cast, residual)
+        dt = _dtype(wg, "gate_proj.weight")
+        if (_dtype(wu, "up_proj.weight"), _dtype(wd, "down_proj.weight")) != (dt, dt) \
+                or (bias and bu is None) or (self.training and down.p > 0):
+            return self._per_layer(x, residual)  # what one block cannot run
+        if residual is not None and not residual_is_x:
+            if residual.shape != x.shape[:-1] + (down.out_features,):
+                raise UserError(f"epifuse.nn.GatedMLP: residual has shape {list(residual.shape)}, the output "
+                                f"{list(x.shape[:-1]) + [down.out_features]}")
+            residual = residual.contiguous()
+        key = ("gated_mlp", dt, self.activation, bias, bd is not None, down.activation, residual is not None,
+               residual_is_x, _tf32(dt))
+        f = _op(key, lambda: (gated_chain(dt, self.activation, bias, key[8]),
+                              linear_chain(dt, bd is not None, down.activation, 0.0, residual is not None, key[8]),
+                              residual_is_x), "block")
+        args = [x.contiguous(), wg.contiguous(), wu.contiguous()] + ([bg, bu] if bias else []) + [wd.contiguous()]
+        args += ([bd] if bd is not None else []) + ([residual] if residual is not None and not residual_is_x else [])
+        return f(*args, fused_dgrad=self.fused_dgrad)
+
+    def _per_layer(self, x, residual):
+        """The dual GEMM and down_proj as two ops (weights of other dtypes, down_proj's dropout)."""
         wg, wu = self.gate_proj.weight, self.up_proj.weight
         bg, bu = self.gate_proj.bias, self.up_proj.bias
         cast = _autocast_dtype(x.device)

@@ -17,6 +17,9 @@ device (Note [Seeds on the device] in templates/common/philox.cuh). So
 torch.manual_seed reproduces a run, each call draws a fresh mask, and a CUDA graph
 draws fresh masks at each replay. `seed=` (a Python int below 2^63, the custom op
 schema's int) fixes the mask instead; `offset=` is added to either.
+
+`block(lower, upper)` stacks two GEMM chains in one op (nn.MLP, nn.GatedMLP), so the
+lower chain's backward runs in the epilogue of the upper chain's dgrad GEMM.
 """
 import hashlib
 import json
@@ -39,14 +42,16 @@ def _library():
     return _lib
 
 
-def _register(name, compiled, out_classes):
-    """Defines `epifuse::<name>` running `compiled`; returns its OpOverload."""
+def _register(name, compiled, out_classes, run=None):
+    """Defines `epifuse::<name>` running `compiled` (or `run`, a callable taking what
+    `compiled` takes and giving the same outputs); returns its OpOverload."""
     out_dtypes = [_DTYPES[d] for _, d in compiled._outputs]
     gemm = compiled._gemm
     full = compiled._full
+    run = compiled if run is None else run
 
     def impl(inputs, seed, offset, rng_state):
-        out = compiled(*inputs, seed=seed, offset=offset, rng_state=rng_state)
+        out = run(*inputs, seed=seed, offset=offset, rng_state=rng_state)
         return list(out) if isinstance(out, tuple) else [out]
 
     def fake(inputs, seed, offset, rng_state):
@@ -291,3 +296,28 @@ def linear(chain: Chain, target=None, tile=None, tune=None):
 
     f.op = run
     return f
+
+
+def block(lower: Chain, upper: Chain, residual_is_x=False, target=None, tune=None):
+    """Two stacked GEMM chains as one differentiable op, y = upper(lower(x)), whose
+    backward runs the lower chain's backward in the epilogue of the upper chain's
+    dgrad GEMM (Note [The block's backward] in python/epifuse/torch_block.py).
+
+    `lower`: a gemm or dual_gemm chain with B column-major, as layers.linear_chain or
+    gated_chain builds (fc1; gate_proj and up_proj); `upper`: a gemm chain with B
+    column-major reading lower's output as A (fc2, down_proj), with no dropout.
+    `residual_is_x`: upper's full input `residual` is the block's x (nn.MLP's
+    x + fc2(...)): it is not passed, and its gradient is added into dx.
+
+    Returns `f(x, *tensors, seed=None, offset=0, fused_dgrad=None)`: x [..., K]
+    (leading dimensions folded into M and given back), then the lower weights in
+    nn.Linear's layout, lower's epilogue inputs in binding order, the upper weight
+    and upper's epilogue inputs (`f.plan.names` lists them). Seeds as `op`'s.
+    `fused_dgrad=False` runs the dgrad as torch.mm and the lower backward's own
+    kernel, for A/B measurement (default: fused, unless EPIFUSE_FUSED_DGRAD=0 when
+    the block is made); a dgrad chain that does not compile for a shape and target
+    does the same by itself, in the same op. `f.op` is the registered torch.library
+    op (its tensors, seed, offset, rng_state and fused_dgrad; outputs y, h and the
+    saved tensors), `f.plan` what it runs; `tune` as Chain.compile's."""
+    from .torch_block import make_block
+    return make_block(lower, upper, residual_is_x, target, tune)

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "epifuse/autodiff.hpp"
+#include "epifuse/dgrad.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/json.hpp"
@@ -377,6 +378,23 @@ int ef_spec_grad(const ef_spec* spec, const char* wrt_json, ef_spec** forward, e
     *info = c_string(doc.dump());
     *forward = f.release();
     *backward = b.release();
+  });
+}
+
+int ef_spec_as_gemm_epilogue(const ef_spec* backward, const char* upstream, const char* mainloop_json, ef_spec** out) {
+  return guarded([&] {
+    require(backward, "backward");
+    require(upstream, "upstream");
+    require(mainloop_json, "mainloop_json");
+    require(out, "out");
+    const Json v = parse_fragment(mainloop_json, "mainloop");
+    const Mainloop gemm = schema::read_mainloop(v, schema::JsonPath().key("mainloop"));
+    auto s = std::make_unique<ef_spec>();
+    s->spec = as_gemm_epilogue(snapshot(backward), upstream, gemm);
+    // Refused here rather than at its first compile: an input the GEMM chain
+    // cannot take (named a or b) makes a spec that can never run.
+    verify(s->spec);
+    *out = s.release();
   });
 }
 

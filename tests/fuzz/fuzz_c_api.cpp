@@ -8,7 +8,8 @@
 //     epifuse.load reads a file (ef_spec_from_json_bytes: size, NUL and syntax
 //     checks, the schema, the builder). An accepted chain is written back, read
 //     again, cloned, and evaluated on the CPU reference at a small shape on
-//     deterministic data, as a NumPy call would run it;
+//     deterministic data, as a NumPy call would run it; then differentiated, and
+//     its backward made a GEMM's epilogue (ef_spec_as_gemm_epilogue);
 //   \x01: builder calls, one a line. Line 1 is the chain's name, line 2 its
 //     mainloop (JSON, may be empty); then `input NAME DTYPE BROADCAST`,
 //     `acc INDEX`, `output NAME ID DTYPE`, `nograd ID`, `precision P`, or
@@ -20,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -69,9 +71,34 @@ std::uint16_t to_half_bits(float f, const std::string& dtype) {
   return static_cast<std::uint16_t>(sign | (static_cast<std::uint32_t>(exp) << 10) | mant);
 }
 
+void exercise(ef_spec* spec, std::uint32_t salt, bool differentiate = true);
+
+// The backward as a GEMM's epilogue (ef_spec_as_gemm_epilogue), one of its inputs
+// (picked by salt) as the upstream gradient, B row- or column-major: a UserError,
+// or a spec that verifies and goes through exercise's steps.
+void exercise_dgrad(const ef_spec* backward, std::uint32_t salt) {
+  char* text = nullptr;
+  const std::optional<std::string> json = take(ef_spec_to_json(backward, &text), text, "ef_spec_to_json(backward)");
+  if (!json) return;
+  const Json doc = Json::parse(*json);
+  const auto inputs = doc.find("inputs");
+  if (inputs == doc.end() || !inputs->is_object() || inputs->empty()) return;
+  auto upstream = inputs->begin();
+  std::advance(upstream, static_cast<std::ptrdiff_t>(salt % inputs->size()));
+  const char* mainloop = salt & 1 ? R"({"kind": "gemm", "a": "f32", "b": "f32", "b_layout": "col"})"
+                                  : R"({"kind": "gemm", "a": "bf16", "b": "bf16", "b_layout": "row"})";
+  ef_spec* dgrad = nullptr;
+  if (!ok(ef_spec_as_gemm_epilogue(backward, upstream.key().c_str(), mainloop, &dgrad), "ef_spec_as_gemm_epilogue"))
+    return;
+  if (!ok(ef_spec_verify(dgrad), "ef_spec_verify(dgrad)"))
+    fail(std::string("as_gemm_epilogue gave a spec that does not verify: ") + ef_last_error());
+  exercise(dgrad, salt, false);
+  ef_spec_free(dgrad);
+}
+
 // The spec written back, read again, cloned, its bindings at a small shape, and
 // evaluated on the CPU reference with every input and output given.
-void exercise(ef_spec* spec, std::uint32_t salt, bool differentiate = true) {
+void exercise(ef_spec* spec, std::uint32_t salt, bool differentiate) {
   char* text = nullptr;
   const std::optional<std::string> json = take(ef_spec_to_json(spec, &text), text, "ef_spec_to_json");
   // A chain in the making (no output yet, say) prints as JSON but is no chain
@@ -128,7 +155,8 @@ void exercise(ef_spec* spec, std::uint32_t salt, bool differentiate = true) {
   }
   ef_spec_free(copy);
   // grad: a UserError, or a forward and a backward that verify and go through
-  // all of the above themselves (once: the backward is not differentiated again).
+  // all of the above themselves (once: the backward is not differentiated again),
+  // and the backward's dgrad chain likewise.
   if (!differentiate) return;
   ef_spec *forward = nullptr, *backward = nullptr;
   char* info = nullptr;
@@ -138,6 +166,7 @@ void exercise(ef_spec* spec, std::uint32_t salt, bool differentiate = true) {
     fail(std::string("grad gave a spec that does not verify: ") + ef_last_error());
   exercise(forward, salt, false);
   exercise(backward, salt, false);
+  exercise_dgrad(backward, salt);
   ef_spec_free(forward);
   ef_spec_free(backward);
 }

@@ -83,5 +83,7 @@ def test_epifuse_torch_and_the_compiled_callable_are_documented_when_torch_impor
     pytest.importorskip("torch")
     import epifuse.compiled
     import epifuse.torch as et
-    assert [n for n in ("op", "linear", "rng_state") if not inspect.getdoc(getattr(et, n))] == []
+    assert [n for n in ("op", "linear", "rng_state", "block") if not inspect.getdoc(getattr(et, n))] == []
+    import epifuse.torch_block as tb
+    assert undocumented(tb) == [] and undocumented(tb.Plan) == []
     assert undocumented(epifuse.compiled.Compiled) == []

@@ -343,3 +343,84 @@ TEST_CASE("C ABI: batched GEMMs through ef_jit_compile_batched and ef_launch's a
   ef_jit_free(jit);
   ef_spec_free(s);
 }
+
+TEST_CASE("C ABI: as_gemm_epilogue turns a backward spec into a GEMM chain, or a UserError and nothing") {
+  // y = gelu_tanh(acc + bias): its backward reads dy, the saved pre-activation and
+  // writes dacc and dbias; the dgrad chain reads acc where the backward read dy.
+  constexpr const char* k_linear = R"({"epifuse": 1, "name": "linear",
+    "mainloop": {"kind": "gemm", "a": "f32", "b": "f32", "b_layout": "col"},
+    "inputs": {"bias": {"dtype": "f32", "broadcast": "row"}},
+    "ops": [{"name": "z", "op": "add", "args": ["acc", "bias"]}, {"name": "y", "op": "gelu_tanh", "args": ["z"]}],
+    "outputs": {"y": {"dtype": "f32"}}})";
+  constexpr const char* k_gemm = R"({"kind": "gemm", "a": "f32", "b": "f32", "a_layout": "row", "b_layout": "row"})";
+  ef_spec* chain = nullptr;
+  REQUIRE(ef_spec_from_json(k_linear, nullptr, &chain) == EF_OK);
+  ef_spec *forward = nullptr, *backward = nullptr;
+  char* info = nullptr;
+  REQUIRE(ef_spec_grad(chain, nullptr, &forward, &backward, &info) == EF_OK);
+  ef_string_free(info);
+
+  ef_spec* dgrad = nullptr;
+  REQUIRE(ef_spec_as_gemm_epilogue(backward, "dy", k_gemm, &dgrad) == EF_OK);
+  CHECK(ef_spec_verify(dgrad) == EF_OK);
+  const std::string text = to_json(dgrad);
+  CHECK(text.find("\"linear_backward_dgrad\"") != std::string::npos);
+  CHECK(text.find("\"b_layout\": \"row\"") != std::string::npos);
+  CHECK(text.find("\"dy\"") == std::string::npos);  // the accumulator took its place
+  CHECK(text.find("gelu_tanh_deriv") != std::string::npos);
+  CHECK(text.find("col_sum") != std::string::npos);
+  char* bindings = nullptr;
+  REQUIRE(ef_spec_bindings(dgrad, 4, 8, 3, &bindings) == EF_OK);
+  const std::string b = bindings;
+  ef_string_free(bindings);
+  CHECK(b.find(R"({"name":"a","dtype":"f32","shape":[4,3]})") != std::string::npos);
+  CHECK(b.find(R"({"name":"b","dtype":"f32","shape":[3,8]})") != std::string::npos);
+  CHECK(b.find(R"("name":"dbias","dtype":"f32","shape":[8],"broadcast":"row")") != std::string::npos);
+
+  // Each refusal says why and leaves *out unset.
+  struct Refusal {
+    const ef_spec* spec;
+    const char* upstream;
+    const char* mainloop;
+    const char* says;
+  };
+  ef_spec* operand_named = nullptr;  // an input the GEMM chain would read as its operand
+  REQUIRE(ef_spec_from_json(R"({"epifuse": 1, "inputs": {"dy": {"dtype": "f32"}, "b": {"dtype": "f32"}},
+    "ops": [{"name": "dx", "op": "mul", "args": ["dy", "b"]}], "outputs": {"dx": {"dtype": "f32"}}})",
+                            nullptr, &operand_named) == EF_OK);
+  ef_spec* scaled = nullptr;  // dx = dy·g, g a row input: not an [M,N] value to become the accumulator
+  REQUIRE(ef_spec_from_json(R"({"epifuse": 1,
+    "inputs": {"dy": {"dtype": "f32"}, "g": {"dtype": "f32", "broadcast": "row"}},
+    "ops": [{"name": "dx", "op": "mul", "args": ["dy", "g"]}], "outputs": {"dx": {"dtype": "f32"}}})",
+                            nullptr, &scaled) == EF_OK);
+  const Refusal refusals[] = {
+      {nullptr, "dy", k_gemm, "backward is NULL"},
+      {backward, nullptr, k_gemm, "upstream is NULL"},
+      {backward, "dy", nullptr, "mainloop_json is NULL"},
+      {backward, "dy", "{\"kind\": ", "mainloop: not JSON"},
+      {backward, "dy", R"({"kind": "gemm", "a": "f32", "a": "f16"})", "duplicate key 'a'"},
+      {backward, "dy", R"({"kind": "gemm", "a": "f64"})", "unknown dtype 'f64'"},
+      {backward, "dy", R"({"kind": "dual_gemm", "a": "f32", "b": "f32"})", "a single GEMM"},
+      {backward, "dy", R"("elementwise")", "a single GEMM"},
+      {backward, "nope", k_gemm, "'nope' is not an input"},
+      {scaled, "g", k_gemm, "input 'g' is a row input"},
+      {dgrad, "dy", k_gemm, "already has a gemm mainloop"},
+      {operand_named, "dy", k_gemm, "input 'b': in a gemm kernel the names a, b"},
+  };
+  for (const Refusal& r : refusals) {
+    ef_spec* out = nullptr;
+    CHECK(ef_spec_as_gemm_epilogue(r.spec, r.upstream, r.mainloop, &out) == EF_USER_ERROR);
+    const std::string says = r.says, said = last_error();
+    CAPTURE(said);
+    CHECK(said.find(says) != std::string::npos);
+    CHECK(out == nullptr);
+  }
+  CHECK(ef_spec_as_gemm_epilogue(backward, "dy", k_gemm, nullptr) == EF_USER_ERROR);
+  CHECK(last_error().find("out is NULL") != std::string::npos);
+  ef_spec_free(operand_named);
+  ef_spec_free(scaled);
+  ef_spec_free(dgrad);
+  ef_spec_free(forward);
+  ef_spec_free(backward);
+  ef_spec_free(chain);
+}
