@@ -154,10 +154,11 @@ class MLP(nn.Module):
 
     One `epifuse.torch.block` op: fc1 (hidden → ffn) runs bias, activation and
     dropout in its GEMM's epilogue, fc2 (ffn → hidden) bias and the residual add in
-    its own, and the backward runs fc1's epilogue backward (dropout, act', the bias
-    gradient) in the epilogue of fc2's dgrad GEMM. Parameters fc1.weight, fc1.bias,
-    fc2.weight, fc2.bias as two nn.Linear. fused_dgrad=False runs that dgrad as
-    torch.mm and a separate kernel instead (None: EPIFUSE_FUSED_DGRAD, default on).
+    its own. Parameters fc1.weight, fc1.bias,
+    fc2.weight, fc2.bias as two nn.Linear. fused_dgrad=True runs fc1's epilogue
+    backward (dropout, act', the bias gradient) in the epilogue of fc2's dgrad GEMM;
+    False (the default, None: EPIFUSE_FUSED_DGRAD=1 turns it on) runs that dgrad as
+    torch.mm and then one kernel, which measured faster (docs/perf/training.md).
     """
 
     def __init__(self, hidden: int, ffn: int, activation="gelu_tanh", dropout: float = 0.0, bias: bool = True,
@@ -188,8 +189,8 @@ class GatedMLP(nn.Module):
 
     One `epifuse.torch.block` op: gate_proj and up_proj run as one dual GEMM (A read
     once, both products in one epilogue), down_proj as a GEMM whose epilogue adds the
-    bias and residual; the backward runs the gate's backward in the epilogue of
-    down_proj's dgrad GEMM. Parameters gate_proj.weight, up_proj.weight [ffn, hidden]
+    bias and residual; with fused_dgrad=True the backward runs the gate's backward in
+    the epilogue of down_proj's dgrad GEMM. Parameters gate_proj.weight, up_proj.weight [ffn, hidden]
     and down_proj.weight [hidden, ffn] as LLaMA's MLP names them (and their biases
     with bias=True). residual=True adds forward's residual in down_proj's epilogue
     (forward(x, x), the residual being x itself, adds its gradient into dx's GEMM).

@@ -313,10 +313,11 @@ def block(lower: Chain, upper: Chain, residual_is_x=False, target=None, tune=Non
     (leading dimensions folded into M and given back), then the lower weights in
     nn.Linear's layout, lower's epilogue inputs in binding order, the upper weight
     and upper's epilogue inputs (`f.plan.names` lists them). Seeds as `op`'s.
-    `fused_dgrad=False` runs the dgrad as torch.mm and the lower backward's own
-    kernel, for A/B measurement (default: fused, unless EPIFUSE_FUSED_DGRAD=0 when
-    the block is made); a dgrad chain that does not compile for a shape and target
-    does the same by itself, in the same op. `f.op` is the registered torch.library
+    `fused_dgrad=True` runs the lower backward in the dgrad GEMM's epilogue; False,
+    the default (unless EPIFUSE_FUSED_DGRAD=1 when the block is made), runs the dgrad
+    as torch.mm and then the lower backward's own kernel, which measured faster (Note
+    [Fused dgrad off by default] in torch_block.py); a fused dgrad chain that does not
+    compile for a shape and target does the same by itself, in the same op. `f.op` is the registered torch.library
     op (its tensors, seed, offset, rng_state and fused_dgrad; outputs y, h and the
     saved tensors), `f.plan` what it runs; `tune` as Chain.compile's."""
     from .torch_block import make_block

@@ -14,7 +14,8 @@ the op's backward launches:
 1. the upper chain's backward spec, less the outputs that are dy unchanged
    (`_without_passthrough`): for acc + bias + residual, dacc2 and the residual's
    gradient are dy itself and the bias gradient is one column-sum kernel;
-2. the dgrad GEMM dacc2·W2 whose epilogue is the lower chain's backward spec
+2. with fused_dgrad=True (off by default: Note [Fused dgrad off by default]), the
+   dgrad GEMM dacc2·W2 whose epilogue is the lower chain's backward spec
    (`Chain.as_gemm_epilogue`, dy := the accumulator): it reads the lower forward's
    saved tensors, draws the forward's dropout masks again from the same seed, offset
    and rng_state, and writes dacc1 (dacc0 and dacc1 for a dual GEMM) and the lower
@@ -22,8 +23,8 @@ the op's backward launches:
    nothing is copied. Where that chain does not compile for the shape and target (a
    UserError from the GEMM family), the same op computes the two steps below
    instead, with the same outputs;
-3. with fused_dgrad=False (or EPIFUSE_FUSED_DGRAD=0), those two steps as separate
-   ops: torch.mm(dacc2, W2), then the lower backward spec's kernel;
+3. otherwise (the default) those two steps as separate ops: torch.mm(dacc2, W2),
+   then the lower backward spec's kernel;
 4. weight gradients daccᵀ·A in nn.Linear's [N, K] layout (torch.mm), so
    AccumulateGrad copies nothing; dx = dacc1·W1 (+ dacc1'·W1' by addmm_ into it),
    with the residual's gradient as addmm's C where the residual is x itself.
@@ -70,9 +71,23 @@ def _listed(out):
 
 def fused_dgrad_default():
     """Whether a block op fuses the lower backward into the dgrad GEMM when its call
-    does not say: yes, unless the environment has EPIFUSE_FUSED_DGRAD=0 when the
-    block is made (read then, so that torch.compile traces a constant)."""
-    return os.environ.get("EPIFUSE_FUSED_DGRAD", "1") != "0"
+    does not say: no, unless the environment has EPIFUSE_FUSED_DGRAD=1 when the
+    block is made (read then, so that torch.compile traces a constant). Off by
+    default: in the MLP blocks' training step the two-step path was faster at every
+    shape measured (Note [Fused dgrad off by default])."""
+    return os.environ.get("EPIFUSE_FUSED_DGRAD", "0") == "1"
+
+
+# Note [Fused dgrad off by default]
+# The fused dgrad replaces a cuBLAS GEMM plus one elementwise kernel by one GEMM
+# whose epilogue reads the saved tensors and writes dacc. It pays only where that
+# epilogue hides under the mainloop, and on an H100 it does not yet: an extra [M,N]
+# tensor in the wgmma epilogue costs 17-23% of a K = 2048 GEMM (docs/perf/backward.md,
+# "GEMM backward"). A whole MLP block's step (tools/perf/mlp_block.py, both paths in
+# one process; docs/perf/training.md) ran 1.139x / 1.381x its GEMMs fused against
+# 1.112x / 1.330x in two steps (GPT, dropout 0.1), and 1.243x / 1.229x against
+# 1.139x / 1.180x (LLaMA). So the default is the two-step path; fused_dgrad=True
+# (or EPIFUSE_FUSED_DGRAD=1) keeps the fused one for measurement.
 
 
 class Plan:
