@@ -130,6 +130,52 @@ TEST_SUITE("unit") {
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {16384, 4096, 11008}, h100) == "h128x128x64s6g8p");
   }
 
+  TEST_CASE("GEMM default tile: fragment epilogues with more [M,N] tensors take a cluster of two from 16 waves") {
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    KernelSpec saved = bias_gelu(DType::bf16, Layout::col);
+    {
+      Graph& g = saved.graph;
+      g = Graph{};
+      const Value z = g.add(g.accumulator(0), g.input("bias", DType::bf16, Broadcast::row));
+      g.output("y", g.gelu_tanh(z), DType::bf16);
+      g.output("saved_z", z, DType::bf16);
+    }
+    KernelSpec dgrad = saved;
+    {
+      Graph& g = dgrad.graph;
+      g = Graph{};
+      const Value dz = g.mul(g.accumulator(0), g.unary(OpKind::gelu_tanh_deriv, g.input("saved_z", DType::bf16)));
+      g.output("dz", dz, DType::bf16);
+      g.output("dbias", g.unary(OpKind::col_sum, dz), DType::bf16);
+    }
+    // Two tensors: K <= 2048 and 16 waves (2112 tiles of 128x128 on 132 SMs).
+    for (const KernelSpec* spec : {&saved, &dgrad}) {
+      CHECK(default_tile(*spec, {8192, 8192, 2048}, h100) == "h128x128x64s6g8c2p");
+      CHECK(default_tile(*spec, {16384, 8192, 2048}, h100) == "h128x128x64s6g8c2p");
+      CHECK(default_tile(*spec, {2048, 8192, 2048}, h100) == "h128x128x64s6g8p");     // 1024 tiles
+      CHECK(default_tile(*spec, {4096, 4096, 4096}, h100) == "h128x128x64s6g8p");
+      CHECK(default_tile(*spec, {8192, 16384, 4096}, h100) == "h128x128x64s6g8p");    // K = 4096
+    }
+    // One tensor: the ping-pong tile whatever K.
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {8192, 8192, 2048}, h100) == "h128x128x64s6g8p");
+    // Four (the gated MLP's dgrad: two saved inputs, two outputs): any K.
+    KernelSpec gated = dgrad;
+    {
+      Graph& g = gated.graph;
+      g = Graph{};
+      const Value gate = g.input("saved_gate", DType::bf16), up = g.input("saved_up", DType::bf16);
+      const Value acc = g.accumulator(0);
+      g.output("dgate", g.mul(g.mul(acc, up), g.unary(OpKind::silu_deriv, gate)), DType::bf16);
+      g.output("dup", g.mul(acc, g.silu(gate)), DType::bf16);
+    }
+    CHECK(default_tile(gated, {8192, 11008, 4096}, h100) == "h128x128x64s6g8c2p");
+    CHECK(default_tile(gated, {16384, 11008, 4096}, h100) == "h128x128x64s6g8c2p");
+    CHECK(default_tile(gated, {8192, 5504, 2048}, h100) == "h128x128x64s6g8c2p");
+    CHECK(default_tile(gated, {2048, 5504, 2048}, h100) == "h128x128x64s6g8p");      // 688 tiles
+    // Deep and large keeps 128x256.
+    CHECK(default_tile(gated, {16384, 32768, 8192}, h100).starts_with("h128x256x64"));
+  }
+
   TEST_CASE("GEMM default tile: the dual GEMM") {
     const DeviceInfo h100 = assumed_device("sm_90a");
     const KernelSpec swiglu = bias_gelu(DType::bf16, Layout::col, MainloopKind::dual_gemm);

@@ -29,6 +29,11 @@ constexpr std::int64_t k_wgmma_min_rows = 64;
 // this many multiply-adds on (Note [Default GEMM tile]).
 constexpr std::int64_t k_deep_k = 8192;
 constexpr double k_large_work = 1099511627776.0;  // 2^40
+// A fragment epilogue with two [M,N] tensors up to this K, or with more than
+// two at any K, takes the two-block cluster from this many waves of 128x128
+// tiles on (Note [Default GEMM tile]).
+constexpr std::int64_t k_cluster_max_k = 2048;
+constexpr std::int64_t k_cluster_min_waves = 16;
 
 // The share of one wave's slots that `tiles` blocks of one tile an SM keep
 // busy over the waves they take: 1 for whole waves.
@@ -138,6 +143,17 @@ class WgmmaMainloop final : public GemmMainloop {
   // the L2, 128x256 (fewer L2 bytes a FLOP) won every shape tuned: dgrad +
   // dGELU + dbias at 16384x32768x8192 1.15x cuBLAS against 1.57x ping-pong;
   // below either bound ping-pong won or tied (16384^2x4096, 8192^3).
+  // Where a fragment epilogue's extra [M,N] tensors make the mainloop wait on
+  // its copies (docs/perf/backward.md, "Where the second [M,N] tensor's time
+  // goes"), a cluster of two ping-pong blocks, each copying half of the B tile
+  // they share, runs ahead: with two tensors at K = 2048 (a forward writing
+  // its saved pre-activation 9-12%, dgrad + dGELU + dbias 4.5-6% at
+  // 8192^2x2048 and 16384x8192x2048), with four (the SwiGLU dgrad's two saved
+  // inputs and two outputs) 6-34% at 8192x5504x2048, 8192x11008x4096 and
+  // 16384x11008x4096 (H100, in turns, 2026-11-27). Not below 16 waves, where
+  // it lost 6-13% (2048x8192x2048, 4096^3), nor with two tensors at K = 4096,
+  // where it won for one chain and lost for another (8192x16384x4096), nor
+  // with one tensor (7-11% slower).
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p) || p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs)
       return std::nullopt;
@@ -147,9 +163,13 @@ class WgmmaMainloop final : public GemmMainloop {
     WgmmaTile t = p.dual ? WgmmaTile{128, 64, bk, 6, 8, 1, 1} : WgmmaTile{128, 128, bk, 6, 8, 1, 1};
     const bool deep_and_large = p.shape.k >= k_deep_k && static_cast<double>(p.shape.m) * static_cast<double>(p.shape.n) *
                                                             static_cast<double>(p.shape.k) >= k_large_work;
-    if (!p.dual && full_tensors(p.spec) > 1 && (!wgmma_fragment_chain(p.spec) || deep_and_large) &&
-        tiles_of(p.shape, 128, 256) >= sms)
+    const int tensors = full_tensors(p.spec);
+    const bool fragment = wgmma_fragment_chain(p.spec);
+    if (!p.dual && tensors > 1 && (!fragment || deep_and_large) && tiles_of(p.shape, 128, 256) >= sms)
       t = WgmmaTile{128, 256, bk, 4, 8};
+    else if (!p.dual && fragment && wide >= k_cluster_min_waves * sms &&
+             (tensors > 2 || (tensors == 2 && p.shape.k <= k_cluster_max_k)))
+      t = WgmmaTile{128, 128, bk, 6, 8, 2, 1};
     if (wide < sms) {
       const bool narrow_fills_more = wave_fill(narrow, sms) > wave_fill(wide, sms) + 0.05;
       if (p.dual) t = narrow_fills_more ? WgmmaTile{128, 64, bk, 6, 8} : WgmmaTile{128, 128, bk, 4, 8};
