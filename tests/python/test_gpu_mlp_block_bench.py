@@ -17,7 +17,7 @@ if not hasattr(torch.library, "register_autograd"):
     pytest.skip(f"torch {torch.__version__} has no torch.library.register_autograd (2.4+)", allow_module_level=True)
 
 SCRIPT = ROOT / "tools" / "perf" / "mlp_block.py"
-ROWS = {"gemms", "eager", "compile", "epifuse", "ef2step"}
+ROWS = {"gemms", "eager", "compile", "epifuse", "efused"}
 
 
 def test_tiny_run_checks_and_times_every_row(tmp_path):

@@ -16,10 +16,11 @@ Rows, each one training step: forward, then backward(dy) into x and every parame
   compile  torch.compile of the eager block (default mode); reported as failed, with
            the exception's first line, if it raises
   epifuse  epifuse.nn.MLP / epifuse.nn.GatedMLP (residual=True) with the eager block's
-           state_dict loaded (the same weights): one block op whose backward runs the
-           lower layer's backward in the upper layer's dgrad GEMM
-  ef2step  the same module with fused_dgrad=False: that dgrad GEMM through torch.mm,
-           then the lower layer's backward as its own kernel
+           state_dict loaded (the same weights), as users get it: one block op whose
+           backward runs the upper layer's dgrad GEMM through torch.mm, then the lower
+           layer's backward as its own kernel
+  efused   the same module with fused_dgrad=True: the lower layer's backward in the
+           epilogue of the upper layer's dgrad GEMM
 Each row's median over --rounds rounds after --warmup rounds; every round times each
 row once, in turns, the first row rotating from round to round. A step is timed with a
 torch.cuda.Event pair and a torch.cuda.synchronize before and after it; the gradients
@@ -58,7 +59,7 @@ DEVICE = "cuda"
 DTYPE = torch.bfloat16
 SHAPES = {"gpt": [(16384, 4096, 16384), (8192, 2048, 8192)],
           "llama": [(16384, 4096, 11008), (8192, 2048, 5504)]}
-ROWS = ("gemms", "eager", "compile", "epifuse", "ef2step")
+ROWS = ("gemms", "eager", "compile", "epifuse", "efused")
 MAY_FAIL = {"compile"}  # rows whose failure is reported without failing the run
 
 # CHECK_RULE: a tensor passes when epifuse's error against the f32 run is at most
@@ -325,7 +326,7 @@ def run_config(block, tokens, hidden, ffn, args):
 
     makers = {"gemms": lambda: gemm_row(plan), "eager": lambda: module_row(ref, list(ref.parameters()), x, dy),
               "compile": compiled, "epifuse": fused,
-              "ef2step": lambda: fused(False)}
+              "efused": lambda: fused(True)}
     rows, failed = {}, {}
     for name in ROWS:
         try:
@@ -444,7 +445,7 @@ def main(argv=None):
             results.append(res)
 
     print(f"\n# {gpu}, commit {at}: ms of a forward + backward step, x = ratio to the gemms row")
-    print(f"{'block':6} {'T,H,F':>18} {'gemms':>9} {'eager':>8} {'compile':>8} {'epifuse':>8} {'ef2step':>8} {'check':>9}")
+    print(f"{'block':6} {'T,H,F':>18} {'gemms':>9} {'eager':>8} {'compile':>8} {'epifuse':>8} {'efused':>8} {'check':>9}")
     for res in results:
         cells = []
         for name in ROWS[1:]:
