@@ -86,8 +86,10 @@ def fused_dgrad_default():
 # "GEMM backward"). A whole MLP block's step (tools/perf/mlp_block.py, both paths in
 # one process; docs/perf/training.md) ran 1.139x / 1.381x its GEMMs fused against
 # 1.112x / 1.330x in two steps (GPT, dropout 0.1), and 1.243x / 1.229x against
-# 1.139x / 1.180x (LLaMA). So the default is the two-step path; fused_dgrad=True
-# (or EPIFUSE_FUSED_DGRAD=1) keeps the fused one for measurement.
+# 1.139x / 1.180x (LLaMA); with the cluster-of-two tile that the SwiGLU dgrad now
+# takes by default, LLaMA's fused step came within 1% of the two-step one and
+# stayed behind. So the default is the two-step path; fused_dgrad=True (or
+# EPIFUSE_FUSED_DGRAD=1) keeps the fused one for measurement.
 
 
 class Plan:
