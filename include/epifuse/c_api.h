@@ -140,14 +140,17 @@ const char* ef_jit_target(const ef_jit* jit);
  * or default tile, else a tile string ("h128x256x64s4g8"). */
 int ef_jit_compile(ef_jit* jit, const ef_spec* spec, int64_t m, int64_t n, int64_t k, const char* tile,
                    ef_kernel** out);
-/* ef_jit_compile for strided GEMM operands (docs/strided-batched.md): ld[i] is
- * the leading dimension of input i in ef_kernel_bindings' order (GEMM operands
- * first: a, b or a, b0, b1), the elements between its stored rows (a
- * column-major operand's columns); 0, or the dense rows' length, is dense.
- * Only GEMM operands take one yet; an ld below the rows' length is
- * EF_USER_ERROR naming the operand. The kernel is a strided variant for each
- * operand with an ld (the flag is in the cache key, the value is not), and
- * launches with an ld of the same kind (ef_launch's ld). nld 0: ef_jit_compile. */
+/* ef_jit_compile for strided tensors of a GEMM chain (docs/strided-batched.md):
+ * ld[i] is the leading dimension of binding i in ef_kernel_bindings' order,
+ * the inputs (GEMM operands first: a, b or a, b0, b1; then the chain's inputs)
+ * and then the outputs: the elements between its stored rows (a column-major
+ * operand's columns); 0, or the dense rows' length (a chain tensor's N), is
+ * dense, and bindings past nld are dense. GEMM operands and full [M,N] chain
+ * inputs and outputs take one; an ld on any other tensor, below the rows'
+ * length, or on a chain tensor of a batched GEMM is EF_USER_ERROR naming the
+ * tensor. The kernel is a strided variant for each tensor with an ld (the
+ * flag is in the cache key, the value is not), and launches with an ld of the
+ * same kind (ef_launch's ld). nld 0: ef_jit_compile. */
 int ef_jit_compile_ld(ef_jit* jit, const ef_spec* spec, int64_t m, int64_t n, int64_t k, const int64_t* ld,
                       size_t nld, const char* tile, ef_kernel** out);
 /* ef_jit_compile_ld for a batched GEMM (docs/strided-batched.md, "Built:
@@ -202,10 +205,11 @@ typedef struct ef_launch {
    * offset): a launch captured in a CUDA graph then draws what the graph
    * writes there at each replay. */
   uint64_t rng_state;
-  /* NULL and 0, or the leading dimensions of the inputs as ef_jit_compile_ld
-   * takes them: a launch of a strided kernel gives each strided operand's ld
-   * (its value may change from launch to launch, its kind may not). Appended:
-   * a caller that zeroes the record keeps launching dense kernels unchanged. */
+  /* NULL and 0, or the leading dimensions of the bindings (inputs, then
+   * outputs) as ef_jit_compile_ld takes them: a launch of a strided kernel
+   * gives each strided tensor's ld (its value may change from launch to
+   * launch, its kind may not). Appended: a caller that zeroes the record keeps
+   * launching dense kernels unchanged. */
   const int64_t* ld;
   size_t nld;
   /* 0 (or 1) and NULL and 0, or a batched kernel's batch count and its GEMM

@@ -151,7 +151,10 @@ class Jit {
 /// `misalign_elements` shifts every device pointer by that many elements off
 /// its allocation's 256-byte alignment (tests of the scalar path). A GEMM
 /// operand the shape gives an ld (Shape::lda, ldb, ldb1) is uploaded with its
-/// rows ld elements apart and the gaps poisoned (Note [Strided operands]).
+/// rows ld elements apart and the gaps poisoned (Note [Strided operands]), as
+/// is a strided full input (Shape::ld_inputs). A strided output
+/// (Shape::ld_outputs) is poisoned gaps and all; its rows come back dense, and
+/// a gap the kernel wrote is an InternalError (Note [Strided epilogue tensors]).
 TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
                         const TensorMap& inputs, const LaunchArgs& args,
                         const std::optional<TileConfig>& tile = std::nullopt,

@@ -1,8 +1,10 @@
 #pragma once
 /// KernelSpec: the graph plus the mainloop that produces its accumulator.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "epifuse/graph.hpp"
 
@@ -44,6 +46,14 @@ enum class Precision : std::uint8_t { accurate, fast };
 /// every batch). Full [M,N] inputs and outputs are batched back to back (stride
 /// M*N); row [N], column [M] and scalar inputs are shared. batch 1 is the
 /// unbatched kernel; batch > 1 is a variant ("/bat" in `gemm_shape_class`).
+///
+/// A GEMM chain's full [M,N] inputs and outputs may be strided too
+/// (docs/strided-batched.md, "Built: strided epilogue tensors"): `ld_inputs[i]`
+/// is the leading dimension of the graph's input i, `ld_outputs[j]` of its
+/// output j (declaration order, the order they bind in after the operands):
+/// elements between rows, at least N. 0, N, or an index past the vector's
+/// end is dense; any other ld is a strided variant ("/ld_in<i>", "/ld_out<j>"
+/// in `gemm_shape_class`; the flag, not the value, is in the cache key).
 struct Shape {
   static constexpr std::int64_t dense_batch = -1;  ///< a batch stride: the operand's stored size
   std::int64_t m = 0, n = 0, k = 0;
@@ -51,6 +61,7 @@ struct Shape {
   std::int64_t batch = 1;                   ///< problems in one launch (GEMM kinds)
   /// Elements between batches of A, B (B0), B1: dense_batch, 0 (shared) or at least the operand's size.
   std::int64_t batch_stride_a = dense_batch, batch_stride_b = dense_batch, batch_stride_b1 = dense_batch;
+  std::vector<std::int64_t> ld_inputs, ld_outputs;  ///< full [M,N] inputs, outputs; 0 or absent: dense
   friend bool operator==(const Shape&, const Shape&) = default;
 };
 
@@ -72,6 +83,8 @@ void verify(const KernelSpec& spec);
 /// Validates a shape against a spec: positive, K present for GEMM kinds, and no
 /// dimension absurd (each <= 2^40, M*N <= 2^48); an operand's ld (GEMM kinds
 /// only, B1 a dual GEMM's only) at least its rows' length, UserError naming it;
+/// an epilogue tensor's ld (GEMM kinds only, full [M,N] tensors only, unbatched
+/// only) at least N, UserError naming the tensor;
 /// a batch count of at least 1 (above 1 GEMM kinds only, full outputs only) and
 /// batch strides that keep batches apart (UserError naming the operand).
 void verify_shape(const KernelSpec& spec, const Shape& shape);
@@ -83,6 +96,17 @@ void verify_shape(const KernelSpec& spec, const Shape& shape);
 std::int64_t gemm_operand_extent(const Mainloop& mainloop, const Shape& shape, int operand);
 std::int64_t gemm_operand_ld(const Mainloop& mainloop, const Shape& shape, int operand);
 bool gemm_operand_strided(const Mainloop& mainloop, const Shape& shape, int operand);
+
+/// A GEMM chain's full [M,N] input `i` or output `j` (the graph's declaration
+/// order) as stored: its ld (N where the shape gives 0 or none), and whether
+/// it is strided (an ld other than 0 and N: a kernel variant with an
+/// `ld_in<i>` or `ld_out<j>` field).
+std::int64_t input_ld(const Shape& shape, std::size_t i);
+std::int64_t output_ld(const Shape& shape, std::size_t j);
+bool input_strided(const Shape& shape, std::size_t i);
+bool output_strided(const Shape& shape, std::size_t j);
+/// Whether any of the shape's epilogue tensors is strided.
+bool epilogue_strided(const Shape& shape);
 
 /// GEMM operand `operand` as one batch stores it: its stored rows x its ld
 /// (elements); and its batch stride resolved (that size for Shape::dense_batch).

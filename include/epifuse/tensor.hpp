@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "epifuse/dtype.hpp"
@@ -44,6 +45,13 @@ std::vector<std::int64_t> operand_shape(Broadcast b, const Shape& shape);
 /// strided GEMM operand's device buffer (Note [Strided operands]). `dense`
 /// itself where ld == row.
 std::vector<std::byte> strided_rows(const HostTensor& dense, std::int64_t row, std::int64_t ld);
+/// The inverse for a strided output read back (Note [Strided epilogue tensors]):
+/// `rows`, whole rows of `ld` elements of `dtype`, as the dense bytes of their
+/// first `row` elements each. Every byte between them must still be 0xFF, the
+/// poison laid before the launch: a kernel that wrote there broke output
+/// `name`'s bounds (InternalError naming it, the row and the byte).
+std::vector<std::byte> dense_rows(const std::vector<std::byte>& rows, DType dtype, std::int64_t row, std::int64_t ld,
+                                  std::string_view name);
 
 /// `packed`, `batches` equal parts back to back, laid out with the parts
 /// `stride_bytes` apart (at least a part's size) and every byte between them

@@ -107,8 +107,9 @@ class Compiled:
 
     def kernel(self, mnk, device=0, lds=None, batch=0, batch_strides=None):
         """The kernel for (M, N, K) loaded on GPU `device`, and its bindings' order:
-        (Handle, inputs, outputs). `lds`: each input's leading dimension in binding
-        order, 0 dense (a strided GEMM operand's kernel variant, docs/strided-batched.md).
+        (Handle, inputs, outputs). `lds`: the leading dimensions of the bindings, the
+        inputs in binding order and then the outputs (fewer: the rest dense), 0 dense (a
+        strided GEMM operand's or full [M, N] tensor's kernel variant, docs/strided-batched.md).
         `batch` above 1: the batched variant of a GEMM chain for that many problems,
         `batch_strides` one per GEMM operand (elements between its batches, 0 shared;
         ef_jit_compile_batched)."""

@@ -21,7 +21,7 @@ class _Launch:
     """What a call with inputs of a signature seen before needs, prepared once."""
     __slots__ = ("kernel", "order", "outputs", "one_output", "pointers", "pack_pointers", "pack_varying",
                  "varying_offset", "mnk", "lead", "signature", "record", "address", "index", "device", "lds",
-                 "batch_strides")
+                 "batch_strides", "input_lds", "shapes", "key", "batch")
 
 
 def _signature(tensors):
@@ -50,32 +50,37 @@ def _prepare(compiled, tensors, device, lds):
     b = compiled._check_shapes([tuple(t.shape) for t in tensors], mnk, lead)
     if compiled.tune and mnk[0] * mnk[1] > 0 and not torch.cuda.is_current_stream_capturing():
         _tune(compiled, tensors, mnk, lead, b, device, lds)  # under capture (it waits for the GPU): the default tile
-    names = compiled.input_names
-    # Strided operands (Note [Strided operands]): their kernel variant, each operand's
-    # ld in the kernel's binding order, where the GEMM operands come first.
-    operand_lds = [lds[names.index(n)] for n in _layouts(compiled)] if any(lds) else None
-    kernel, kb_inputs, kb_outputs = compiled.kernel(mnk, device.index, operand_lds)
+    # Strided operands and epilogue inputs (Note [Strided operands], [Strided epilogue
+    # tensors]): their kernel variant, each input's ld in binding order (the GEMM
+    # operands first, then the chain's inputs), which is the chain's input order.
+    input_lds = lds if any(lds) else None
+    kernel, kb_inputs, kb_outputs = compiled.kernel(mnk, device.index, input_lds)
     return _make_launch(compiled, tensors, device, kernel, kb_inputs, kb_outputs, mnk, lead,
-                        _output_shapes(b, lead), operand_lds)
+                        _output_shapes(b, lead), input_lds)
 
 
-def _make_launch(compiled, tensors, device, kernel, kb_inputs, kb_outputs, mnk, lead, shapes, operand_lds,
-                 batch=0, batch_strides=None):
+def _make_launch(compiled, tensors, device, kernel, kb_inputs, kb_outputs, mnk, lead, shapes, lds,
+                 batch=0, batch_strides=None, signature=None):
     """The _Launch of a kernel: its binding order, outputs (`shapes`: {output name:
     torch shape}), signature and the launch record with everything but what varies
-    per call; `batch` above 1 with a batch stride per GEMM operand: a batched launch."""
+    per call; `lds`: None (dense), or the bindings' leading dimensions as the kernel
+    was compiled with them (inputs, then outputs; shorter: the rest dense); `batch`
+    above 1 with a batch stride per GEMM operand: a batched launch. `signature`:
+    the inputs' (a strided out= launch takes its dense launch's), else `tensors`'."""
     names = compiled.input_names
     l = _Launch()
     l.order = [names.index(n) for n in kb_inputs]
-    l.lds = None if operand_lds is None else (ctypes.c_int64 * len(operand_lds))(*operand_lds)
-    l.kernel, l.mnk, l.lead = kernel, mnk, lead
+    l.lds = None if lds is None else (ctypes.c_int64 * len(lds))(*lds)
+    l.input_lds = [0] * len(names) if lds is None else (list(lds[:len(names)]) + [0] * len(names))[:len(names)]
+    l.kernel, l.mnk, l.lead, l.shapes, l.batch = kernel, mnk, lead, shapes, batch
     l.index, l.device = device.index, device
     dtypes = dict(compiled._outputs)
     l.outputs = [(shapes[n], _DTYPES[dtypes[n]]) for n in kb_outputs]
     # What the hot path compares: the inputs' signature as this first call checked
     # it, and, for a chain of one output, the signature out= passes _check_out with
     # (a contiguous tensor of other strides, a size-1 dimension's, takes _check_out).
-    l.signature = _signature(tensors)
+    l.signature = _signature(tensors) if signature is None else signature
+    l.key = tuple(l.signature)
     l.one_output = None
     if len(l.outputs) == 1:
         shape, dt = l.outputs[0]
@@ -112,7 +117,7 @@ def _prepare_batched(compiled, tensors, device):
                                 _output_classes(compiled), [tuple(t.shape) for t in tensors],
                                 [tuple(t.stride()) for t in tensors])
     nops = len(layouts)
-    operand_lds = list(p.lds[:nops]) if any(p.lds) else None
+    operand_lds = list(p.lds[:nops]) if any(p.lds[:nops]) else None
     if (p.batch == 0 and compiled.tune and p.mnk[0] * p.mnk[1] > 0
             and not torch.cuda.is_current_stream_capturing()):
         # One 2-D problem (folded, or a batch of 1): tuned as any 2-D shape, on its
@@ -198,21 +203,39 @@ def _operand_ld(compiled, name, layout, t):
                          "(e.g. x[:, :k]); call .contiguous() first")
 
 
+def _row_ld(t):
+    """A 2-D view's row stride where its rows are ld >= N elements apart with
+    adjacent columns (x[:, :n], a column block of a wider buffer), else None."""
+    if t.dim() == 2 and t.stride(1) == 1 and t.stride(0) >= t.shape[1]:
+        return t.stride(0)
+    return None
+
+
 def _check(compiled, tensors, device):
     """Checks every input (UserError naming the first bad one); returns each one's
-    leading dimension in input order, 0 for dense (only GEMM operands may be strided)."""
+    leading dimension in input order, 0 for dense: a GEMM operand, or a GEMM chain's
+    full [M, N] input (Note [Strided epilogue tensors]), may be a strided view."""
     layouts = _layouts(compiled)
     lds = []
-    for (name, dtype), t in zip(compiled._inputs, tensors):
+    for (name, dtype), broadcast, t in zip(compiled._inputs, compiled._broadcasts, tensors):
         _check_tensor(compiled, name, dtype, t, device)
         if name in layouts:
             lds.append(_operand_ld(compiled, name, layouts[name], t))
             continue
-        if not t.is_contiguous():
+        if t.is_contiguous():
+            lds.append(0)
+            continue
+        ld = _row_ld(t) if compiled._gemm and broadcast == "full" else None
+        if ld is None:
             raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is not contiguous (strides "
-                                 f"{tuple(t.stride())}); call .contiguous() first")
-        lds.append(0)
+                                 f"{tuple(t.stride())}){_STRIDED_HINT if compiled._gemm and broadcast == 'full' else ''}"
+                                 "; call .contiguous() first")
+        lds.append(ld)
     return lds
+
+
+_STRIDED_HINT = (": a GEMM chain's full [M, N] tensor may be a 2-D view with innermost stride 1 and rows at "
+                 "least N apart (e.g. buf[:, :n])")
 
 
 def _check_tensor(compiled, name, dtype, t, device):
@@ -289,7 +312,9 @@ def run(compiled, tensors, seed, offset, out=None, rng_state=None, l=None):
     elif out is None:
         outs = [torch.empty(shape, dtype=dt, device=l.device) for shape, dt in l.outputs]
     else:
-        outs = _check_out(compiled, l, out)
+        outs, out_lds = _check_out(compiled, l, out)
+        if out_lds is not None:
+            l = _strided_out_launch(compiled, l, out_lds)
     # ctypes would wrap a seed outside uint64 silently (and struct would raise its
     # own error): the plain in-range int costs two comparisons, anything else goes
     # through the full check.
@@ -357,17 +382,47 @@ def hot_path(n):
 
 def _check_out(compiled, l, out):
     """`out=`: the outputs, one tensor or a sequence in declaration order, each of the
-    output's shape and dtype, contiguous, on the inputs' device. They are written, not returned anew."""
+    output's shape and dtype, contiguous, on the inputs' device. They are written, not
+    returned anew. A GEMM chain's full [M, N] output may be a 2-D view with innermost
+    stride 1 (Note [Strided epilogue tensors]): written in place, the columns between
+    its rows untouched. Returns (outs, lds): lds None where every output is dense, else
+    each output's ld in declaration order (0 dense)."""
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     if len(outs) != len(l.outputs):
         raise _lib.UserError(f"{compiled.chain.name}: out= has {len(outs)} tensors for {len(l.outputs)} outputs")
-    for o, (shape, dt), (name, _) in zip(outs, l.outputs, compiled._outputs):
+    lds = None
+    for j, (o, (shape, dt), (name, _)) in enumerate(zip(outs, l.outputs, compiled._outputs)):
         if (not isinstance(o, torch.Tensor) or tuple(o.shape) != tuple(shape) or o.dtype is not dt
-                or not o.is_contiguous() or o.get_device() != l.index):
+                or o.get_device() != l.index):
             raise _lib.UserError(f"{compiled.chain.name}: out= for '{name}' must be a contiguous {dt} tensor of "
                                  f"shape {list(shape)} on {l.device}, got {getattr(o, 'dtype', type(o).__name__)} "
                                  f"{list(getattr(o, 'shape', []))} on {getattr(o, 'device', None)}")
-    return outs
+        if o.is_contiguous():
+            continue
+        full = compiled._gemm and dict(_output_classes(compiled))[name] == "full"
+        ld = _row_ld(o) if full and l.lead is None and l.batch <= 1 else None
+        if ld is None:
+            raise _lib.UserError(f"{compiled.chain.name}: out= for '{name}' is not contiguous (strides "
+                                 f"{tuple(o.stride())}){_STRIDED_HINT if full else ''}"
+                                 f"{'; a batched call writes contiguous outputs' if l.batch > 1 else ''}")
+        lds = lds or [0] * len(outs)
+        lds[j] = ld
+    return outs, lds
+
+
+def _strided_out_launch(compiled, l, out_lds):
+    """The launch of `l`'s inputs writing outputs with these leading dimensions (Note
+    [Strided epilogue tensors]): the strided variant of its kernel, prepared once per
+    inputs' signature and output lds. The tile is `l`'s shape's (tuned on dense
+    tensors, if at all), so the bits are those of dense outputs."""
+    key = (l.key, tuple(out_lds))
+    v = compiled._launches.get(key)
+    if v is None:
+        lds = list(l.input_lds) + list(out_lds)
+        kernel, kb_inputs, kb_outputs = compiled.kernel(l.mnk, l.index, lds)
+        v = compiled._launches[key] = _make_launch(compiled, None, l.device, kernel, kb_inputs, kb_outputs, l.mnk,
+                                                   l.lead, l.shapes, lds, signature=l.signature)
+    return v
 
 
 def _first_call(compiled, tensors):

@@ -15,9 +15,11 @@ DeviceTensors upload(const KernelSource& ks, const TensorMap& inputs, const Kern
     const HostTensor& h = inputs.at(ks.inputs[i]);
     // A strided operand (`epifuse bench --ld`, Note [Strided operands]): its rows ld apart.
     const auto op = static_cast<int>(i);
+    // A strided epilogue input (Note [Strided epilogue tensors]): its rows ld apart too.
     std::vector<std::byte> bytes =
         i < operands ? strided_rows(h, gemm_operand_extent(spec.mainloop, shape, op), gemm_operand_ld(spec.mainloop, shape, op))
-                     : h.bytes;
+        : input_strided(shape, i - operands) ? strided_rows(h, shape.n, input_ld(shape, i - operands))
+                                             : h.bytes;
     // A batched operand (`epifuse bench --batch`, Note [Batched GEMM]): its batches a batch stride apart.
     const std::int64_t stride = i < operands ? gemm_operand_batch_stride(spec.mainloop, shape, op) : 0;
     if (shape.batch > 1 && stride > 0)
@@ -31,9 +33,12 @@ DeviceTensors upload(const KernelSource& ks, const TensorMap& inputs, const Kern
 }
 
 void add_outputs(DeviceTensors& t, const KernelSpec& spec, const Shape& shape) {
-  for (const Output& o : spec.graph.outputs()) {
+  const auto& outputs = spec.graph.outputs();
+  for (std::size_t j = 0; j < outputs.size(); ++j) {
+    const Output& o = outputs[j];
     std::size_t elements = 1;  // [M,N], [N] (a col_sum) or [M] (a row reduction)
     for (std::int64_t d : operand_shape(spec.graph.node(o.value).broadcast, shape)) elements *= static_cast<std::size_t>(d);
+    if (output_strided(shape, j)) elements = static_cast<std::size_t>(shape.m * output_ld(shape, j));  // rows ld apart
     t.buffers.emplace_back(elements * size_of(o.dtype));
     t.buffers.back().fill_bytes(0xFF);
     t.bindings.outputs.push_back(t.buffers.back().ptr());

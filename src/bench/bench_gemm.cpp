@@ -208,7 +208,8 @@ class GemmBench {
       return fmt::format("cuBLAS baselines skipped: A is {} and B {}", to_string(spec_.mainloop.a),
                          to_string(spec_.mainloop.b));
     if (shape_.k == 0) return "cuBLAS baselines skipped: K = 0, there is no GEMM to time";
-    if (shape_.lda != 0 || shape_.ldb != 0 || shape_.ldb1 != 0)  // they would read the strided buffers as dense
+    // They would read (or write) the strided buffers as dense.
+    if (shape_.lda != 0 || shape_.ldb != 0 || shape_.ldb1 != 0 || epilogue_strided(shape_))
       return "cuBLAS baselines skipped: --ld times the strided fused kernel (bench the dense shape for them)";
     if (!baseline::cublaslt_or_null()) return baseline::cublaslt_unavailable_reason() + ": cuBLAS baselines skipped";
     return "";

@@ -49,6 +49,7 @@ struct ef_jit {
 };
 struct ef_kernel {
   std::shared_ptr<const epifuse::CompiledKernel> kernel;
+  std::size_t operands = 0;  // its GEMM operands, the first bindings: where a launch's ld record turns to the chain's
 };
 
 namespace {
@@ -153,18 +154,30 @@ Shape make_shape(const KernelSpec& spec, std::int64_t m, std::int64_t n, std::in
   return shape;
 }
 
-// Note [Strided operands]: ld[i] is input i's leading dimension (GEMM operands
-// first, 0 dense); only the operands take one yet.
-Shape with_lds(const KernelSpec& spec, Shape shape, const std::int64_t* ld, std::size_t nld) {
+// Note [Strided operands], Note [Strided epilogue tensors]: ld[i] is binding
+// i's leading dimension (0 dense) in ef_kernel_bindings' order: the `operands`
+// GEMM operands, the chain's `inputs`, then its `outputs`. A chain tensor's
+// vector is filled only where an ld is given, so a dense launch allocates nothing.
+void put_lds(Shape& shape, const std::int64_t* ld, std::size_t nld, std::size_t operands, std::size_t inputs,
+             std::size_t outputs) {
   require_array(ld, nld, "ld");
-  const std::size_t operands = mainloop_operand_names(spec.mainloop.kind).size();
-  for (std::size_t i = 0; i < nld; ++i) {
-    EPIFUSE_CHECK(ld[i] == 0 || i < operands,
-                  "ld[{}] = {}: only GEMM operands (the first {} inputs) take a leading dimension", i, ld[i], operands);
-    if (i == 0) shape.lda = ld[i];
-    if (i == 1) shape.ldb = ld[i];
-    if (i == 2) shape.ldb1 = ld[i];
-  }
+  EPIFUSE_CHECK(operands > 0 || std::all_of(ld, ld + nld, [](std::int64_t x) { return x == 0; }),
+                "ld: an elementwise chain's tensors are dense; it takes no leading dimension");
+  EPIFUSE_CHECK(nld <= operands + inputs + outputs, "ld: {} given, the kernel binds {} inputs and {} outputs", nld,
+                operands + inputs, outputs);
+  for (std::size_t i = 0; i < std::min(nld, operands); ++i) (i == 0 ? shape.lda : i == 1 ? shape.ldb : shape.ldb1) = ld[i];
+  const auto tensors = [&](std::vector<std::int64_t>& out, std::size_t first, std::size_t count) {
+    const std::size_t end = std::min(nld, first + count);
+    if (std::any_of(ld + std::min(first, end), ld + end, [](std::int64_t x) { return x != 0; }))
+      out.assign(ld + first, ld + end);
+  };
+  tensors(shape.ld_inputs, operands, inputs);
+  tensors(shape.ld_outputs, operands + inputs, outputs);
+}
+
+Shape with_lds(const KernelSpec& spec, Shape shape, const std::int64_t* ld, std::size_t nld) {
+  put_lds(shape, ld, nld, mainloop_operand_names(spec.mainloop.kind).size(), spec.graph.inputs().size(),
+          spec.graph.outputs().size());
   verify_shape(spec, shape);
   return shape;
 }
@@ -500,7 +513,7 @@ int ef_jit_compile_batched(ef_jit* jit, const ef_spec* spec, std::int64_t m, std
     const Shape shape = with_batch(s, with_lds(s, make_shape(s, m, n, k), ld, nld), batch, batch_stride, nbatch_stride);
     std::optional<TileConfig> t;
     if (tile && *tile) t = parse_tile(tile);
-    *out = new ef_kernel{jit->jit->compile(s, shape, t)};
+    *out = new ef_kernel{jit->jit->compile(s, shape, t), mainloop_operand_names(s.mainloop.kind).size()};
   });
 }
 
@@ -579,15 +592,8 @@ int launch_with(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t*
     const KernelSource& ks = kernel->kernel->source();
     const DeviceBindings& b = launch_bindings(ks, inputs, ninputs, outputs, noutputs);
     Shape shape{m, n, k};
-    if (nld > 0) {  // the dense launch stays off this path (the Python module's hot path)
-      require_array(ld, nld, "ld");
-      const std::size_t operands = std::min<std::size_t>(nld, 3);
-      for (std::size_t i = 0; i < nld; ++i)
-        EPIFUSE_CHECK(ld[i] == 0 || i < 3, "ld[{}] = {}: only GEMM operands take a leading dimension", i, ld[i]);
-      if (operands > 0) shape.lda = ld[0];
-      if (operands > 1) shape.ldb = ld[1];
-      if (operands > 2) shape.ldb1 = ld[2];
-    }
+    if (nld > 0)  // the dense launch stays off this path (the Python module's hot path)
+      put_lds(shape, ld, nld, kernel->operands, ks.inputs.size() - kernel->operands, ks.outputs.size());
     if (batch > 1 || nbatch_stride > 0) {  // Note [Batched GEMM]: as ef_jit_compile_batched takes them
       require_array(batch_stride, nbatch_stride, "batch_stride");
       EPIFUSE_CHECK(nbatch_stride <= 3, "batch_stride: {} given; only GEMM operands (at most 3) take one",

@@ -19,6 +19,7 @@ struct TensorPlan {
   DType dtype;
   Broadcast broadcast;
   std::string field;       // "in0", "out0": the generated identifier
+  bool strided = false;    // a full tensor whose rows lie p.ld_<field> apart (Note [Strided epilogue tensors])
 };
 
 struct KernelPlan {

@@ -18,10 +18,13 @@ KernelPlan plan_operands(const KernelSpec& spec, const Shape& shape, KernelPath 
   const Graph& g = spec.graph;
   for (Value v : g.inputs()) {
     const Node& n = g.node(v);
-    plan.inputs.push_back({v, n.name, n.dtype, n.broadcast, fmt::format("in{}", plan.inputs.size())});
+    const std::size_t i = plan.inputs.size();
+    plan.inputs.push_back({v, n.name, n.dtype, n.broadcast, fmt::format("in{}", i), input_strided(shape, i)});
   }
-  for (const Output& o : g.outputs())
-    plan.outputs.push_back({o.value, o.name, o.dtype, Broadcast::full, fmt::format("out{}", plan.outputs.size())});
+  for (const Output& o : g.outputs()) {
+    const std::size_t j = plan.outputs.size();
+    plan.outputs.push_back({o.value, o.name, o.dtype, Broadcast::full, fmt::format("out{}", j), output_strided(shape, j)});
+  }
   for (std::size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     const Value v{static_cast<std::uint32_t>(i)};

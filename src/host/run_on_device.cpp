@@ -51,6 +51,8 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
       const std::int64_t stride = gemm_operand_batch_stride(spec.mainloop, shape, op);
       if (shape.batch > 1 && stride > 0)
         t.bytes = spaced_batches(t.bytes, shape.batch, static_cast<std::size_t>(stride) * size_of(t.dtype));
+    } else if (input_strided(shape, i - operands)) {  // Note [Strided epilogue tensors]: as an operand's
+      t.bytes = strided_rows(t, shape.n, input_ld(shape, i - operands));
     }
     const std::uint64_t ptr = place(t.bytes.size(), size_of(t.dtype));
     drv.copy_to_device(ptr, t.bytes.data(), t.bytes.size());
@@ -63,8 +65,12 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
     const auto o = std::find_if(outs.begin(), outs.end(), [&](const Output& x) { return x.name == ks.outputs[k]; });
     EPIFUSE_ASSERT(o != outs.end(), "kernel output '{}' is not an output of the spec", ks.outputs[k]);
     HostTensor t = HostTensor::zeros(o->dtype, operand_shape(spec.graph.node(o->value).broadcast, shape));
-    const std::uint64_t ptr = place(t.bytes.size(), size_of(t.dtype));
-    drv.memset8(ptr, 0xFF, t.bytes.size());  // poison: every bit set is NaN in all dtypes
+    // Note [Strided epilogue tensors]: a strided output's rows ld apart, its gaps poisoned as the rest.
+    const std::size_t bytes = output_strided(shape, k)
+                                  ? static_cast<std::size_t>(shape.m * output_ld(shape, k)) * size_of(t.dtype)
+                                  : t.bytes.size();
+    const std::uint64_t ptr = place(bytes, size_of(t.dtype));
+    drv.memset8(ptr, 0xFF, bytes);  // poison: every bit set is NaN in all dtypes
     bindings.outputs.push_back(ptr);
     outputs.emplace(ks.outputs[k], std::move(t));
   }
@@ -72,7 +78,14 @@ TensorMap run_on_device(Jit& jit, const KernelSpec& spec, const Shape& shape,
   drv.synchronize();
   for (std::size_t k = 0; k < ks.outputs.size(); ++k) {
     HostTensor& t = outputs.at(ks.outputs[k]);
-    drv.copy_to_host(t.bytes.data(), bindings.outputs[k], t.bytes.size());
+    if (!output_strided(shape, k)) {
+      drv.copy_to_host(t.bytes.data(), bindings.outputs[k], t.bytes.size());
+      continue;
+    }
+    const std::int64_t ld = output_ld(shape, k);
+    std::vector<std::byte> rows(static_cast<std::size_t>(shape.m * ld) * size_of(t.dtype));
+    drv.copy_to_host(rows.data(), bindings.outputs[k], rows.size());
+    t.bytes = dense_rows(rows, t.dtype, shape.n, ld, ks.outputs[k]);
   }
   return outputs;
 }

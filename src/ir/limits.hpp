@@ -52,6 +52,9 @@ inline constexpr std::int64_t k_max_elements = std::int64_t{1} << 48;
 /// Problems in one batched GEMM launch: the mma.sync, SIMT and wave kernels take
 /// the batch from blockIdx.z, whose grid dimension holds at most 65535.
 inline constexpr std::int64_t k_max_batch = 65535;
+/// Strided full [M,N] inputs and outputs of one GEMM launch (Shape::ld_inputs,
+/// ld_outputs): each adds an 8-byte ld kernel parameter.
+inline constexpr std::size_t k_max_strided_tensors = 64;
 
 // --- the command line's tile options (tools/epifuse/jit_options.cpp) ---
 
@@ -77,7 +80,9 @@ constexpr bool finite_in_float32(double v) { return v < k_float32_overflow && v 
 // old 4 KB, so that no chain the JSON layer accepts fails at launch:
 //   8 bytes per input and per output pointer, 4 GEMM operand pointers, M, N, K
 //   as int64, one double (1/N for row reductions), seed and offset as uint64,
-//   4 bytes per scale alpha, and, for
+//   the rng_state pointer, 4 bytes per scale alpha, an int64 ld per strided
+//   GEMM operand (3) and strided [M,N] tensor, a batch count and 3 batch
+//   strides, two workspace pointers, the vector flag, and, for
 //   the later Hopper (TMA) path, 3 CUtensorMap blobs of 128 bytes aligned to 64.
 inline constexpr std::size_t k_kernel_param_bytes = 4096;
 inline constexpr std::size_t k_tensor_map_bytes = 128;
@@ -88,7 +93,12 @@ constexpr std::size_t worst_case_kernel_params() {
                               + 3 * 8                                 // M, N, K
                               + 8                                     // double
                               + 2 * 8                                 // seed, offset
-                              + 4 * k_max_scale_ops;                  // alphas
+                              + 8                                     // rng_state
+                              + 4 * k_max_scale_ops                   // alphas
+                              + 8 * (3 + k_max_strided_tensors)       // leading dimensions
+                              + 4 * 8                                 // batch count and strides
+                              + 2 * 8                                 // workspace
+                              + 8;                                    // vector flag (padded)
   const std::size_t aligned = (scalars + k_tensor_map_align - 1) / k_tensor_map_align * k_tensor_map_align;
   return aligned + 3 * k_tensor_map_bytes;
 }

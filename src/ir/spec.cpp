@@ -72,6 +72,38 @@ bool gemm_operand_strided(const Mainloop& ml, const Shape& s, int operand) {
   return ld != 0 && ld != gemm_operand_extent(ml, s, operand);
 }
 
+namespace {
+std::int64_t given_tensor_ld(const std::vector<std::int64_t>& lds, std::size_t index) {
+  return index < lds.size() ? lds[index] : 0;
+}
+}  // namespace
+
+std::int64_t input_ld(const Shape& s, std::size_t i) {
+  const std::int64_t ld = given_tensor_ld(s.ld_inputs, i);
+  return ld == 0 ? s.n : ld;
+}
+
+std::int64_t output_ld(const Shape& s, std::size_t j) {
+  const std::int64_t ld = given_tensor_ld(s.ld_outputs, j);
+  return ld == 0 ? s.n : ld;
+}
+
+bool input_strided(const Shape& s, std::size_t i) {
+  const std::int64_t ld = given_tensor_ld(s.ld_inputs, i);
+  return ld != 0 && ld != s.n;
+}
+
+bool output_strided(const Shape& s, std::size_t j) {
+  const std::int64_t ld = given_tensor_ld(s.ld_outputs, j);
+  return ld != 0 && ld != s.n;
+}
+
+bool epilogue_strided(const Shape& s) {
+  const auto strided = [&](std::int64_t ld) { return ld != 0 && ld != s.n; };
+  return std::any_of(s.ld_inputs.begin(), s.ld_inputs.end(), strided) ||
+         std::any_of(s.ld_outputs.begin(), s.ld_outputs.end(), strided);
+}
+
 std::int64_t gemm_operand_size(const Mainloop& ml, const Shape& s, int operand) {
   // Stored rows: A row-major M, col-major K; B row-major K, col-major N.
   const bool row_major = operand == 0 ? ml.a_layout == Layout::row : ml.b_layout == Layout::row;
@@ -151,6 +183,52 @@ void verify_operand_lds(const KernelSpec& spec, const Shape& s) {
   }
 }
 
+// Note [Strided epilogue tensors] (src/codegen/gemm/gemm.hpp): a GEMM chain's
+// full [M,N] input or output may have rows ld >= N elements apart. Row, column
+// and scalar inputs and column-sum outputs have no rows to space; a batched
+// GEMM's full tensors are [B, M, N] back to back (a strided one is not built).
+void verify_tensor_lds(const KernelSpec& spec, const Shape& s) {
+  const Graph& g = spec.graph;
+  const bool given = std::any_of(s.ld_inputs.begin(), s.ld_inputs.end(), [](std::int64_t ld) { return ld != 0; }) ||
+                     std::any_of(s.ld_outputs.begin(), s.ld_outputs.end(), [](std::int64_t ld) { return ld != 0; });
+  if (!given) return;
+  EPIFUSE_CHECK(spec.mainloop.kind != MainloopKind::elementwise,
+                "shape: a leading dimension (ld) of an [M,N] tensor is for GEMM chains; an elementwise chain has none");
+  EPIFUSE_CHECK(s.ld_inputs.size() <= g.inputs().size() && s.ld_outputs.size() <= g.outputs().size(),
+                "shape: lds given for {} inputs and {} outputs, the chain has {} and {}", s.ld_inputs.size(),
+                s.ld_outputs.size(), g.inputs().size(), g.outputs().size());
+  const auto check = [&](const char* what, const std::string& name, Broadcast broadcast, std::int64_t ld) {
+    if (ld == 0) return;
+    EPIFUSE_CHECK(broadcast == Broadcast::full,
+                  "shape: {} '{}': an ld is for a full [M,N] tensor, and '{}' is {} (its elements are adjacent)",
+                  what, name, name, broadcast == Broadcast::row ? "[N]" : broadcast == Broadcast::col ? "[M]" : "a scalar");
+    EPIFUSE_CHECK(ld >= 0 && ld <= limits::k_max_dim, "shape: {} '{}': ld {} must be between 0 (dense) and 2^40", what,
+                  name, ld);
+    EPIFUSE_CHECK(ld >= s.n, "shape: {} '{}': ld {} is less than its rows' {} elements (N): rows would overlap", what,
+                  name, ld, s.n);
+    EPIFUSE_CHECK(s.m <= limits::k_max_elements / ld, "shape: {} '{}': {} rows of ld {} exceed the limit of 2^48 elements",
+                  what, name, s.m, ld);
+    EPIFUSE_CHECK(s.batch == 1 || ld == s.n,
+                  "shape: {} '{}' is strided (ld {}) in a batched GEMM (batch {}): a batched GEMM's full tensors are "
+                  "[B, M, N] back to back; strided ones are not built (pass a dense copy)",
+                  what, name, ld, s.batch);
+  };
+  std::size_t strided = 0;
+  for (std::size_t i = 0; i < s.ld_inputs.size(); ++i) {
+    const Node& n = g.node(g.inputs()[i]);
+    check("input", n.name, n.broadcast, s.ld_inputs[i]);
+    strided += input_strided(s, i) ? 1 : 0;
+  }
+  for (std::size_t j = 0; j < s.ld_outputs.size(); ++j) {
+    const Output& o = g.outputs()[j];
+    check("output", o.name, g.node(o.value).broadcast, s.ld_outputs[j]);
+    strided += output_strided(s, j) ? 1 : 0;
+  }
+  EPIFUSE_CHECK(strided <= limits::k_max_strided_tensors,
+                "shape: {} strided [M,N] tensors exceed the limit of {} in one kernel (each ld is a kernel parameter)",
+                strided, limits::k_max_strided_tensors);
+}
+
 }  // namespace
 
 void verify_shape(const KernelSpec& spec, const Shape& s) {
@@ -171,6 +249,7 @@ void verify_shape(const KernelSpec& spec, const Shape& s) {
                 "shape: the operands A [M,K] and B [K,N] exceed the limit of 2^48 = {} elements, got M={} N={} K={}",
                 k_max_elements, s.m, s.n, s.k);
   verify_operand_lds(spec, s);
+  verify_tensor_lds(spec, s);
   verify_batch(spec, s);
 }
 

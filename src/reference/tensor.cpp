@@ -30,6 +30,24 @@ std::vector<std::byte> spaced_batches(const std::vector<std::byte>& packed, std:
   return out;
 }
 
+std::vector<std::byte> dense_rows(const std::vector<std::byte>& rows, DType dtype, std::int64_t row, std::int64_t ld,
+                                  std::string_view name) {
+  const std::size_t es = size_of(dtype), width = static_cast<std::size_t>(row) * es,
+                    pitch = static_cast<std::size_t>(ld) * es, count = pitch == 0 ? 0 : rows.size() / pitch;
+  EPIFUSE_ASSERT(ld >= row && count * pitch == rows.size(), "dense_rows: {} bytes are not whole rows of ld {}",
+                 rows.size(), ld);
+  std::vector<std::byte> out(count * width);
+  for (std::size_t r = 0; r < count; ++r) {
+    const auto begin = rows.begin() + static_cast<std::ptrdiff_t>(r * pitch);
+    std::copy_n(begin, width, out.begin() + static_cast<std::ptrdiff_t>(r * width));
+    const auto gap = begin + static_cast<std::ptrdiff_t>(width), end = begin + static_cast<std::ptrdiff_t>(pitch);
+    const auto written = std::find_if(gap, end, [](std::byte b) { return b != std::byte{0xFF}; });
+    EPIFUSE_ASSERT(written == end, "output '{}': the kernel wrote byte {} of the gap after row {} (ld {}, N {})", name,
+                   written - gap, r, ld, row);
+  }
+  return out;
+}
+
 HostTensor HostTensor::zeros(DType dtype, std::vector<std::int64_t> shape) {
   HostTensor t;
   t.dtype = dtype;

@@ -6,9 +6,25 @@
 
 #include "epifuse/errors.hpp"
 #include "ir/limits.hpp"
+#include "ir/names.hpp"
 #include "runtime/jit_impl.hpp"
 
 namespace epifuse {
+
+namespace {
+
+// Note [Strided epilogue tensors]: a strided [M,N] tensor's ld at launch, at
+// least N; a row start its vector accesses cannot take (ld x element size off
+// the tensor's alignment, `need` bytes) clears `aligned`, as a misaligned
+// pointer does.
+std::int64_t tensor_ld(const std::string& name, std::int64_t ld, const Shape& shape, int need, DType dtype,
+                       bool& aligned) {
+  EPIFUSE_CHECK(ld >= shape.n, "launch: tensor '{}': ld {} is less than its rows' {} elements (N)", name, ld, shape.n);
+  if (need && (ld * static_cast<std::int64_t>(size_of(dtype))) % need) aligned = false;
+  return ld;
+}
+
+}  // namespace
 
 void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b, const Shape& shape,
                             const LaunchArgs& args, void* stream, unsigned char* params, bool& aligned) const {
@@ -43,6 +59,13 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
       case ParamRole::vector_flag: flag = params + f.offset; break;
       case ParamRole::ld: {  // Note [Strided operands]: every row's start aligned as the pointer must be
         const Mainloop& ml = kernel.spec->mainloop;
+        const std::size_t operands = names::gemm_operand_names(ml.kind).size();
+        if (f.index >= operands) {  // Note [Strided epilogue tensors]: a full input's rows
+          const std::size_t i = f.index - operands;
+          const DType dtype = kernel.spec->graph.node(kernel.spec->graph.inputs()[i]).dtype;
+          put(f, tensor_ld(ks.inputs[f.index], input_ld(shape, i), shape, ks.input_alignment[f.index], dtype, aligned));
+          break;
+        }
         const std::int64_t ld = gemm_operand_ld(ml, shape, static_cast<int>(f.index));
         const std::int64_t extent = gemm_operand_extent(ml, shape, static_cast<int>(f.index));
         EPIFUSE_CHECK(ld >= extent, "launch: operand '{}': ld {} is less than its rows' {} elements",
@@ -68,6 +91,10 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
         if (!map && shape.batch > 1) aligned = false;
         break;
       }
+      case ParamRole::output_ld:  // Note [Strided epilogue tensors]: a full output's rows
+        put(f, tensor_ld(ks.outputs[f.index], output_ld(shape, f.index), shape, ks.output_alignment[f.index],
+                         kernel.spec->graph.outputs()[f.index].dtype, aligned));
+        break;
       case ParamRole::batch:
         EPIFUSE_CHECK(shape.batch >= 1 && shape.batch <= limits::k_max_batch, "launch: batch {} must be between 1 and {}",
                       shape.batch, limits::k_max_batch);

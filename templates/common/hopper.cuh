@@ -165,13 +165,16 @@ __device__ __forceinline__ float ef_word_half(unsigned w, int hi) {
   x.bits = (unsigned short)(hi ? w >> 16 : w);
   return ef_to_float(x);
 }
-/// A warp's 16 rows x 64 columns of a 16-bit [M,N] tensor from (row0, col0):
-/// lane `lane` holds rows 4i + lane/8 (i < 4), columns 8 (lane % 8) .. +7, as
-/// four 16-byte vectors. Rows past M read row M - 1 and columns past N column
-/// N - 1 (their results are never stored). `vec` (warp-uniform: N % 8 == 0 and
-/// the tensor 16-byte aligned) takes one load a vector, else eight 2-byte ones.
+/// A warp's 16 rows x 64 columns of a 16-bit [M,N] tensor from (row0, col0),
+/// its rows `ld` elements apart (N, or a strided tensor's ld: Note [Strided
+/// epilogue tensors]): lane `lane` holds rows 4i + lane/8 (i < 4), columns
+/// 8 (lane % 8) .. +7, as four 16-byte vectors. Rows past M read row M - 1 and
+/// columns past N column N - 1 (their results are never stored). `vec`
+/// (warp-uniform: ld % 8 == 0 and the tensor 16-byte aligned) takes one load a
+/// vector, else eight 2-byte ones.
 __device__ __forceinline__ void ef_prefetch_rows16(unsigned (&v)[4][4], const unsigned short* t, long long row0,
-                                                   long long col0, long long m, long long n, bool vec, int lane) {
+                                                   long long col0, long long m, long long n, long long ld, bool vec,
+                                                   int lane) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     long long row = row0 + 4 * i + (lane >> 3);
@@ -180,18 +183,23 @@ __device__ __forceinline__ void ef_prefetch_rows16(unsigned (&v)[4][4], const un
     if (vec && col + 7 < n) {
       asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
           : "=r"(v[i][0]), "=r"(v[i][1]), "=r"(v[i][2]), "=r"(v[i][3])
-          : "l"(t + row * n + col));
+          : "l"(t + row * ld + col));
     } else {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         unsigned short lo, hi;
         const long long c0 = col + 2 * j < n ? col + 2 * j : n - 1, c1 = col + 2 * j + 1 < n ? col + 2 * j + 1 : n - 1;
-        asm("ld.global.nc.u16 %0, [%1];" : "=h"(lo) : "l"(t + row * n + c0));
-        asm("ld.global.nc.u16 %0, [%1];" : "=h"(hi) : "l"(t + row * n + c1));
+        asm("ld.global.nc.u16 %0, [%1];" : "=h"(lo) : "l"(t + row * ld + c0));
+        asm("ld.global.nc.u16 %0, [%1];" : "=h"(hi) : "l"(t + row * ld + c1));
         v[i][j] = (unsigned)lo | (unsigned)hi << 16;
       }
     }
   }
+}
+/// A dense tensor's: rows N apart.
+__device__ __forceinline__ void ef_prefetch_rows16(unsigned (&v)[4][4], const unsigned short* t, long long row0,
+                                                   long long col0, long long m, long long n, bool vec, int lane) {
+  ef_prefetch_rows16(v, t, row0, col0, m, n, n, vec, lane);
 }
 /// ef_prefetch_rows16's vectors, through a warp's staging area `st` (rows of
 /// SROW 16-bit slots), into the accumulator fragment layout: f[c][h] holds
@@ -213,12 +221,12 @@ __device__ __forceinline__ void ef_rows16_to_fragments(unsigned (&f)[8][2], cons
 }
 /// A lane's four quads of a warp's 16 rows x 32 columns of an [M,N] tensor
 /// with W-word quads (W = 2: 16-bit, 4: f32), the staged epilogue's walk:
-/// quad i at row 4i + lane/8, columns 4 (lane % 8) .. +3. Clamped as
-/// ef_prefetch_rows16; `vec` (N % 4 == 0, the tensor aligned to a quad) takes
-/// one load a quad.
+/// quad i at row 4i + lane/8, columns 4 (lane % 8) .. +3, rows `ld` elements
+/// apart. Clamped as ef_prefetch_rows16; `vec` (ld % 4 == 0, the tensor
+/// aligned to a quad) takes one load a quad.
 template <int W>
 __device__ __forceinline__ void ef_prefetch_quads(unsigned (&v)[4][W], const void* t, long long row0, long long col0,
-                                                  long long m, long long n, bool vec, int lane) {
+                                                  long long m, long long n, long long ld, bool vec, int lane) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     long long row = row0 + 4 * i + (lane >> 3);
@@ -228,23 +236,29 @@ __device__ __forceinline__ void ef_prefetch_quads(unsigned (&v)[4][W], const voi
       if constexpr (W == 2)
         asm("ld.global.nc.v2.u32 {%0, %1}, [%2];"
             : "=r"(v[i][0]), "=r"(v[i][1])
-            : "l"(static_cast<const unsigned short*>(t) + row * n + col));
+            : "l"(static_cast<const unsigned short*>(t) + row * ld + col));
       else
         asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
             : "=r"(v[i][0]), "=r"(v[i][1]), "=r"(v[i][2]), "=r"(v[i][3])
-            : "l"(static_cast<const float*>(t) + row * n + col));
+            : "l"(static_cast<const float*>(t) + row * ld + col));
     } else {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const long long c = col + e < n ? col + e : n - 1;
         if constexpr (W == 2) {
           unsigned short h;
-          asm("ld.global.nc.u16 %0, [%1];" : "=h"(h) : "l"(static_cast<const unsigned short*>(t) + row * n + c));
+          asm("ld.global.nc.u16 %0, [%1];" : "=h"(h) : "l"(static_cast<const unsigned short*>(t) + row * ld + c));
           v[i][e / 2] = e % 2 ? (v[i][e / 2] & 0xffffu) | (unsigned)h << 16 : (unsigned)h;
         } else {
-          asm("ld.global.nc.u32 %0, [%1];" : "=r"(v[i][e]) : "l"(static_cast<const float*>(t) + row * n + c));
+          asm("ld.global.nc.u32 %0, [%1];" : "=r"(v[i][e]) : "l"(static_cast<const float*>(t) + row * ld + c));
         }
       }
     }
   }
+}
+/// A dense tensor's: rows N apart.
+template <int W>
+__device__ __forceinline__ void ef_prefetch_quads(unsigned (&v)[4][W], const void* t, long long row0, long long col0,
+                                                  long long m, long long n, bool vec, int lane) {
+  ef_prefetch_quads<W>(v, t, row0, col0, m, n, n, vec, lane);
 }

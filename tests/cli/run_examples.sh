@@ -192,7 +192,12 @@ expect 2 "bad --shape 4,4,4 (elementwise)" -- "$EPIFUSE" run "$AM" --shape 4,4,4
 expect 2 "bad --shape 4,4 (gemm needs K)" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 4,4 --device cpu
 expect_stderr 2 "--ld below the rows' length" "operand 'a': ld 30 is less than its rows' 32 elements" -- \
   "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --ld a=30 --device cpu
-expect_stderr 2 "--ld of no operand" "'c' is not an operand" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --ld c=64 --device cpu
+expect_stderr 2 "--ld of no operand" "'c' is neither an operand nor an input or output" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --ld c=64 --device cpu
+expect_stderr 2 "--ld of a row input" "input 'bias': an ld is for a full [M,N] tensor" -- \
+  "$EPIFUSE" run "$CHAINS/gemm_bias_relu.json" --shape 16,24,32 --ld bias=64 --device cpu
+expect_stderr 2 "--ld of an output below N" "output 'y': ld 20 is less than its rows' 24 elements (N)" -- \
+  "$EPIFUSE" run "$CHAINS/gemm_bias_relu.json" --shape 16,24,32 --ld y=20 --device cpu
+expect 0 "--ld of an output on the CPU reference" -- "$EPIFUSE" run "$CHAINS/gemm_bias_relu.json" --shape 16,24,32 --ld y=40 --device cpu
 expect_stderr 2 "--ld on an elementwise chain" "elementwise" -- "$EPIFUSE" run "$AM" --shape 3,4 --ld a=8 --device cpu
 expect 0 "--ld on the CPU reference" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --ld a=40 --ld b=32 --device cpu
 expect_stderr 2 "--batch with overlapping batches" "operand 'b': batch stride 10 is less than its 768 elements" -- \
@@ -205,6 +210,8 @@ expect 0 "--batch on the CPU reference, a shared B" -- "$EPIFUSE" run "$CHAINS/g
   --batch 3 --batch-stride b=0 --device cpu --output-dir "$TMP/batched"
 if "$PYTHON" -c "import numpy as np, sys; a = np.load(sys.argv[1]); assert a.shape == (3, 16, 24), a.shape" "$TMP/batched/y.npy"
 then pass "a batched output is written as a (B, M, N) array"; else fail "a batched output is written as a (B, M, N) array"; fi
+if "$EPIFUSE" emit "$CHAINS/gemm_bias_relu.json" --target sm_80 --ld y=264 | grep -q "p.out0\[row \* p.ld_out0 + col\]"
+then pass "emit --ld prints the strided output's kernel"; else fail "emit --ld prints the strided output's kernel"; fi
 if "$EPIFUSE" emit "$CHAINS/gemm_bias_relu_dropout.json" --target sm_80 --batch 4 | grep -q "const long long batch = (long long)blockIdx.z"
 then pass "emit --batch prints the batched kernel"; else fail "emit --batch prints the batched kernel"; fi
 expect 2 "bad --shape (too large)" -- "$EPIFUSE" run "$AM" --shape 99999999999999999999,4 --device cpu

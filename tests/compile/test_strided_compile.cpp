@@ -1,9 +1,11 @@
-// Compile tier for strided GEMM operands (Note [Strided operands]): NVRTC must
-// accept the variants with ld fields for sm_80 and sm_90a: mma.sync (the
-// 16-byte and the element path), SIMT f32, wgmma and its mma.sync general
-// kernel, single and dual GEMMs, every operand strided; hipRTC the wave
-// kernel's for gfx90a (MFMA) and gfx1030 (the FMA form). Skips with a visible
-// line without NVRTC or hipRTC.
+// Compile tier for strided GEMM operands (Note [Strided operands]) and strided
+// epilogue tensors (Note [Strided epilogue tensors]): NVRTC must accept the
+// variants with ld fields for sm_80 and sm_90a: mma.sync (the 16-byte and the
+// element path, the fragment and the staged epilogue), SIMT f32, wgmma (its
+// staged and fragment epilogues, prefetched inputs) and its mma.sync general
+// kernel, single and dual GEMMs, every operand strided, and full inputs and
+// outputs strided; hipRTC the wave kernel's for gfx90a (MFMA) and gfx1030 (the
+// FMA form). Skips with a visible line without NVRTC or hipRTC.
 #include <doctest/doctest.h>
 
 #include "backend/hiprtc.hpp"
@@ -35,6 +37,27 @@ Shape strided(const KernelSpec& spec, Shape s, std::int64_t pad) {
   s.lda = gemm_operand_extent(spec.mainloop, s, 0) + pad;
   s.ldb = gemm_operand_extent(spec.mainloop, s, 1) + pad;
   if (spec.mainloop.kind == MainloopKind::dual_gemm) s.ldb1 = gemm_operand_extent(spec.mainloop, s, 2) + 2 * pad;
+  return s;
+}
+
+// acc (+ acc1) + bias [N] + res [M,N] -> relu (dropped where `dropout`) -> y,
+// and the pre-activation z: a full input and two full outputs.
+KernelSpec epilogue_chain(DType dt, MainloopKind kind, bool dropout, GemmMath math = GemmMath::exact) {
+  KernelSpec spec;
+  spec.mainloop = {kind, dt, dt, Layout::row, Layout::col, math};
+  Graph& g = spec.graph;
+  Value z = g.add(g.accumulator(0), g.input("bias", dt, Broadcast::row));
+  if (kind == MainloopKind::dual_gemm) z = g.mul(z, g.accumulator(1));
+  z = g.add(z, g.input("res", dt));
+  g.output("y", dropout ? g.dropout(g.relu(z), 0.25) : g.relu(z), dt);
+  g.output("z", z, dt);
+  return spec;
+}
+
+// res, y and z strided by a few elements past N.
+Shape epilogue_strided(Shape s, std::int64_t pad) {
+  s.ld_inputs = {0, s.n + pad};
+  s.ld_outputs = {s.n + 2 * pad, s.n + pad};
   return s;
 }
 
@@ -78,6 +101,45 @@ TEST_SUITE("compile") {
     CHECK(compiled == 2 * (2 * 4 * 2 + 3) + 3);
   }
 
+  TEST_CASE("strided epilogue tensors compile for sm_80 and sm_90a" * doctest::test_suite("nvrtc")) {
+    if (!have_nvrtc()) return;
+    int compiled = 0;
+    auto compile = [&](Jit& jit, const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile) {
+      INFO(jit.target() << " " << to_string(spec.mainloop.kind) << " " << to_string(spec.mainloop.a) << " "
+                        << shape.m << "x" << shape.n << "x" << shape.k << " tile " << (tile ? to_string(*tile) : "default"));
+      auto kernel = jit.compile(spec, shape, tile);
+      CHECK(kernel->binary().size() > 4);
+      CHECK(kernel->source().text.find("long long ld_in1;") != std::string::npos);
+      CHECK(kernel->source().text.find("p.ld_out0") != std::string::npos);
+      ++compiled;
+    };
+    for (const char* target : {"sm_80", "sm_90a"}) {
+      Jit jit(target);
+      for (MainloopKind kind : {MainloopKind::gemm, MainloopKind::dual_gemm}) {
+        const KernelSpec f16 = epilogue_chain(DType::f16, kind, kind == MainloopKind::gemm);
+        compile(jit, f16, epilogue_strided({256, 512, 1024}, 8), std::nullopt);  // 16-byte loads (sm_90a: wgmma)
+        compile(jit, f16, epilogue_strided({65, 130, 33}, 3), std::nullopt);     // the element path
+        const GemmTile staged = kind == MainloopKind::gemm ? GemmTile{128, 256, 32, 2, 2, 3} : GemmTile{128, 128, 32, 2, 4, 4};
+        compile(jit, f16, epilogue_strided({256, 512, 256}, 8), staged);  // the staged epilogue
+      }
+      const KernelSpec f32 = epilogue_chain(DType::f32, MainloopKind::gemm, true);  // SIMT
+      compile(jit, f32, epilogue_strided({200, 136, 96}, 4), std::nullopt);
+      const KernelSpec tf32 = epilogue_chain(DType::f32, MainloopKind::gemm, false, GemmMath::tf32);
+      compile(jit, tf32, epilogue_strided({256, 512, 1024}, 4), std::nullopt);
+      if (std::string_view(target) == "sm_90a") {
+        const KernelSpec frag = epilogue_chain(DType::bf16, MainloopKind::gemm, false);  // the fragment epilogue
+        const KernelSpec staged = epilogue_chain(DType::bf16, MainloopKind::gemm, true);
+        for (const TileConfig& tile : {TileConfig{WgmmaTile{128, 128, 64, 4, 8}}, TileConfig{WgmmaTile{128, 256, 64, 4, 8, 2}}}) {
+          compile(jit, frag, epilogue_strided({512, 512, 512}, 64), tile);
+          compile(jit, staged, epilogue_strided({512, 512, 512}, 64), tile);
+        }
+        const KernelSpec dual = epilogue_chain(DType::bf16, MainloopKind::dual_gemm, false);
+        compile(jit, dual, epilogue_strided({512, 512, 512}, 64), WgmmaTile{128, 128, 64, 4, 8});
+      }
+    }
+    CHECK(compiled == 2 * (2 * 3 + 2) + 5);
+  }
+
   TEST_CASE("strided GEMM operands compile for gfx90a and gfx1030 (the wave kernel)" * doctest::test_suite("hiprtc")) {
     if (!backend::hiprtc_or_null()) {
       MESSAGE("hipRTC tests skipped: " << backend::hiprtc_unavailable_reason());
@@ -99,5 +161,27 @@ TEST_SUITE("compile") {
         }
     }
     CHECK(compiled == 16);
+  }
+
+  TEST_CASE("strided epilogue tensors compile for gfx90a and gfx1030 (the wave kernel)" * doctest::test_suite("hiprtc")) {
+    if (!backend::hiprtc_or_null()) {
+      MESSAGE("hipRTC tests skipped: " << backend::hiprtc_unavailable_reason());
+      return;
+    }
+    int compiled = 0;
+    for (const char* target : {"gfx90a", "gfx1030"}) {
+      Jit jit(target);
+      for (MainloopKind kind : {MainloopKind::gemm, MainloopKind::dual_gemm}) {
+        const KernelSpec spec = epilogue_chain(DType::f16, kind, kind == MainloopKind::gemm);
+        for (const Shape& s : {epilogue_strided({256, 512, 1024}, 8), epilogue_strided({65, 130, 33}, 3)}) {
+          INFO(std::string(target) << " " << to_string(kind) << " " << s.m << "x" << s.n << "x" << s.k);
+          auto kernel = jit.compile(spec, s);
+          CHECK(kernel->binary().size() > 4);
+          CHECK(kernel->source().text.find("p.ld_in1") != std::string::npos);
+          ++compiled;
+        }
+      }
+    }
+    CHECK(compiled == 8);
   }
 }

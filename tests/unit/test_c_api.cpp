@@ -261,9 +261,10 @@ TEST_CASE("C ABI: strided operands through ef_jit_compile_ld and ef_launch's app
   CHECK(ef_jit_compile_ld(jit, s, 32, 48, 64, short_a, 1, nullptr, &kernel) == EF_USER_ERROR);
   CHECK(last_error().find("operand 'a'") != std::string::npos);
   CHECK(last_error().find("ld 60") != std::string::npos);
-  const std::int64_t on_bias[] = {0, 0, 64};
+  const std::int64_t on_bias[] = {0, 0, 64};  // a row [N] input has no rows to space
   CHECK(ef_jit_compile_ld(jit, s, 32, 48, 64, on_bias, 3, nullptr, &kernel) == EF_USER_ERROR);
-  CHECK(last_error().find("only GEMM operands") != std::string::npos);
+  CHECK(last_error().find("input 'bias'") != std::string::npos);
+  CHECK(last_error().find("full [M,N]") != std::string::npos);
   CHECK(ef_jit_compile_ld(jit, s, 32, 48, 64, nullptr, 2, nullptr, &kernel) == EF_USER_ERROR);
   CHECK(last_error().find("ld is NULL") != std::string::npos);
   const std::int64_t lds[] = {72, 80};
@@ -281,6 +282,77 @@ TEST_CASE("C ABI: strided operands through ef_jit_compile_ld and ef_launch's app
   ef_string_free(b);
   ef_kernel_free(kernel);
   ef_kernel_free(dense);
+  ef_jit_free(jit);
+  ef_spec_free(s);
+}
+
+TEST_CASE("C ABI: strided chain inputs and outputs through the same ld record (inputs, then outputs)") {
+  ef_spec* s = nullptr;
+  REQUIRE(ef_spec_from_json(R"({"epifuse": 1, "mainloop": {"kind": "gemm", "a": "f16", "b": "f16", "b_layout": "col"},
+    "inputs": {"bias": {"dtype": "f16", "broadcast": "row"}, "res": {"dtype": "f16"}},
+    "ops": [{"name": "z", "op": "add", "args": ["acc", "bias"]}, {"name": "y", "op": "add", "args": ["z", "res"]},
+            {"name": "db", "op": "col_sum", "args": ["y"]}],
+    "outputs": {"y": {"dtype": "f16"}, "db": {"dtype": "f32"}}})",
+                            "strided_epilogue.json", &s) == EF_OK);
+  ef_jit* jit = nullptr;
+  if (ef_jit_new("sm_80", &jit) != EF_OK) {
+    MESSAGE("C ABI strided epilogue compile skipped: " << last_error());
+    ef_spec_free(s);
+    return;
+  }
+  // Bindings: a, b, bias, res, then y, db.
+  ef_kernel* kernel = nullptr;
+  const std::int64_t short_res[] = {0, 0, 0, 40};  // N is 48
+  CHECK(ef_jit_compile_ld(jit, s, 32, 48, 64, short_res, 4, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("input 'res': ld 40") != std::string::npos);
+  const std::int64_t on_db[] = {0, 0, 0, 0, 0, 64};  // a column sum is [N]
+  CHECK(ef_jit_compile_ld(jit, s, 32, 48, 64, on_db, 6, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("output 'db'") != std::string::npos);
+  const std::int64_t too_many[] = {0, 0, 0, 0, 0, 0, 64};
+  CHECK(ef_jit_compile_ld(jit, s, 32, 48, 64, too_many, 7, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("7 given, the kernel binds 4 inputs and 2 outputs") != std::string::npos);
+  const std::int64_t lds[] = {0, 0, 0, 56, 64};
+  REQUIRE(ef_jit_compile_ld(jit, s, 32, 48, 64, lds, 5, nullptr, &kernel) == EF_OK);
+  ef_kernel* dense = nullptr;
+  const std::int64_t n_is_dense[] = {0, 0, 0, 48, 48, 0};  // ld = N: the dense kernel
+  REQUIRE(ef_jit_compile_ld(jit, s, 32, 48, 64, n_is_dense, 6, nullptr, &dense) == EF_OK);
+  char* a = nullptr;
+  char* b = nullptr;
+  REQUIRE(ef_kernel_bindings(kernel, &a) == EF_OK);
+  REQUIRE(ef_kernel_bindings(dense, &b) == EF_OK);
+  const std::string strided_json = a, dense_json = b;
+  CHECK(strided_json.find(R"("inputs":["a","b","bias","res"],"outputs":["y","db"])") != std::string::npos);
+  CHECK(strided_json != dense_json);  // another kernel (its name), the same bindings
+  ef_string_free(a);
+  ef_string_free(b);
+  // A launch's record is read the same way; one longer than the bindings is
+  // refused before anything reaches the device.
+  const std::uint64_t ins[] = {0, 0, 0, 0}, outs[] = {0, 0};
+  ef_launch l{};
+  l.jit = jit;
+  l.kernel = kernel;
+  l.inputs = ins;
+  l.ninputs = 4;
+  l.outputs = outs;
+  l.noutputs = 2;
+  l.m = 32;
+  l.n = 48;
+  l.k = 64;
+  l.ld = too_many;
+  l.nld = 7;
+  CHECK(ef_launch_record(&l) == EF_USER_ERROR);
+  CHECK(last_error().find("7 given, the kernel binds 4 inputs and 2 outputs") != std::string::npos);
+  ef_kernel_free(kernel);
+  ef_kernel_free(dense);
+  // An elementwise chain's tensors are dense.
+  ef_spec* ew = nullptr;
+  REQUIRE(ef_spec_from_json(R"({"epifuse": 1, "inputs": {"x": {"dtype": "f16"}},
+    "ops": [{"name": "y", "op": "relu", "args": ["x"]}], "outputs": {"y": {"dtype": "f16"}}})",
+                            "ew.json", &ew) == EF_OK);
+  const std::int64_t x_ld[] = {64};
+  CHECK(ef_jit_compile_ld(jit, ew, 32, 48, 0, x_ld, 1, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("elementwise chain") != std::string::npos);
+  ef_spec_free(ew);
   ef_jit_free(jit);
   ef_spec_free(s);
 }

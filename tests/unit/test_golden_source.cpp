@@ -85,6 +85,13 @@ std::vector<GoldenCase> golden_cases() {
                KernelPath::fastest, "sm_90a"});
   c.push_back({"gemm_wgmma_dgrad_col_sum_sm90a.cu", dgrad, {4096, 4096, 256}, std::nullopt, KernelPath::fastest,
                "sm_90a"});
+  // Its saved input and dacc output strided (Note [Strided epilogue tensors]):
+  // the ld fields, the prefetched rows and the fragment stores at their lds.
+  Shape strided_dgrad{4096, 4096, 256};
+  strided_dgrad.ld_inputs = {4160};
+  strided_dgrad.ld_outputs = {4104};
+  c.push_back({"gemm_wgmma_strided_epilogue_sm90a.cu", dgrad, strided_dgrad, std::nullopt, KernelPath::fastest,
+               "sm_90a"});
   // A training forward without dropout: y and the saved pre-activation, two 16-bit
   // outputs of the fragment epilogue (Note [Fragment epilogue]).
   const KernelSpec saved = spec_from_json_text(R"({"epifuse":1,"name":"bias_gelu_saved",

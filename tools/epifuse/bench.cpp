@@ -229,8 +229,9 @@ void add_bench(CLI::App& app) {
   sub->add_option("chain", opt->chain, "JSON op chain")->required();
   sub->add_option("--shape", opt->shapes, "M,N (GEMM chains: M,N,K; repeatable); default the chain's shape");
   sub->add_option("--ld", opt->lds,
-                  "NAME=LD: a GEMM operand's leading dimension for every shape (a, b; dual: a, b0, b1; "
-                  "repeatable): the fused kernel is the strided variant; the cuBLAS and unfused baselines are skipped")
+                  "NAME=LD: a GEMM operand's leading dimension for every shape (a, b; dual: a, b0, b1), or a GEMM "
+                  "chain's full [M,N] input's or output's (repeatable): the fused kernel is the strided variant; the "
+                  "cuBLAS and unfused baselines are skipped")
       ->allow_extra_args(false);
   add_batch_options(*sub, opt->batch, opt->batch_strides);
   sub->add_option("--repeats", opt->repeats, "Timed batches per measurement (median reported)")

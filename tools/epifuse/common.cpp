@@ -1,5 +1,6 @@
 #include "common.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -178,12 +179,15 @@ Shape resolve_shape(const std::string& text, const KernelSpec& spec) {
 
 void apply_lds(const std::vector<std::string>& lds, const KernelSpec& spec, Shape& shape) {
   const MainloopKind kind = spec.mainloop.kind;
+  const Graph& g = spec.graph;
+  const bool dual = kind == MainloopKind::dual_gemm;
   EPIFUSE_CHECK(lds.empty() || kind != MainloopKind::elementwise,
-                "--ld: leading dimensions are for GEMM operands; this chain is elementwise");
+                "--ld: leading dimensions are for GEMM chains' tensors; this chain is elementwise");
   std::set<std::string> seen;
   for (const std::string& text : lds) {
     const std::size_t eq = text.find('=');
-    EPIFUSE_CHECK(eq != std::string::npos, "--ld '{}': expected NAME=LD (a, b; a dual GEMM's a, b0, b1)", text);
+    EPIFUSE_CHECK(eq != std::string::npos,
+                  "--ld '{}': expected NAME=LD (a, b; a dual GEMM's a, b0, b1; or a full [M,N] input or output)", text);
     const std::string name = text.substr(0, eq);
     const std::string_view digits = std::string_view(text).substr(eq + 1);
     std::int64_t ld = 0;
@@ -191,16 +195,37 @@ void apply_lds(const std::vector<std::string>& lds, const KernelSpec& spec, Shap
     EPIFUSE_CHECK(all_digits(digits, 10) && ec == std::errc{} && ptr == digits.data() + digits.size(),
                   "--ld '{}': the leading dimension must be a non-negative decimal integer", text);
     EPIFUSE_CHECK(seen.insert(name).second, "--ld: '{}' given twice", name);
-    const bool dual = kind == MainloopKind::dual_gemm;
-    if (name == "a")
+    if (name == "a") {
       shape.lda = ld;
-    else if (name == (dual ? "b0" : "b"))
+      continue;
+    }
+    if (name == (dual ? "b0" : "b")) {
       shape.ldb = ld;
-    else if (dual && name == "b1")
+      continue;
+    }
+    if (dual && name == "b1") {
       shape.ldb1 = ld;
+      continue;
+    }
+    // Note [Strided epilogue tensors]: a chain input or output, by its name
+    // (verify_shape then refuses one that is not full [M,N]).
+    const auto input = std::find_if(g.inputs().begin(), g.inputs().end(), [&](Value v) { return g.node(v).name == name; });
+    const auto output =
+        std::find_if(g.outputs().begin(), g.outputs().end(), [&](const Output& o) { return o.name == name; });
+    EPIFUSE_CHECK(input == g.inputs().end() || output == g.outputs().end(),
+                  "--ld '{}': '{}' names both an input and an output of this chain", text, name);
+    const auto put = [&](std::vector<std::int64_t>& out, std::size_t index, std::size_t count) {
+      out.resize(count, 0);
+      out[index] = ld;
+    };
+    if (input != g.inputs().end())
+      put(shape.ld_inputs, static_cast<std::size_t>(input - g.inputs().begin()), g.inputs().size());
+    else if (output != g.outputs().end())
+      put(shape.ld_outputs, static_cast<std::size_t>(output - g.outputs().begin()), g.outputs().size());
     else
-      throw UserError(fmt::format("--ld '{}': '{}' is not an operand of this {}: give {}", text, name,
-                                  to_string(kind), dual ? "a, b0 or b1" : "a or b"));
+      throw UserError(fmt::format("--ld '{}': '{}' is neither an operand nor an input or output of this {}: give {} "
+                                  "or a full [M,N] input or output",
+                                  text, name, to_string(kind), dual ? "a, b0, b1" : "a, b"));
   }
   verify_shape(spec, shape);
 }

@@ -17,6 +17,7 @@ namespace {
 
 struct EmitOptions {
   std::string chain, shape, target;
+  std::vector<std::string> lds;            // --ld NAME=LD
   std::int64_t batch = 1;                  // --batch
   std::vector<std::string> batch_strides;  // NAME=S
   TileOptions tile;
@@ -49,6 +50,7 @@ void emit(const EmitOptions& opt) {
   } else {
     shape = resolve_shape(opt.shape, spec);
   }
+  apply_lds(opt.lds, spec, shape);
   apply_batch(opt.batch, opt.batch_strides, spec, shape);
   KernelSource ks = emit_kernel(spec, shape, opt.tile.tile(), KernelPath::fastest, target);
   if (opt.standalone) ks.text = standalone_text(ks.text);
@@ -76,6 +78,10 @@ void add_emit(CLI::App& app) {
   sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, gfx90a, gfx1100, ...): which tiles are allowed (wgmma tiles need sm_90a; AMD targets take wave tiles)")
       ->check(non_empty());
   add_tile_options(*sub, opt->tile);
+  sub->add_option("--ld", opt->lds,
+                  "NAME=LD: a GEMM operand's or a GEMM chain's full [M,N] input's or output's leading dimension "
+                  "(repeatable): the strided variant's source (docs/strided-batched.md)")
+      ->allow_extra_args(false);
   add_batch_options(*sub, opt->batch, opt->batch_strides);
   sub->add_flag("--standalone", opt->standalone,
                 "Write the project's headers (templates/common/) into the source: one file that compiles "

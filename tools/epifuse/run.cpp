@@ -152,6 +152,12 @@ std::string shape_text(const KernelSpec& spec, const Shape& shape) {
   const auto names = names::gemm_operand_names(spec.mainloop.kind);
   for (std::size_t i = 0; i < names.size(); ++i)
     if (gemm_operand_strided(spec.mainloop, shape, static_cast<int>(i))) s += fmt::format(" ld {}={}", names[i], lds[i]);
+  // Note [Strided epilogue tensors]: the strided inputs and outputs.
+  const Graph& g = spec.graph;
+  for (std::size_t i = 0; i < g.inputs().size(); ++i)
+    if (input_strided(shape, i)) s += fmt::format(" ld {}={}", g.node(g.inputs()[i]).name, input_ld(shape, i));
+  for (std::size_t j = 0; j < g.outputs().size(); ++j)
+    if (output_strided(shape, j)) s += fmt::format(" ld {}={}", g.outputs()[j].name, output_ld(shape, j));
   if (shape.batch > 1) {  // Note [Batched GEMM]: the batch and each operand's batch stride
     s += fmt::format(" batch {}", shape.batch);
     for (std::size_t i = 0; i < names.size(); ++i)
@@ -405,8 +411,9 @@ void add_run(CLI::App& app) {
                   "dual_gemm); default: the chain's \"shape\"")
       ->check(non_empty());
   sub->add_option("--ld", opt->lds,
-                  "NAME=LD: a GEMM operand's leading dimension (a, b; dual: a, b0, b1; repeatable): the device "
-                  "buffer's rows LD elements apart, run by the strided kernel (docs/strided-batched.md)")
+                  "NAME=LD: a GEMM operand's leading dimension (a, b; dual: a, b0, b1), or a GEMM chain's full "
+                  "[M,N] input's or output's (LD >= N; repeatable): the device buffer's rows LD elements apart, run by "
+                  "the strided kernel (docs/strided-batched.md)")
       ->allow_extra_args(false);
   add_batch_options(*sub, opt->batch, opt->batch_strides);
   sub->add_option("--device", opt->device,

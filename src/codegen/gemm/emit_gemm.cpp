@@ -3,6 +3,8 @@
 // only: a, b, in<k>, out<k>, v<node>, d<k>.
 #include <algorithm>
 #include <array>
+#include <mutex>
+#include <unordered_set>
 
 #include "codegen/column_sums.hpp"
 #include "codegen/epilogue.hpp"
@@ -17,6 +19,20 @@
 namespace epifuse {
 
 bool gemm_is_simt(const Mainloop& ml) { return ml.a == DType::f32 && ml.math == GemmMath::exact; }
+
+namespace {
+
+// A shape class built at run time, kept for the process: the family returns
+// classes as views (KernelFamily::shape_class), and the set of strided
+// tensors a process launches is small.
+std::string_view interned_class(std::string c) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> classes;  // nodes: a view stays valid as the set grows
+  const std::lock_guard lock(mutex);
+  return *classes.insert(std::move(c)).first;
+}
+
+}  // namespace
 
 std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
   // The contiguous dimension of each operand: A row-major K, col-major M;
@@ -42,7 +58,16 @@ std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
                       c & 2 ? "/ldb" : "", c & 4 ? "/ldb1" : "", c & 32 ? "/bat" : "");
     return out;
   }();
-  return classes[static_cast<std::size_t>((s.batch > 1 ? 32 : 0) | (ld8 ? 16 : 0) | (n4 ? 8 : 0) | strided)];
+  const std::size_t dense = static_cast<std::size_t>((ld8 ? 16 : 0) | (n4 ? 8 : 0) | strided);
+  if (!epilogue_strided(s)) return classes[dense | (s.batch > 1 ? 32u : 0u)];
+  // Note [Strided epilogue tensors]: each strided tensor's flag before "/bat".
+  std::string c = classes[dense];
+  for (std::size_t i = 0; i < s.ld_inputs.size(); ++i)
+    if (input_strided(s, i)) c += fmt::format("/ld_in{}", i);
+  for (std::size_t j = 0; j < s.ld_outputs.size(); ++j)
+    if (output_strided(s, j)) c += fmt::format("/ld_out{}", j);
+  if (s.batch > 1) c += "/bat";
+  return interned_class(std::move(c));
 }
 
 bool gemm_staged_epilogue(const GemmTile& t) {
@@ -103,6 +128,17 @@ void operand_params(const GemmPlan& g, ParamLayout& layout) {
   constexpr const char* ld_names[] = {"lda", "ldb", "ldb1"};
   for (std::uint32_t i = 0; i < 3; ++i)
     if (g.strided[i]) layout.add(ParamRole::ld, i, ld_names[i], fmt::format("long long {}", ld_names[i]), 8, 8);
+  // Note [Strided epilogue tensors]: a strided full tensor's ld, input i
+  // binding after the operands; a dense one's is N and has no field.
+  const auto operands = static_cast<std::uint32_t>(g.dual ? 3 : 2);
+  for (std::size_t i = 0; i < plan.inputs.size(); ++i)
+    if (plan.inputs[i].strided)
+      layout.add(ParamRole::ld, operands + static_cast<std::uint32_t>(i), "ld_" + plan.inputs[i].field,
+                 fmt::format("long long ld_{}", plan.inputs[i].field), 8, 8);
+  for (std::size_t j = 0; j < plan.outputs.size(); ++j)
+    if (plan.outputs[j].strided)
+      layout.add(ParamRole::output_ld, static_cast<std::uint32_t>(j), "ld_" + plan.outputs[j].field,
+                 fmt::format("long long ld_{}", plan.outputs[j].field), 8, 8);
   batch_params(g, layout);
   layout.add_rng_and_scalars(plan);
 }
@@ -117,6 +153,8 @@ TemplateVars operand_ld_vars(const GemmPlan& g) {
           {"ldb_kmajor", g.strided[1] ? "p.ldb" : "p.k"},  {"ldb_nmajor", g.strided[1] ? "p.ldb" : "p.n"},
           {"ldb1_kmajor", b1 ? b1_field : "p.k"},          {"ldb1_nmajor", b1 ? b1_field : "p.n"}};
 }
+
+std::string tensor_row_stride(const TensorPlan& t) { return t.strided ? "p.ld_" + t.field : "p.n"; }
 
 // The bindings of the mainloop's operands, in parameter order.
 std::vector<std::string> operand_bindings(const GemmPlan& g) {
@@ -243,7 +281,7 @@ std::string emit_fragment_draws(const GemmPlan& g) {
 
 std::string load_expression(const GemmPlan& g, const TensorPlan& t) {
   switch (t.broadcast) {
-    case Broadcast::full: return fmt::format("ef_ldg_float({} + rc * p.n + cc)", tensor_pointer(g, t));
+    case Broadcast::full: return fmt::format("ef_ldg_float({} + rc * {} + cc)", tensor_pointer(g, t), tensor_row_stride(t));
     case Broadcast::row: return fmt::format("ef_ldg_float(p.{} + cc)", t.field);
     case Broadcast::col: return fmt::format("ef_ldg_float(p.{} + rc)", t.field);
     case Broadcast::scalar: return fmt::format("ef_ldg_float(p.{})", t.field);
@@ -287,9 +325,9 @@ std::string emit_early_loads(const GemmPlan& g) {
             "  float {0}_e[MI][NI][4];\n#pragma unroll\n  for (int mi = 0; mi < MI; ++mi)\n#pragma unroll\n"
             "    for (int ni = 0; ni < NI; ++ni)\n#pragma unroll\n      for (int e = 0; e < 4; ++e) {{\n"
             "        const long long r = m0 + wm + mi * 16 + (lane >> 2) + (e >> 1) * 8, c = n0 + wn + ni * 8 + (lane & 3) * 2 + (e & 1);\n"
-            "        {0}_e[mi][ni][e] = ef_ldg_float({1} + (r < p.m ? r : p.m - 1) * p.n + (c < p.n ? c : p.n - 1));\n"
+            "        {0}_e[mi][ni][e] = ef_ldg_float({1} + (r < p.m ? r : p.m - 1) * {2} + (c < p.n ? c : p.n - 1));\n"
             "      }}\n",
-            t.field, tensor_pointer(g, t));
+            t.field, tensor_pointer(g, t), tensor_row_stride(t));
         break;
       case Broadcast::row:
         s += fmt::format(
@@ -404,9 +442,12 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, st
                        column_slot, t.field);
       continue;
     }
+    // Note [Strided epilogue tensors]: `at` is the element's dense index (its
+    // dropout draws' too); a strided output's element is at row * ld + col.
+    const std::string place = t.strided ? fmt::format("row * {} + col", tensor_row_stride(t)) : "at";
     s += quads ? fmt::format("{}{}_q[e] = {}_v;\n", pad, t.field, t.field)
-               : fmt::format("{}{}[at] = ef_from_float<{}>({}_v);\n", pad, tensor_pointer(g, t), storage_type_name(t.dtype),
-                             t.field);
+               : fmt::format("{}{}[{}] = ef_from_float<{}>({}_v);\n", pad, tensor_pointer(g, t), place,
+                             storage_type_name(t.dtype), t.field);
   }
   s.pop_back();
   return s;
@@ -438,12 +479,13 @@ std::string emit_staged_stores(const GemmPlan& g) {
   std::string s = "    if (row < p.m && col0 + 3 < p.n) {\n";
   for (const TensorPlan& t : g.plan->outputs)
     if (!is_column_sum(graph.node(t.value)))
-      s += fmt::format("      ef_store4({1} + row * p.n + col0, {0}_q);\n", t.field, tensor_pointer(g, t));
+      s += fmt::format("      ef_store4({1} + row * {2} + col0, {0}_q);\n", t.field, tensor_pointer(g, t),
+                       tensor_row_stride(t));
   s += "    } else if (row < p.m) {\n#pragma unroll\n      for (int e = 0; e < 4; ++e)\n        if (col0 + e < p.n) {\n";
   for (const TensorPlan& t : g.plan->outputs)
     if (!is_column_sum(graph.node(t.value)))
-      s += fmt::format("          {2}[row * p.n + col0 + e] = ef_from_float<{1}>({0}_q[e]);\n", t.field,
-                       storage_type_name(t.dtype), tensor_pointer(g, t));
+      s += fmt::format("          {2}[row * {3} + col0 + e] = ef_from_float<{1}>({0}_q[e]);\n", t.field,
+                       storage_type_name(t.dtype), tensor_pointer(g, t), tensor_row_stride(t));
   s += "        }\n    }";
   return s;
 }

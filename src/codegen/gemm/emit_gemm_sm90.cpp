@@ -153,11 +153,13 @@ std::string emit_prefetch_loads(const GemmPlan& g, const std::string& u, const s
                                          pad, u, width);
   for (std::size_t i : prefetched_inputs(g)) {
     const TensorPlan& t = g.plan->inputs[i];
+    // Note [Strided epilogue tensors]: a strided input's rows lie its ld apart.
+    const std::string ld = t.strided ? ", " + tensor_row_stride(t) : "";
     s += fragment ? fmt::format("{0}ef_prefetch_rows16({1}_pf, reinterpret_cast<const unsigned short*>({2}), pf_row, "
-                                "pf_col, p.m, p.n, {1}_vec, lane);\n",
-                                pad, t.field, tensor_pointer(g, t))
-                  : fmt::format("{0}ef_prefetch_quads<{2}>({1}_pf, {3}, pf_row, pf_col, p.m, p.n, {1}_vec, lane);\n",
-                                pad, t.field, quad_words(t), tensor_pointer(g, t));
+                                "pf_col, p.m, p.n{3}, {1}_vec, lane);\n",
+                                pad, t.field, tensor_pointer(g, t), ld)
+                  : fmt::format("{0}ef_prefetch_quads<{2}>({1}_pf, {3}, pf_row, pf_col, p.m, p.n{4}, {1}_vec, lane);\n",
+                                pad, t.field, quad_words(t), tensor_pointer(g, t), ld);
   }
   s.pop_back();
   return s;
@@ -173,9 +175,10 @@ std::string emit_prefetch_first(const GemmPlan& g) {
   for (std::size_t i : inputs) {
     const TensorPlan& t = g.plan->inputs[i];
     const int words = fragment ? 4 : quad_words(t);
-    s += fmt::format("\n    const bool {0}_vec = (p.n & {1}) == 0 && (reinterpret_cast<unsigned long long>({4}) & {2}) == 0;"
+    s += fmt::format("\n    const bool {0}_vec = ({5} & {1}) == 0 && (reinterpret_cast<unsigned long long>({4}) & {2}) == 0;"
                      "\n    unsigned {0}_pf[4][{3}];",
-                     t.field, fragment ? 7 : 3, fragment ? 15 : 4 * words - 1, words, tensor_pointer(g, t));
+                     t.field, fragment ? 7 : 3, fragment ? 15 : 4 * words - 1, words, tensor_pointer(g, t),
+                     tensor_row_stride(t));
   }
   s += "\n    {\n" + emit_prefetch_loads(g, "0", "      ") + "\n    }";
   return s;
@@ -215,8 +218,9 @@ std::vector<const TensorPlan*> full_outputs(const KernelPlan& plan) {
 }
 
 // A chunk's 16 rows x 64 columns of output `field` from the staging area, 16
-// bytes a lane (8-byte halves where its rows are not 16-byte aligned).
-std::string emit_fragment_store(const std::string& pointer, const std::string& v16) {
+// bytes a lane (8-byte halves where its rows are not 16-byte aligned), its
+// rows `stride` elements apart (p.n, or a strided output's ld).
+std::string emit_fragment_store(const std::string& pointer, const std::string& v16, const std::string& stride) {
   return fmt::format(R"(
 #pragma unroll
         for (int i = 0; i < 4; ++i) {{
@@ -224,7 +228,7 @@ std::string emit_fragment_store(const std::string& pointer, const std::string& v
           const uint4 v = *reinterpret_cast<const uint4*>(st16 + r * F16_SROW + c8);
           const long long row = m0 + wm + mi * 64 + warp * 16 + r, col = n0 + c * 64 + c8;
           if (row < p.m && col < p.n) {{
-            auto* const dst = {0} + row * p.n + col;
+            auto* const dst = {0} + row * {2} + col;
             if ({1} && col + 7 < p.n) {{
               *reinterpret_cast<uint4*>(dst) = v;
             }} else {{  // N % 4 == 0: the first four columns are in, the last four may not be
@@ -233,7 +237,7 @@ std::string emit_fragment_store(const std::string& pointer, const std::string& v
             }}
           }}
         }})",
-                     pointer, v16);
+                     pointer, v16, stride);
 }
 
 // Whether output k's rows start 16-byte aligned (the first output's flag keeps
@@ -250,8 +254,8 @@ std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contra
   std::string aligned, quads, held, stage_rest;
   for (std::size_t k = 0; k < outs.size(); ++k) {
     const std::string& f = outs[k]->field;
-    aligned += fmt::format("\n      const bool {} = (p.n & 7) == 0 && (reinterpret_cast<unsigned long long>({}) & 15) == 0;",
-                           v16_name(k, f), tensor_pointer(g, f));
+    aligned += fmt::format("\n      const bool {} = ({} & 7) == 0 && (reinterpret_cast<unsigned long long>({}) & 15) == 0;",
+                           v16_name(k, f), tensor_row_stride(*outs[k]), tensor_pointer(g, f));
     quads += fmt::format("\n            float {}_q[2];", f);
     if (k == 0) continue;
     held += fmt::format("\n        unsigned {}_pairs[8][2];  // packed, until the staging area is free", f);
@@ -263,7 +267,7 @@ std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contra
           for (int h = 0; h < 2; ++h)
             *reinterpret_cast<unsigned*>(st16 + ((lane >> 2) + h * 8) * F16_SROW + f * 8 + (lane & 3) * 2) = {0}_pairs[f][h];
         __syncwarp();{1})",
-                              f, emit_fragment_store(tensor_pointer(g, f), v16_name(k, f)));
+                              f, emit_fragment_store(tensor_pointer(g, f), v16_name(k, f), tensor_row_stride(*outs[k])));
   }
   std::string pack;
   for (std::size_t k = 1; k < outs.size(); ++k)
@@ -295,7 +299,8 @@ std::string emit_fragment_body(const GemmPlan& g, const EpilogueContract& contra
                      outs[0]->field, emit_element_loads(g, pad, true, held_values(g)),
                      emit_element(g, contract, "ch[f][2 * h + e]", pad, true, "[f * 2 + e]"),
                      emit_wgmma_chunk_decls(g, true), emit_wgmma_chunk_sums(g, true), emit_prefetch_step(g), aligned,
-                     held, quads, pack, emit_fragment_store(tensor_pointer(g, outs[0]->field), "v16"), stage_rest);
+                     held, quads, pack, emit_fragment_store(tensor_pointer(g, outs[0]->field), "v16", tensor_row_stride(*outs[0])),
+                     stage_rest);
 }
 
 // Note [Batched GEMM]: the persistent walk runs over batch x the problem's

@@ -32,7 +32,9 @@ struct GemmPlan {
 };
 
 /// "ld8" or "ld1" (16-byte operand loads possible), then "/n4" or "/n1", then
-/// "/lda", "/ldb", "/ldb1" for each strided operand (Note [Strided operands]).
+/// "/lda", "/ldb", "/ldb1" for each strided operand (Note [Strided operands]),
+/// "/ld_in<i>", "/ld_out<j>" for each strided epilogue tensor (Note [Strided
+/// epilogue tensors]), and "/bat" for a batch (Note [Batched GEMM]).
 std::string_view gemm_shape_class(const Mainloop& mainloop, const Shape& shape);
 
 // Note [Strided operands] (docs/strided-batched.md, step 1)
@@ -50,6 +52,28 @@ std::string_view gemm_shape_class(const Mainloop& mainloop, const Shape& shape);
 // a multiple of 16, as they need the pointer aligned: the launch checks both
 // (Jit::Impl::pack_params) and a miss takes the general kernel, which for a
 // wgmma key is the mma.sync fallback tile's.
+
+// Note [Strided epilogue tensors] (docs/strided-batched.md, step 2)
+// A GEMM chain's full [M,N] input or output may be a view whose rows lie
+// ld >= N elements apart (Shape::ld_inputs, ld_outputs). Its kernel variant
+// gains a `long long ld_<field>` after the operands' lds (ParamRole::ld for an
+// input, output_ld for an output), and every address of that tensor reads
+// `row * p.ld_<field> + col` where a dense one's reads `row * p.n + col`
+// (tensor_row_stride). Nothing else changes: the tile, the walk, the order of
+// every addition and the dropout index (row * N + col, the element's place in
+// the [M,N] result, not in memory) are the dense shape's, so a strided view
+// and its dense copy give the same bits. A dense tensor has no field, and a
+// kernel with no strided tensor is byte for byte the dense one. Which tensors
+// are strided is in the shape class ("/ld_in0", "/ld_out1"; built once and
+// kept for the process, as the class is a view), their lds' values are not.
+// Vector accesses need each row's start aligned as they need the pointer: the
+// launch checks ld x element size against the tensor's alignment (an
+// output's four-element stores, Jit::Impl::pack_params), and a miss takes the
+// general kernel; the wgmma epilogue's 16-byte stores and prefetched input
+// vectors test the ld in the kernel as they test the pointer, and take
+// narrower accesses where it is off. Row [N], column [M] and scalar inputs
+// and column-sum outputs have no rows to space. A batched GEMM's full tensors
+// stay [B, M, N] back to back: a strided one there is a UserError (verify_shape).
 
 // Note [Batched GEMM] (docs/strided-batched.md, step 4)
 // Shape::batch problems of one shape run in one launch. A batched kernel is a

@@ -38,6 +38,10 @@ TemplateVars batch_vars(const GemmPlan& g, std::string_view batch_expr, std::str
 /// kernel a full tensor's pointer at its batch (`<field>_bat`).
 std::string tensor_pointer(const GemmPlan& g, const TensorPlan& t);
 std::string tensor_pointer(const GemmPlan& g, std::string_view field);
+/// Elements between the rows of a full [M,N] epilogue tensor as the kernel
+/// reads them: `p.ld_<field>` for a strided one (Note [Strided epilogue
+/// tensors]), else `p.n`.
+std::string tensor_row_stride(const TensorPlan& t);
 /// A dropout element index `index` (an expression of row and column) as the
 /// kernel passes it to Philox: in a batched kernel `batch_base + index`
 /// (docs/design.md §4, batched elements), else `index` unchanged.
