@@ -58,6 +58,14 @@ def _outputs(chain):
     return chain.bindings(1, 1, 1)["outputs"]
 
 
+def _io(chain):
+    """(input names, output names) of a kernel chain in binding order; None for none."""
+    if chain is None:
+        return None
+    b = chain.bindings(1, 1, 1)
+    return [i["name"] for i in b["inputs"]], [o["name"] for o in b["outputs"]]
+
+
 def _grad(chain, role):
     try:
         return chain.grad()
@@ -154,6 +162,9 @@ class Plan:
         self.lower_kernel, self.lower_passthrough = _torch._without_passthrough(gl.backward)
         self.lower_backward = gl.backward
         self.dgrad, self.dgrad_refused = self._dgrad_chain(gl.backward, gu.backward, lo, up)
+        # Binding orders, asked once here rather than at every backward.
+        self._upper_io, self._lower_io, self._dgrad_io = _io(self.upper_kernel), _io(self.lower_kernel), _io(self.dgrad)
+        self._index = {k: i for i, k in enumerate(self.names)}
         self.target, self.tune = target, tune
         # The forward outputs the backward reads: h (dW2's operand) and the saved
         # tensors; y only where the upper backward reads it.
@@ -268,7 +279,7 @@ class Plan:
             return x if self._is_x((side, name)) else given[side, name]
 
         # 1. The upper backward: dacc2, its bias's and residual's gradients.
-        up = self._run(kernels.get("upper_backward"), self.upper_kernel, self.upper_passthrough,
+        up = self._run(kernels.get("upper_backward"), self._upper_io, self.upper_passthrough,
                        lambda n: value("upper", n, dy), seed, offset, None)
         dacc2 = up["dacc"]
         w2 = given["upper", "b"]
@@ -278,16 +289,16 @@ class Plan:
             lo = {}
         elif fused and self.dgrad is not None:
             names = self.compiled("dgrad").input_names[2:]
-            lo = dict(zip([o["name"] for o in _outputs(self.dgrad)],
+            lo = dict(zip(self._dgrad_io[1],
                           kernels["dgrad"]([dacc2, w2] + [value("lower", n, None) for n in names],
                                            seed, offset, rng_state)))
         else:
             dh = torch.mm(dacc2, w2)
-            lo = self._run(kernels.get("lower_backward"), self.lower_kernel, self.lower_passthrough,
+            lo = self._run(kernels.get("lower_backward"), self._lower_io, self.lower_passthrough,
                            lambda n: value("lower", n, dh), seed, offset, rng_state)
         daccs = ["dacc"] if len(self.weights) == 1 else ["dacc0", "dacc1"]
         result = [None] * len(tensors)
-        index = {k: i for i, k in enumerate(self.names)}
+        index = self._index
         # 3. Weight gradients in nn.Linear's [N, K] layout: daccᵀ·A.
         if needs[index["upper", "b"]]:
             result[index["upper", "b"]] = torch.mm(dacc2.t(), outs["lower", self.lower_out["name"]])
@@ -319,14 +330,14 @@ class Plan:
         return result
 
     @staticmethod
-    def _run(kernel_op, kernel, passthrough, value, seed, offset, rng_state):
-        """{output: tensor} of a backward spec: its kernel's outputs (when it has one)
-        and the outputs that are one of its inputs unchanged."""
+    def _run(kernel_op, io, passthrough, value, seed, offset, rng_state):
+        """{output: tensor} of a backward spec: its kernel's outputs (when it has one;
+        `io` its (inputs, outputs) in binding order) and the outputs that are one of
+        its inputs unchanged."""
         out = {o: value(i) for o, i in passthrough.items()}
-        if kernel is not None:
-            order = [i["name"] for i in kernel.bindings(1, 1, 1)["inputs"]]  # the kernel's binding order
-            out.update(zip([o["name"] for o in _outputs(kernel)],
-                           kernel_op([value(n) for n in order], seed, offset, rng_state)))
+        if io is not None:
+            inputs, outputs = io
+            out.update(zip(outputs, kernel_op([value(n) for n in inputs], seed, offset, rng_state)))
         return out
 
 
