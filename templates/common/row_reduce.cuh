@@ -40,27 +40,34 @@ __device__ __forceinline__ unsigned ef_row_cluster_count() {
 }
 #endif
 
-// `scratch`: THREADS / EF_WARP + 1 floats; `cluster_slots`: 2 * (THREADS / 32) *
-// CLUSTER floats; `cluster_bars`: two mbarriers.
-// Block: two barriers a call; a call right after another is safe, since a
-// warp writes its slot only after every thread passed the barrier after which
-// the last result was read. Cluster: the slots and mbarriers alternate between
-// two halves; a block writes a peer's half for call k + 2 only after it got
-// every value of call k + 1, which each of the peer's warps sends only after
-// it read that half's values of call k. Thread 0 re-arms a half's mbarrier
-// (expecting the next call's bytes) as soon as its wait on it returns, before
-// its warp sends anything of the next call, so no byte of call k + 2 comes
-// before the arming.
-template <int THREADS, int GROUP, int CLUSTER>
+// `scratch`: 2 * VALUES * (THREADS / EF_WARP) floats; `cluster_slots`: 2 *
+// VALUES * (THREADS / 32) * CLUSTER floats; `cluster_bars`: two mbarriers.
+// VALUES is the most values one call reduces (a stage's independent
+// reductions go together, Note [Reductions of a stage] in emit_row.cpp).
+// Block: each warp stores its partials into one half of `scratch`, one
+// barrier, then every warp combines all the warps' values itself, in the same
+// order, so every thread gets the same bits (those warp 0 alone got before).
+// The halves alternate: a warp stores into a half for call k + 2 only after
+// the barrier of call k + 1, which every warp passes only after it read that
+// half's values of call k. Cluster: the slots and mbarriers alternate between
+// two halves in the same way; a block writes a peer's half for call k + 2
+// only after it got every value of call k + 1, which each of the peer's warps
+// sends only after it read that half's values of call k. Thread 0 re-arms a
+// half's mbarrier (expecting the next call's bytes: every call sends VALUES
+// values a warp, the ones past its count as padding) as soon as its wait on
+// it returns, before its warp sends anything of the next call, so no byte of
+// call k + 2 comes before the arming.
+template <int THREADS, int GROUP, int CLUSTER, int VALUES = 1>
 struct EfRowReducer {
   static constexpr int WARPS = THREADS / EF_WARP;
+  static_assert(GROUP <= EF_WARP || GROUP == THREADS, "a group of more than a warp is the whole block");
 #if EF_HIP
   static_assert(CLUSTER == 1, "thread-block clusters are an sm_90 feature");
 #endif
   float* scratch;
   float* cluster_slots;
   unsigned long long* cluster_bars;
-  unsigned phase = 0, parity = 0;  // the half used next; each half's mbarrier parity (bits 0 and 1)
+  unsigned phase = 0, parity = 0;  // the half used next; each cluster half's mbarrier parity (bits 0 and 1)
 
   // This thread's index among the row's threads, the first row unit (block or
   // cluster) this block takes, and how many units the grid has.
@@ -101,34 +108,44 @@ struct EfRowReducer {
   }
 #if !EF_HIP
   __device__ __forceinline__ unsigned bar(int h) const { return (unsigned)__cvta_generic_to_shared(cluster_bars + h); }
-  // One arrival, expecting the bytes a call brings: a float from each warp of each block.
+  // One arrival, expecting the bytes a call brings: VALUES floats from each warp of each block.
   __device__ __forceinline__ void arm(int h) const {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar(h)),
-                 "r"((unsigned)(WARPS * CLUSTER * 4))
+                 "r"((unsigned)(WARPS * CLUSTER * VALUES * 4))
                  : "memory");
   }
 #endif
 
-  template <class Op>
-  __device__ __forceinline__ float reduce(float v) {
+  // Reduces each of v[0..K) over the row's threads; every thread gets the results.
+  template <class Op, int K>
+  __device__ __forceinline__ void reduce_n(float (&v)[K]) {
+    static_assert(K >= 1 && K <= VALUES, "a call reduces at most VALUES values");
     constexpr int width = GROUP < EF_WARP ? GROUP : EF_WARP;
 #pragma unroll
-    for (int o = width / 2; o > 0; o >>= 1) v = Op::combine(v, ef_shfl_xor(v, o));
+    for (int k = 0; k < K; ++k)
+#pragma unroll
+      for (int o = width / 2; o > 0; o >>= 1) v[k] = Op::combine(v[k], ef_shfl_xor(v[k], o));
 #if !EF_HIP
     if constexpr (CLUSTER > 1) {
-      // Lane r of every warp sends the warp's value to rank r's half.
+      // Lane r of every warp sends the warp's values to rank r's half: value k
+      // of warp w at slot (k * WARPS + w) * CLUSTER + the sender's rank.
       const int h = (int)phase, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
       phase ^= 1u;
-      const float* slots = cluster_slots + h * WARPS * CLUSTER;
+      const float* slots = cluster_slots + h * VALUES * WARPS * CLUSTER;
       if (lane < CLUSTER) {
-        const unsigned local = (unsigned)__cvta_generic_to_shared(slots + warp * CLUSTER + ef_row_cluster_rank());
-        asm volatile(
-            "{\n\t.reg .b32 ra, rb;\n\t"
-            "mapa.shared::cluster.u32 ra, %0, %2;\n\t"
-            "mapa.shared::cluster.u32 rb, %1, %2;\n\t"
-            "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [ra], %3, [rb];\n}\n" ::"r"(local),
-            "r"(bar(h)), "r"((unsigned)lane), "r"(__float_as_uint(v))
-            : "memory");
+#pragma unroll
+        for (int k = 0; k < VALUES; ++k) {
+          const float value = k < K ? v[k < K ? k : 0] : Op::identity();  // padding past K: the bytes the mbarrier expects
+          const unsigned local =
+              (unsigned)__cvta_generic_to_shared(slots + (k * WARPS + warp) * CLUSTER + ef_row_cluster_rank());
+          asm volatile(
+              "{\n\t.reg .b32 ra, rb;\n\t"
+              "mapa.shared::cluster.u32 ra, %0, %2;\n\t"
+              "mapa.shared::cluster.u32 rb, %1, %2;\n\t"
+              "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [ra], %3, [rb];\n}\n" ::"r"(local),
+              "r"(bar(h)), "r"((unsigned)lane), "r"(__float_as_uint(value))
+              : "memory");
+        }
       }
       const unsigned par = (parity >> h) & 1u;
       parity ^= 1u << h;
@@ -141,31 +158,49 @@ struct EfRowReducer {
           : "memory");
       if (threadIdx.x == 0) arm(h);
       // The same combine in every warp of every block: lane l takes values l, l + 32, ...
-      float w = Op::identity();
 #pragma unroll
-      for (int i = lane; i < WARPS * CLUSTER; i += 32) w = Op::combine(w, slots[i]);
+      for (int k = 0; k < K; ++k) {
+        float w = Op::identity();
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) w = Op::combine(w, ef_shfl_xor(w, o));
-      return w;
+        for (int i = lane; i < WARPS * CLUSTER; i += 32) w = Op::combine(w, slots[k * WARPS * CLUSTER + i]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) w = Op::combine(w, ef_shfl_xor(w, o));
+        v[k] = w;
+      }
+      return;
     }
 #endif
     if constexpr (GROUP > EF_WARP) {
       const int warp = threadIdx.x / EF_WARP, lane = threadIdx.x % EF_WARP;
-      if (lane == 0) scratch[warp] = v;
+      float* half = scratch + phase * VALUES * WARPS;
+      phase ^= 1u;
+      if (lane == 0)
+#pragma unroll
+        for (int k = 0; k < K; ++k) half[k * WARPS + warp] = v[k];
       __syncthreads();
-      if (warp == 0) {
-        float w = lane < WARPS ? scratch[lane] : Op::identity();
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        float w = lane < WARPS ? half[k * WARPS + lane] : Op::identity();
 #pragma unroll
         for (int o = EF_WARP / 2; o > 0; o >>= 1) w = Op::combine(w, ef_shfl_xor(w, o));
-        if (lane == 0) scratch[WARPS] = w;
+        v[k] = w;
       }
-      __syncthreads();
-      v = scratch[WARPS];
     }
-    return v;
   }
-  __device__ __forceinline__ float max(float v) { return reduce<EfMax>(v); }
-  __device__ __forceinline__ float sum(float v) { return reduce<EfSum>(v); }
+  template <int K>
+  __device__ __forceinline__ void max_n(float (&v)[K]) { reduce_n<EfMax>(v); }
+  template <int K>
+  __device__ __forceinline__ void sum_n(float (&v)[K]) { reduce_n<EfSum>(v); }
+  __device__ __forceinline__ float max(float v) {
+    float a[1] = {v};
+    reduce_n<EfMax>(a);
+    return a[0];
+  }
+  __device__ __forceinline__ float sum(float v) {
+    float a[1] = {v};
+    reduce_n<EfSum>(a);
+    return a[0];
+  }
 };
 
 // Note [Column sums] (src/codegen/row/emit_row.cpp): an [N] output sums a

@@ -58,12 +58,13 @@ constexpr int GROUP = 256;         // threads of a block on one row
 constexpr int CLUSTER = 1;     // blocks on one row
 constexpr int ROWS = THREADS / GROUP;   // rows a block walks at once
 constexpr int LANES = GROUP * CLUSTER;  // threads on one row
+constexpr int RED_VALUES = 1;  // the most values one reduction call combines
 
 extern "C" __global__ void __launch_bounds__(THREADS)  ef_86e9262ff1685bce(const ef_86e9262ff1685bce_params p) {
-  __shared__ float scratch[THREADS / EF_WARP + 1];
-  __shared__ float cluster_slots[CLUSTER > 1 ? 2 * (THREADS / 32) * CLUSTER : 1];
+  __shared__ float scratch[2 * RED_VALUES * (THREADS / EF_WARP)];
+  __shared__ float cluster_slots[CLUSTER > 1 ? 2 * RED_VALUES * (THREADS / 32) * CLUSTER : 1];
   __shared__ __align__(8) unsigned long long cluster_bars[CLUSTER > 1 ? 2 : 1];
-  EfRowReducer<THREADS, GROUP, CLUSTER> red{scratch, cluster_slots, cluster_bars};
+  EfRowReducer<THREADS, GROUP, CLUSTER, RED_VALUES> red{scratch, cluster_slots, cluster_bars};
   red.start();
   const int lane = red.lane();
   // no shared-memory ring

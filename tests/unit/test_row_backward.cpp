@@ -21,6 +21,12 @@ namespace {
 
 bool has(const std::string& text, std::string_view what) { return text.find(what) != std::string::npos; }
 
+int count_of(const std::string& text, std::string_view what) {
+  int n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("backward examples: every example in examples/backward loads, runs on the reference and emits") {
@@ -66,6 +72,27 @@ TEST_CASE("row backward: [M] outputs are stored once a row, [N] outputs through 
   const KernelSource cl = emit_kernel(ln, Shape{64, 65536, 0}, RowTile{512, 0, -1, 1, 0, 8}, KernelPath::fastest, "sm_90a");
   CHECK(has(cl.text, "(int)ef_row_cluster_rank(), CLUSTER"));
   CHECK(family_for(ln).workspace(cl, Shape{64, 65536, 0}).zeroed == 5 * 8 * sizeof(unsigned));  // 4 + 1 nodes a rank
+}
+
+TEST_CASE("row backward: a stage's independent reductions go through the reducer in one call") {
+  using namespace epifuse::testing;
+  // The layernorm backward's means (of g = dy * w and of g * xhat) are independent: one
+  // call of two values, one barrier a row (Note [Reductions of a stage]).
+  const KernelSpec ln = layernorm_backward_spec(DType::bf16);
+  const std::string block = emit_kernel(ln, Shape{64, 4096, 0}, std::nullopt, KernelPath::fastest, "sm_90a").text;
+  const std::string cluster =
+      emit_kernel(ln, Shape{64, 65536, 0}, RowTile{512, 0, -1, 1, 0, 8}, KernelPath::fastest, "sm_90a").text;
+  for (const std::string& text : {block, cluster}) {
+    CHECK(has(text, "constexpr int RED_VALUES = 2;"));
+    CHECK(count_of(text, "red.sum_n(") == 1);
+    CHECK_FALSE(has(text, "red.sum(acc"));
+  }
+  CHECK(has(cluster, "CLUSTER = 8;"));
+  // Softmax's two reductions depend on each other: one value a call, RED_VALUES 1.
+  const std::string sm = emit_kernel(softmax_backward_spec(DType::bf16), Shape{64, 4096, 0}, std::nullopt,
+                                     KernelPath::fastest, "sm_90a").text;
+  CHECK(has(sm, "constexpr int RED_VALUES = 1;"));
+  CHECK_FALSE(has(sm, "red.sum_n("));
 }
 
 TEST_CASE("row backward: column sums the row family does not generate are user errors") {

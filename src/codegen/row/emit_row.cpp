@@ -241,6 +241,55 @@ std::string emit_row_start(const RowPlan& r) {
   return s;
 }
 
+// Note [Reductions of a stage]: a stage's reductions are independent of one
+// another (plan_row.cpp cuts stages at the first reduction a value needs), so
+// its sums go through the reducer in one call, as do its maxima: one barrier
+// (or one cluster exchange) a call instead of one a reduction. The layernorm
+// backward reduces three sums a row; with one call each its rows of 16,384
+// bf16 spent seven block barriers a row (docs/perf/backward.md). A single
+// reduction keeps the one-value call. The bits are those of separate calls:
+// each value is combined in the same order.
+std::string emit_stage_reductions(const RowPlan& r, const RowStage& st) {
+  const Graph& g = r.plan->spec->graph;
+  auto result = [](OpKind op, const std::string& sum) {
+    return op == OpKind::row_mean ? fmt::format("(float)((double){} * p.n_inv)", sum) : sum;
+  };
+  std::string out;
+  for (const bool maxima : {true, false}) {
+    std::vector<std::uint32_t> ids;
+    for (std::uint32_t id : st.reductions)
+      if ((g.nodes()[id].op == OpKind::row_max) == maxima) ids.push_back(id);
+    if (ids.empty()) continue;
+    const char* call = maxima ? "max" : "sum";
+    if (ids.size() == 1) {
+      const std::uint32_t id = ids[0];
+      out += fmt::format("    const float v{} = {};\n", id,
+                         result(g.nodes()[id].op, fmt::format("red.{}(acc{})", call, id)));
+      continue;
+    }
+    std::string values;
+    for (std::uint32_t id : ids) values += fmt::format("{}acc{}", values.empty() ? "" : ", ", id);
+    const std::string name = fmt::format("red{}", ids[0]);
+    out += fmt::format("    float {}[{}] = {{{}}};  // Note [Reductions of a stage]\n    red.{}_n({});\n", name, ids.size(),
+                       values, call, name);
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      out += fmt::format("    const float v{} = {};\n", ids[i], result(g.nodes()[ids[i]].op, fmt::format("{}[{}]", name, i)));
+  }
+  return out;
+}
+
+// The most values one reducer call combines in this kernel (RED_VALUES).
+int reduced_together(const RowPlan& r) {
+  const Graph& g = r.plan->spec->graph;
+  int most = 1;
+  for (const RowStage& st : r.stages) {
+    const auto maxima = std::count_if(st.reductions.begin(), st.reductions.end(),
+                                      [&](std::uint32_t id) { return g.nodes()[id].op == OpKind::row_max; });
+    most = std::max({most, static_cast<int>(maxima), static_cast<int>(st.reductions.size() - maxima)});
+  }
+  return most;
+}
+
 // One stage: a loop over this thread's vectors of the row (unrolled over
 // ITEMS with the row in registers, else a strided loop that reads it again),
 // the stage function per element, then the block reductions, or the stores.
@@ -364,15 +413,7 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
     out = fmt::format("{}    if ({}) {{\n{}    }} else {{  // a divisor below FLT_MIN: its reciprocal overflows\n{}    }}\n", head,
                       normal, copy("false"), copy("true"));
   }
-  for (std::uint32_t id : st.reductions) {
-    const OpKind op = g.nodes()[id].op;
-    if (op == OpKind::row_max)
-      out += fmt::format("    const float v{0} = red.max(acc{0});\n", id);
-    else if (op == OpKind::row_sum)
-      out += fmt::format("    const float v{0} = red.sum(acc{0});\n", id);
-    else
-      out += fmt::format("    const float v{0} = (float)((double)red.sum(acc{0}) * p.n_inv);\n", id);
-  }
+  out += emit_stage_reductions(r, st);
   out.pop_back();
   return out;
 }
@@ -526,6 +567,7 @@ KernelSource emit_row(const RowPlan& r) {
       // Registers hold the same elements at any vector width: ITEMS vectors of VEC.
       {"items", std::to_string(r.in_registers || r.ring > 0 ? r.tile.regs * (r.tile.vec / r.vec) : 0)},
       {"stage_count", std::to_string(r.stages.size())},
+      {"reduced_together", std::to_string(reduced_together(r))},
       {"row_start", emit_row_start(r)},
       {"stages", stages},
       {"row_outputs", emit_row_outputs(r)},
