@@ -4,4 +4,4 @@
 # tools/sanitize_suite.sh; a new file in tests/gpu/ joins a group here.
 gpu_groups=("*test_gemm.cpp,*test_gemm_col_sum.cpp" "*test_gemm_sm90.cpp" "*test_dual_gemm.cpp" "*test_elementwise.cpp"
             "*test_row.cpp" "*test_gemm_wave.cpp" "*test_driver.cpp,*test_disk_cache_gpu.cpp,*test_devices.cpp" "*test_strided_operands.cpp"
-            "*test_batched_gemm.cpp" "*test_strided_epilogue.cpp")
+            "*test_batched_gemm.cpp" "*test_strided_epilogue.cpp" "*test_strided_rows.cpp")

@@ -140,9 +140,10 @@ const char* ef_jit_target(const ef_jit* jit);
  * or default tile, else a tile string ("h128x256x64s4g8"). */
 int ef_jit_compile(ef_jit* jit, const ef_spec* spec, int64_t m, int64_t n, int64_t k, const char* tile,
                    ef_kernel** out);
-/* ef_jit_compile for strided tensors of a GEMM chain (docs/strided-batched.md):
+/* ef_jit_compile for strided tensors (docs/strided-batched.md), of any chain:
  * ld[i] is the leading dimension of binding i in ef_kernel_bindings' order,
- * the inputs (GEMM operands first: a, b or a, b0, b1; then the chain's inputs)
+ * the inputs (a GEMM chain's operands first: a, b or a, b0, b1; then the
+ * chain's inputs; an elementwise chain has no operands)
  * and then the outputs: the elements between its stored rows (a column-major
  * operand's columns); 0, or the dense rows' length (a chain tensor's N), is
  * dense, and bindings past nld are dense. GEMM operands and full [M,N] chain

@@ -40,11 +40,11 @@ enum class ParamRole : std::uint8_t {
                 ///< zeroed part (zero at launch, and the kernel leaves it zero), 1 the rest
   ld,           ///< int64 leading dimension of input `index`: a strided GEMM operand
                 ///< (Shape::lda, ldb, ldb1 for inputs 0, 1, 2) or, after the operands,
-                ///< a strided full [M,N] input of the chain (Shape::ld_inputs)
+                ///< a strided full [M,N] input of the chain, in any family (Shape::ld_inputs)
   batch,        ///< int64 Shape::batch, a batched GEMM's problem count
   batch_stride, ///< int64 elements between batches of GEMM operand `index` (0: shared)
   output_ld,    ///< int64 leading dimension of output `index`, a strided full [M,N]
-                ///< output of a GEMM chain (Shape::ld_outputs)
+                ///< output of a chain, in any family (Shape::ld_outputs)
 };
 
 /// One field of a generated kernel's parameter struct (passed by value).

@@ -47,13 +47,15 @@ enum class Precision : std::uint8_t { accurate, fast };
 /// M*N); row [N], column [M] and scalar inputs are shared. batch 1 is the
 /// unbatched kernel; batch > 1 is a variant ("/bat" in `gemm_shape_class`).
 ///
-/// A GEMM chain's full [M,N] inputs and outputs may be strided too
-/// (docs/strided-batched.md, "Built: strided epilogue tensors"): `ld_inputs[i]`
-/// is the leading dimension of the graph's input i, `ld_outputs[j]` of its
-/// output j (declaration order, the order they bind in after the operands):
-/// elements between rows, at least N. 0, N, or an index past the vector's
-/// end is dense; any other ld is a strided variant ("/ld_in<i>", "/ld_out<j>"
-/// in `gemm_shape_class`; the flag, not the value, is in the cache key).
+/// A chain's full [M,N] inputs and outputs may be strided too, in every family
+/// (docs/strided-batched.md, "Built: strided epilogue tensors" and "Built:
+/// strided tensors in the elementwise and row families"): `ld_inputs[i]` is
+/// the leading dimension of the graph's input i, `ld_outputs[j]` of its
+/// output j (declaration order, the order they bind in after any GEMM
+/// operands): elements between rows, at least N. 0, N, or an index past the
+/// vector's end is dense; any other ld is a strided variant ("/ld_in<i>",
+/// "/ld_out<j>" in the shape class: `tensor_ld_flags`; the flag, not the
+/// value, is in the cache key).
 struct Shape {
   static constexpr std::int64_t dense_batch = -1;  ///< a batch stride: the operand's stored size
   std::int64_t m = 0, n = 0, k = 0;
@@ -83,8 +85,8 @@ void verify(const KernelSpec& spec);
 /// Validates a shape against a spec: positive, K present for GEMM kinds, and no
 /// dimension absurd (each <= 2^40, M*N <= 2^48); an operand's ld (GEMM kinds
 /// only, B1 a dual GEMM's only) at least its rows' length, UserError naming it;
-/// an epilogue tensor's ld (GEMM kinds only, full [M,N] tensors only, unbatched
-/// only) at least N, UserError naming the tensor;
+/// a chain tensor's ld (full [M,N] tensors only, unbatched only) at least N,
+/// UserError naming the tensor;
 /// a batch count of at least 1 (above 1 GEMM kinds only, full outputs only) and
 /// batch strides that keep batches apart (UserError naming the operand).
 void verify_shape(const KernelSpec& spec, const Shape& shape);
@@ -97,7 +99,7 @@ std::int64_t gemm_operand_extent(const Mainloop& mainloop, const Shape& shape, i
 std::int64_t gemm_operand_ld(const Mainloop& mainloop, const Shape& shape, int operand);
 bool gemm_operand_strided(const Mainloop& mainloop, const Shape& shape, int operand);
 
-/// A GEMM chain's full [M,N] input `i` or output `j` (the graph's declaration
+/// A chain's full [M,N] input `i` or output `j` (the graph's declaration
 /// order) as stored: its ld (N where the shape gives 0 or none), and whether
 /// it is strided (an ld other than 0 and N: a kernel variant with an
 /// `ld_in<i>` or `ld_out<j>` field).

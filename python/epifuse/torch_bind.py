@@ -213,8 +213,9 @@ def _row_ld(t):
 
 def _check(compiled, tensors, device):
     """Checks every input (UserError naming the first bad one); returns each one's
-    leading dimension in input order, 0 for dense: a GEMM operand, or a GEMM chain's
-    full [M, N] input (Note [Strided epilogue tensors]), may be a strided view."""
+    leading dimension in input order, 0 for dense: a GEMM operand, or any chain's
+    full [M, N] input (Note [Strided epilogue tensors], [Strided rows]), may be a
+    strided 2-D view."""
     layouts = _layouts(compiled)
     lds = []
     for (name, dtype), broadcast, t in zip(compiled._inputs, compiled._broadcasts, tensors):
@@ -225,17 +226,17 @@ def _check(compiled, tensors, device):
         if t.is_contiguous():
             lds.append(0)
             continue
-        ld = _row_ld(t) if compiled._gemm and broadcast == "full" else None
+        ld = _row_ld(t) if broadcast == "full" else None
         if ld is None:
             raise _lib.UserError(f"{compiled.chain.name}: input '{name}' is not contiguous (strides "
-                                 f"{tuple(t.stride())}){_STRIDED_HINT if compiled._gemm and broadcast == 'full' else ''}"
+                                 f"{tuple(t.stride())}){_STRIDED_HINT if broadcast == 'full' else ''}"
                                  "; call .contiguous() first")
         lds.append(ld)
     return lds
 
 
-_STRIDED_HINT = (": a GEMM chain's full [M, N] tensor may be a 2-D view with innermost stride 1 and rows at "
-                 "least N apart (e.g. buf[:, :n])")
+_STRIDED_HINT = (": a full [M, N] tensor may be a 2-D view with innermost stride 1 and rows at least N apart "
+                 "(e.g. buf[:, :n])")
 
 
 def _check_tensor(compiled, name, dtype, t, device):
@@ -383,7 +384,7 @@ def hot_path(n):
 def _check_out(compiled, l, out):
     """`out=`: the outputs, one tensor or a sequence in declaration order, each of the
     output's shape and dtype, contiguous, on the inputs' device. They are written, not
-    returned anew. A GEMM chain's full [M, N] output may be a 2-D view with innermost
+    returned anew. A chain's full [M, N] output may be a 2-D view with innermost
     stride 1 (Note [Strided epilogue tensors]): written in place, the columns between
     its rows untouched. Returns (outs, lds): lds None where every output is dense, else
     each output's ld in declaration order (0 dense)."""
@@ -399,8 +400,11 @@ def _check_out(compiled, l, out):
                                  f"{list(getattr(o, 'shape', []))} on {getattr(o, 'device', None)}")
         if o.is_contiguous():
             continue
-        full = compiled._gemm and dict(_output_classes(compiled))[name] == "full"
-        ld = _row_ld(o) if full and l.lead is None and l.batch <= 1 else None
+        full = dict(_output_classes(compiled))[name] == "full"
+        # An elementwise call's lead is its first full input's shape: 2-D, or
+        # leading dimensions folded into M, whose outputs stay contiguous.
+        two_d = l.lead is None or len(l.lead) == 2
+        ld = _row_ld(o) if full and two_d and l.batch <= 1 else None
         if ld is None:
             raise _lib.UserError(f"{compiled.chain.name}: out= for '{name}' is not contiguous (strides "
                                  f"{tuple(o.stride())}){_STRIDED_HINT if full else ''}"

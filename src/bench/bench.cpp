@@ -169,7 +169,9 @@ BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const Be
     r.per_row_grid_ms = time_kernel(jit, *k, t, shape, opt, opt.repeats);
   }
   if (spec.mainloop.kind == MainloopKind::elementwise) {
-    if (opt.unfused) measure_unfused(r, jit, spec, shape, opt);
+    // One kernel per op has inputs of its own, which the strided tensors'
+    // lds do not name: --ld times the fused kernel alone (Note [Strided rows]).
+    if (opt.unfused && !epilogue_strided(shape)) measure_unfused(r, jit, spec, shape, opt);
   } else {
     // One kernel per epilogue op without the GEMM would compare nothing: the
     // GEMM rows time cuBLAS followed by one kernel per op instead.

@@ -156,13 +156,12 @@ Shape make_shape(const KernelSpec& spec, std::int64_t m, std::int64_t n, std::in
 
 // Note [Strided operands], Note [Strided epilogue tensors]: ld[i] is binding
 // i's leading dimension (0 dense) in ef_kernel_bindings' order: the `operands`
-// GEMM operands, the chain's `inputs`, then its `outputs`. A chain tensor's
+// GEMM operands (none for an elementwise chain), the chain's `inputs`, then its
+// `outputs` (Note [Strided rows] for the elementwise and row families). A chain tensor's
 // vector is filled only where an ld is given, so a dense launch allocates nothing.
 void put_lds(Shape& shape, const std::int64_t* ld, std::size_t nld, std::size_t operands, std::size_t inputs,
              std::size_t outputs) {
   require_array(ld, nld, "ld");
-  EPIFUSE_CHECK(operands > 0 || std::all_of(ld, ld + nld, [](std::int64_t x) { return x == 0; }),
-                "ld: an elementwise chain's tensors are dense; it takes no leading dimension");
   EPIFUSE_CHECK(nld <= operands + inputs + outputs, "ld: {} given, the kernel binds {} inputs and {} outputs", nld,
                 operands + inputs, outputs);
   for (std::size_t i = 0; i < std::min(nld, operands); ++i) (i == 0 ? shape.lda : i == 1 ? shape.ldb : shape.ldb1) = ld[i];

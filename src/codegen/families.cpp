@@ -1,5 +1,9 @@
 // The registry of kernel families: one line per family (Note [Kernel families]).
 #include <array>
+#include <mutex>
+#include <unordered_set>
+
+#include <fmt/format.h>
 
 #include "codegen/column_sums.hpp"
 #include "codegen/family.hpp"
@@ -30,6 +34,22 @@ std::optional<TensorMap2d> KernelFamily::tensor_map(const ParamField& field, con
   EPIFUSE_ASSERT(false, "the {} family declares opaque parameter '{}' but does not describe it", to_string(kind()),
                  field.name);
   return std::nullopt;
+}
+
+std::string tensor_ld_flags(const Shape& s) {
+  std::string flags;
+  for (std::size_t i = 0; i < s.ld_inputs.size(); ++i)
+    if (input_strided(s, i)) flags += fmt::format("/ld_in{}", i);
+  for (std::size_t j = 0; j < s.ld_outputs.size(); ++j)
+    if (output_strided(s, j)) flags += fmt::format("/ld_out{}", j);
+  return flags;
+}
+
+std::string_view interned_shape_class(std::string shape_class) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> classes;  // nodes: a view stays valid as the set grows
+  const std::lock_guard lock(mutex);
+  return *classes.insert(std::move(shape_class)).first;
 }
 
 const Node* row_reduction_of(const KernelSpec& spec) {

@@ -10,6 +10,7 @@
 // (docs/architecture.md); families that share a mainloop kind split its
 // graphs with generates() (the row and elementwise families).
 #include <optional>
+#include <string>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -116,5 +117,14 @@ const KernelFamily& family_for(MainloopKind kind);
 const KernelFamily& family_for(const KernelSpec& spec);
 /// The spec's first row reduction (a softmax's max, a norm's sum), or null.
 const Node* row_reduction_of(const KernelSpec& spec);
+
+/// Note [Strided epilogue tensors]: "/ld_in<i>" for each strided full input,
+/// then "/ld_out<j>" for each strided output, the flags a shape class ends
+/// with (the lds' values are not in it); empty for a dense shape.
+std::string tensor_ld_flags(const Shape& shape);
+/// A shape class built at run time (one with strided tensors' flags), kept for
+/// the process: the family returns classes as views, and the set of strided
+/// tensors a process launches is small.
+std::string_view interned_shape_class(std::string shape_class);
 
 }  // namespace epifuse

@@ -30,6 +30,17 @@ void ParamLayout::add_graph_tensors(const KernelPlan& plan, std::uint32_t first_
     add_pointer(ParamRole::output, k, plan.outputs[k].field, storage_type_name(plan.outputs[k].dtype));
 }
 
+void ParamLayout::add_tensor_lds(const KernelPlan& plan, std::uint32_t first_input) {
+  for (std::size_t i = 0; i < plan.inputs.size(); ++i)
+    if (plan.inputs[i].strided)
+      add(ParamRole::ld, first_input + static_cast<std::uint32_t>(i), "ld_" + plan.inputs[i].field,
+          fmt::format("long long ld_{}", plan.inputs[i].field), 8, 8);
+  for (std::size_t j = 0; j < plan.outputs.size(); ++j)
+    if (plan.outputs[j].strided)
+      add(ParamRole::output_ld, static_cast<std::uint32_t>(j), "ld_" + plan.outputs[j].field,
+          fmt::format("long long ld_{}", plan.outputs[j].field), 8, 8);
+}
+
 void ParamLayout::add_rng_and_scalars(const KernelPlan& plan) {
   add(ParamRole::seed, 0, "seed", "unsigned long long seed", 8, 8);
   add(ParamRole::offset, 0, "offset", "unsigned long long offset", 8, 8);

@@ -21,6 +21,10 @@ class ParamLayout {
   /// Pointers to the graph's inputs (DeviceBindings::inputs from `first_input`
   /// on, after any mainloop operands) and outputs, in binding order.
   void add_graph_tensors(const KernelPlan& plan, std::uint32_t first_input);
+  /// Note [Strided epilogue tensors]: `long long ld_<field>` for each strided
+  /// full input (ParamRole::ld, index its binding: `first_input` + i) and
+  /// output (ParamRole::output_ld); nothing for a dense tensor, whose rows lie N apart.
+  void add_tensor_lds(const KernelPlan& plan, std::uint32_t first_input);
   /// The dropout seed and offset, then one float per scale node (alpha<k>).
   void add_rng_and_scalars(const KernelPlan& plan);
   /// The struct's fields, one per line, indented two spaces (no trailing newline).

@@ -183,17 +183,17 @@ void verify_operand_lds(const KernelSpec& spec, const Shape& s) {
   }
 }
 
-// Note [Strided epilogue tensors] (src/codegen/gemm/gemm.hpp): a GEMM chain's
-// full [M,N] input or output may have rows ld >= N elements apart. Row, column
-// and scalar inputs and column-sum outputs have no rows to space; a batched
-// GEMM's full tensors are [B, M, N] back to back (a strided one is not built).
+// Note [Strided epilogue tensors] (src/codegen/gemm/gemm.hpp): a chain's full
+// [M,N] input or output may have rows ld >= N elements apart, in every family
+// (the elementwise and row families: Note [Strided rows] in
+// src/codegen/elementwise/elementwise.hpp). Row, column and scalar inputs and
+// column-sum outputs have no rows to space; a batched GEMM's full tensors are
+// [B, M, N] back to back (a strided one is not built).
 void verify_tensor_lds(const KernelSpec& spec, const Shape& s) {
   const Graph& g = spec.graph;
   const bool given = std::any_of(s.ld_inputs.begin(), s.ld_inputs.end(), [](std::int64_t ld) { return ld != 0; }) ||
                      std::any_of(s.ld_outputs.begin(), s.ld_outputs.end(), [](std::int64_t ld) { return ld != 0; });
   if (!given) return;
-  EPIFUSE_CHECK(spec.mainloop.kind != MainloopKind::elementwise,
-                "shape: a leading dimension (ld) of an [M,N] tensor is for GEMM chains; an elementwise chain has none");
   EPIFUSE_CHECK(s.ld_inputs.size() <= g.inputs().size() && s.ld_outputs.size() <= g.outputs().size(),
                 "shape: lds given for {} inputs and {} outputs, the chain has {} and {}", s.ld_inputs.size(),
                 s.ld_outputs.size(), g.inputs().size(), g.outputs().size());

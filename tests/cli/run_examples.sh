@@ -198,7 +198,30 @@ expect_stderr 2 "--ld of a row input" "input 'bias': an ld is for a full [M,N] t
 expect_stderr 2 "--ld of an output below N" "output 'y': ld 20 is less than its rows' 24 elements (N)" -- \
   "$EPIFUSE" run "$CHAINS/gemm_bias_relu.json" --shape 16,24,32 --ld y=20 --device cpu
 expect 0 "--ld of an output on the CPU reference" -- "$EPIFUSE" run "$CHAINS/gemm_bias_relu.json" --shape 16,24,32 --ld y=40 --device cpu
-expect_stderr 2 "--ld on an elementwise chain" "elementwise" -- "$EPIFUSE" run "$AM" --shape 3,4 --ld a=8 --device cpu
+# Elementwise and row chains take lds of their full [M,N] tensors (Note [Strided
+# rows]): on the CPU reference a strided run gives the dense run's values.
+EW=$CHAINS/bias_gelu_dropout_add.json RN=$CHAINS/add_rmsnorm.json
+expect 0 "--ld on an elementwise chain, dense" -- "$EPIFUSE" run "$EW" --shape 16,24 --device cpu --output-dir "$TMP/ew_dense"
+expect 0 "--ld on an elementwise chain" -- "$EPIFUSE" run "$EW" --shape 16,24 --ld x=40 --ld residual=25 --ld y=32 \
+  --device cpu --output-dir "$TMP/ew_ld"
+expect 0 "--ld on a row chain, dense" -- "$EPIFUSE" run "$RN" --shape 16,64 --device cpu --output-dir "$TMP/rn_dense"
+expect 0 "--ld on a row chain" -- "$EPIFUSE" run "$RN" --shape 16,64 --ld x=72 --ld h=65 --device cpu --output-dir "$TMP/rn_ld"
+if "$PYTHON" - "$TMP" >"$TMP/out" 2>"$TMP/err" <<'PY'
+import sys, numpy as np
+d = sys.argv[1]
+for dense, strided, name in (("ew_dense", "ew_ld", "y"), ("rn_dense", "rn_ld", "y"), ("rn_dense", "rn_ld", "h")):
+    a, b = np.load(f"{d}/{dense}/{name}.npy"), np.load(f"{d}/{strided}/{name}.npy")
+    assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape)
+    assert a.tobytes() == b.tobytes(), name
+PY
+then pass "--ld runs of elementwise and row chains give the dense runs' values"
+else fail "--ld runs of elementwise and row chains give the dense runs' values"; fi
+expect_stderr 2 "--ld of an elementwise chain's row input" "input 'bias': an ld is for a full [M,N] tensor" -- \
+  "$EPIFUSE" run "$EW" --shape 16,24 --ld bias=32 --device cpu
+expect_stderr 2 "--ld of a row chain's output below N" "output 'y': ld 60 is less than its rows' 64 elements (N)" -- \
+  "$EPIFUSE" run "$RN" --shape 16,64 --ld y=60 --device cpu
+expect_stderr 2 "--ld of no tensor of an elementwise chain" "'a' is neither an input nor an output of this elementwise" -- \
+  "$EPIFUSE" run "$AM" --shape 3,4 --ld a=8 --device cpu
 expect 0 "--ld on the CPU reference" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --ld a=40 --ld b=32 --device cpu
 expect_stderr 2 "--batch with overlapping batches" "operand 'b': batch stride 10 is less than its 768 elements" -- \
   "$EPIFUSE" run "$CHAINS/gemm.json" --shape 16,24,32 --batch 3 --batch-stride b=10 --device cpu
@@ -212,6 +235,10 @@ if "$PYTHON" -c "import numpy as np, sys; a = np.load(sys.argv[1]); assert a.sha
 then pass "a batched output is written as a (B, M, N) array"; else fail "a batched output is written as a (B, M, N) array"; fi
 if "$EPIFUSE" emit "$CHAINS/gemm_bias_relu.json" --target sm_80 --ld y=264 | grep -q "p.out0\[row \* p.ld_out0 + col\]"
 then pass "emit --ld prints the strided output's kernel"; else fail "emit --ld prints the strided output's kernel"; fi
+if "$EPIFUSE" emit "$EW" --shape 16,24 --target sm_80 --ld x=40 | grep -qF "p.in0 + r * p.ld_in0 + c0"
+then pass "emit --ld prints an elementwise chain's 2-D kernel"; else fail "emit --ld prints an elementwise chain's 2-D kernel"; fi
+if "$EPIFUSE" emit "$RN" --shape 16,64 --target sm_80 --ld h=72 | grep -qF "const long long base_out1 = row * p.ld_out1;"
+then pass "emit --ld prints a row chain's strided rows"; else fail "emit --ld prints a row chain's strided rows"; fi
 if "$EPIFUSE" emit "$CHAINS/gemm_bias_relu_dropout.json" --target sm_80 --batch 4 | grep -q "const long long batch = (long long)blockIdx.z"
 then pass "emit --batch prints the batched kernel"; else fail "emit --batch prints the batched kernel"; fi
 expect 2 "bad --shape (too large)" -- "$EPIFUSE" run "$AM" --shape 99999999999999999999,4 --device cpu

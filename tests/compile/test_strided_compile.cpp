@@ -5,7 +5,9 @@
 // staged and fragment epilogues, prefetched inputs) and its mma.sync general
 // kernel, single and dual GEMMs, every operand strided, and full inputs and
 // outputs strided; hipRTC the wave kernel's for gfx90a (MFMA) and gfx1030 (the
-// FMA form). Skips with a visible line without NVRTC or hipRTC.
+// FMA form); and strided tensors of elementwise and row chains (Note [Strided
+// rows]): the flat kernel's 2-D walk, the column-sum kernel, row tiles of every
+// class. Skips with a visible line without NVRTC or hipRTC.
 #include <doctest/doctest.h>
 
 #include "backend/hiprtc.hpp"
@@ -138,6 +140,65 @@ TEST_SUITE("compile") {
       }
     }
     CHECK(compiled == 2 * (2 * 3 + 2) + 5);
+  }
+
+  TEST_CASE("strided tensors of elementwise and row chains compile for sm_80 and sm_90a" * doctest::test_suite("nvrtc")) {
+    if (!have_nvrtc()) return;
+    int compiled = 0;
+    auto compile = [&](Jit& jit, const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& tile) {
+      INFO(jit.target() << " " << shape.m << "x" << shape.n << " tile " << (tile ? to_string(*tile) : "default"));
+      auto kernel = jit.compile(spec, shape, tile);
+      CHECK(kernel->binary().size() > 4);
+      CHECK(kernel->source().text.find("long long ld_in0;") != std::string::npos);
+      ++compiled;
+    };
+    // x [M,N] + bias [N], dropped, + res [M,N] -> y (+ its column sum).
+    auto elementwise = [](DType dt, bool sums) {
+      KernelSpec spec;
+      Graph& g = spec.graph;
+      const Value x = g.input("x", dt), bias = g.input("bias", dt, Broadcast::row), res = g.input("res", dt);
+      const Value y = g.add(g.dropout(g.add(x, bias), 0.25), res);
+      g.output("y", y, dt);
+      if (sums) g.output("dy", g.col_sum(y), DType::f32);
+      return spec;
+    };
+    // softmax(x + res) -> y, h = x + res saved (+ a column sum of y).
+    auto rows = [](DType dt, bool sums) {
+      KernelSpec spec;
+      Graph& g = spec.graph;
+      const Value x = g.input("x", dt), res = g.input("res", dt);
+      const Value h = g.add(x, res), y = g.softmax(h);
+      g.output("y", y, dt);
+      g.output("h", h, dt);
+      if (sums) g.output("dy", g.col_sum(y), DType::f32);
+      return spec;
+    };
+    auto lds = [](Shape s, std::int64_t pad) {
+      s.ld_inputs = {s.n + pad};
+      s.ld_outputs = {s.n + 2 * pad};
+      return s;
+    };
+    for (const char* target : {"sm_80", "sm_90a"}) {
+      Jit jit(target);
+      const KernelSpec bf16 = elementwise(DType::bf16, false), f32 = elementwise(DType::f32, false);
+      compile(jit, bf16, lds({256, 512, 0}, 8), std::nullopt);   // vectors only, the 2-D walk
+      compile(jit, f32, lds({65, 130, 0}, 3), std::nullopt);     // a ragged row: element by element
+      compile(jit, elementwise(DType::f16, true), lds({256, 512, 0}, 8), std::nullopt);  // column sums
+      compile(jit, elementwise(DType::f32, true), lds({65, 130, 0}, 3), std::nullopt);
+      const KernelSpec softmax = rows(DType::bf16, false);
+      compile(jit, softmax, lds({64, 4096, 0}, 64), RowTile{256, 0, -1, 1});       // registers
+      compile(jit, softmax, lds({64, 4096, 0}, 64), RowTile{256, 0, 0, 1});        // streaming
+      compile(jit, softmax, lds({64, 512, 0}, 8), RowTile{256, 0, -1, 1, 32, 1});  // a group a row
+      compile(jit, softmax, lds({64, 4100, 0}, 2), std::nullopt);                  // narrowed vectors
+      compile(jit, rows(DType::f32, true), lds({64, 4096, 0}, 4), RowTile{512, 0, -1, 1});  // column sums
+      if (std::string_view(target) == "sm_90a") {
+        compile(jit, softmax, lds({64, 4096, 0}, 64), RowTile{256, 0, -1, 0, 0, 1, 1});  // a ring
+        compile(jit, softmax, lds({64, 4096, 0}, 64), RowTile{512, 0, -1, 1, 0, 4});     // a cluster
+        compile(jit, softmax, lds({64, 4096, 0}, 64), RowTile{512, 0, -1, 1, 0, 4, 2});  // a cluster's ring
+        compile(jit, rows(DType::f32, true), lds({64, 4096, 0}, 4), RowTile{512, 0, -1, 1, 0, 2, 2});
+      }
+    }
+    CHECK(compiled == 2 * 9 + 4);
   }
 
   TEST_CASE("strided GEMM operands compile for gfx90a and gfx1030 (the wave kernel)" * doctest::test_suite("hiprtc")) {

@@ -2,8 +2,8 @@
 docs/strided-batched.md, "Built: strided epilogue tensors"): a GEMM chain's full [M, N]
 input or out= output may be a 2-D view with innermost stride 1 and rows ld >= N apart,
 passed with its ld in the launch record (inputs then outputs, binding order); any other
-view, and a strided row input, column-sum output or elementwise tensor, is refused
-naming the tensor. The launch is prepared on CPU tensors with the C launch replaced by a
+view, and a strided row input or column-sum output, is refused naming the tensor.
+Elementwise and row chains take the same views (Note [Strided rows]). The launch is prepared on CPU tensors with the C launch replaced by a
 stub that records the record's fields (tests/python/test_torch_hot_path_cpu.py's way)."""
 import pytest
 
@@ -80,14 +80,16 @@ def test_other_views_are_refused_naming_the_input():
     c = epifuse.Chain.from_json(CHAIN).compile()
     a, b, bias = operands()
     res = torch.zeros(M, N, dtype=torch.float16)
-    with pytest.raises(epifuse.UserError, match=r"input 'res' is not contiguous \(strides \(96, 2\)\): a GEMM chain's "
-                                                r"full \[M, N\] tensor may be a 2-D view"):
+    with pytest.raises(epifuse.UserError, match=r"input 'res' is not contiguous \(strides \(96, 2\)\): a full "
+                                                r"\[M, N\] tensor may be a 2-D view"):
         torch_bind._check(c, [a, b, bias, torch.zeros(M, 2 * 2 * N, dtype=torch.float16)[:, ::2][:, :N]], CPU)
     with pytest.raises(epifuse.UserError, match=r"input 'bias' is not contiguous \(strides \(2,\)\); call"):
         torch_bind._check(c, [a, b, torch.zeros(2 * N, dtype=torch.float16)[::2], res], CPU)
     e = epifuse.Chain.from_json(ELEMENTWISE).compile()
-    with pytest.raises(epifuse.UserError, match=r"input 'x' is not contiguous \(strides \(48, 1\)\); call"):
-        torch_bind._check(e, [torch.zeros(M, 2 * N, dtype=torch.float16)[:, :N]], CPU)
+    with pytest.raises(epifuse.UserError, match=r"input 'x' is not contiguous \(strides \(96, 2\)\): a full"):
+        torch_bind._check(e, [torch.zeros(M, 2 * 2 * N, dtype=torch.float16)[:, ::2][:, :N]], CPU)
+    with pytest.raises(epifuse.UserError, match=r"input 'x' is not contiguous \(strides \(768, 48, 1\)\): a full"):
+        torch_bind._check(e, [torch.zeros(2, M, 2 * N, dtype=torch.float16)[:, :, :N]], CPU)  # 3-D: folded, dense only
 
 
 def test_a_strided_input_is_compiled_and_launched_with_its_ld(monkeypatch):
@@ -136,7 +138,7 @@ def test_out_views_that_cannot_be_written_in_place_are_refused(monkeypatch):
     a, b, bias = operands()
     res = torch.zeros(M, N, dtype=torch.float16)
     zs = torch.empty(M, N, dtype=torch.float16)
-    with pytest.raises(epifuse.UserError, match=r"out= for 'y' is not contiguous \(strides \(1, 16\)\): a GEMM"):
+    with pytest.raises(epifuse.UserError, match=r"out= for 'y' is not contiguous \(strides \(1, 16\)\): a full"):
         fn(a, b, bias, res, out=(torch.empty(N, M, dtype=torch.float16).t(), zs))
     with pytest.raises(epifuse.UserError, match=r"out= for 'y' must be a contiguous"):
         fn(a, b, bias, res, out=(torch.empty(M, 2 * N, dtype=torch.float16)[:, :N - 1], zs))
@@ -148,3 +150,41 @@ def test_out_views_that_cannot_be_written_in_place_are_refused(monkeypatch):
     dacc = torch.empty(M, 2 * N, dtype=torch.float16)[:, :N]  # the [M, N] output strided, db dense
     d(a, b, saved, out=(dacc, torch.empty(N, dtype=torch.float32)))
     assert kernels[-1] == [0, 0, 0, 2 * N, 0]
+
+
+ROWS = """{"epifuse": 1, "name": "add_softmax", "inputs": {"x": {"dtype": "f16"}, "res": {"dtype": "f16"},
+  "bias": {"dtype": "f16", "broadcast": "row"}},
+  "ops": [{"name": "h", "op": "add", "args": ["x", "res"]}, {"name": "z", "op": "add", "args": ["h", "bias"]},
+          {"name": "y", "op": "softmax", "args": ["z"]}],
+  "outputs": {"y": {"dtype": "f16"}, "h": {"dtype": "f16"}}}"""
+
+
+def test_elementwise_views_are_compiled_and_launched_with_their_lds(monkeypatch):
+    fn, kernels, launches = on_cpu(monkeypatch, ELEMENTWISE)
+    buf = torch.zeros(M, 3 * N, dtype=torch.float16)
+    x = buf[:, N:2 * N]
+    y = fn(x)
+    assert y.shape == (M, N) and y.is_contiguous()
+    assert kernels == [[3 * N]]
+    assert launches[-1]["ld"] == [3 * N] and launches[-1]["mnk"] == (M, N, 0)
+    out = buf[:, 2 * N:]  # written beside its input in the same buffer
+    assert fn(x, out=out) is out
+    assert kernels[-1] == [3 * N, 3 * N]
+    assert launches[-1]["ld"] == [3 * N, 3 * N] and launches[-1]["outputs"] == [out.data_ptr()]
+    fn(torch.zeros(M, N, dtype=torch.float16))  # dense: the dense kernel
+    assert kernels[-1] is None and launches[-1]["ld"] == []
+
+
+def test_row_chain_views_are_compiled_and_launched_with_their_lds(monkeypatch):
+    fn, kernels, launches = on_cpu(monkeypatch, ROWS)
+    x = torch.zeros(M, 2 * N, dtype=torch.float16)[:, :N]
+    res = torch.zeros(M, N, dtype=torch.float16)
+    bias = torch.zeros(N, dtype=torch.float16)
+    y, h = fn(x, res, bias)
+    assert kernels == [[2 * N, 0, 0]]
+    assert launches[-1]["ld"] == [2 * N, 0, 0]
+    wide = torch.zeros(M, 64, dtype=torch.float16)
+    fn(x, res, bias, out=(torch.empty(M, N, dtype=torch.float16), wide[:, 32:32 + N]))
+    assert kernels[-1] == [2 * N, 0, 0, 0, 64]
+    with pytest.raises(epifuse.UserError, match=r"input 'bias' is not contiguous \(strides \(2,\)\); call"):
+        fn(x, res, torch.zeros(2 * N, dtype=torch.float16)[::2])

@@ -344,17 +344,62 @@ TEST_CASE("C ABI: strided chain inputs and outputs through the same ld record (i
   CHECK(last_error().find("7 given, the kernel binds 4 inputs and 2 outputs") != std::string::npos);
   ef_kernel_free(kernel);
   ef_kernel_free(dense);
-  // An elementwise chain's tensors are dense.
-  ef_spec* ew = nullptr;
-  REQUIRE(ef_spec_from_json(R"({"epifuse": 1, "inputs": {"x": {"dtype": "f16"}},
-    "ops": [{"name": "y", "op": "relu", "args": ["x"]}], "outputs": {"y": {"dtype": "f16"}}})",
-                            "ew.json", &ew) == EF_OK);
-  const std::int64_t x_ld[] = {64};
-  CHECK(ef_jit_compile_ld(jit, ew, 32, 48, 0, x_ld, 1, nullptr, &kernel) == EF_USER_ERROR);
-  CHECK(last_error().find("elementwise chain") != std::string::npos);
-  ef_spec_free(ew);
   ef_jit_free(jit);
   ef_spec_free(s);
+}
+
+TEST_CASE("C ABI: strided tensors of elementwise and row chains through the ld record (no operands)") {
+  ef_jit* jit = nullptr;
+  if (ef_jit_new("sm_80", &jit) != EF_OK) {
+    MESSAGE("C ABI strided rows compile skipped: " << last_error());
+    return;
+  }
+  // Elementwise: bindings x, bias, then y; the record starts at the chain's first input.
+  ef_spec* ew = nullptr;
+  REQUIRE(ef_spec_from_json(R"({"epifuse": 1, "inputs": {"x": {"dtype": "f16"}, "bias": {"dtype": "f16", "broadcast": "row"}},
+    "ops": [{"name": "z", "op": "add", "args": ["x", "bias"]}, {"name": "y", "op": "relu", "args": ["z"]}],
+    "outputs": {"y": {"dtype": "f16"}}})",
+                            "ew.json", &ew) == EF_OK);
+  ef_kernel* kernel = nullptr;
+  const std::int64_t short_x[] = {40};  // N is 48
+  CHECK(ef_jit_compile_ld(jit, ew, 32, 48, 0, short_x, 1, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("input 'x': ld 40 is less than its rows' 48 elements") != std::string::npos);
+  const std::int64_t on_bias[] = {0, 64};
+  CHECK(ef_jit_compile_ld(jit, ew, 32, 48, 0, on_bias, 2, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("input 'bias': an ld is for a full [M,N] tensor") != std::string::npos);
+  const std::int64_t too_many[] = {0, 0, 0, 64};
+  CHECK(ef_jit_compile_ld(jit, ew, 32, 48, 0, too_many, 4, nullptr, &kernel) == EF_USER_ERROR);
+  CHECK(last_error().find("4 given, the kernel binds 2 inputs and 1 outputs") != std::string::npos);
+  const std::int64_t lds[] = {64, 0, 56};
+  REQUIRE(ef_jit_compile_ld(jit, ew, 32, 48, 0, lds, 3, nullptr, &kernel) == EF_OK);
+  ef_kernel* dense = nullptr;
+  const std::int64_t n_is_dense[] = {48, 0, 48};
+  REQUIRE(ef_jit_compile_ld(jit, ew, 32, 48, 0, n_is_dense, 3, nullptr, &dense) == EF_OK);
+  char* a = nullptr;
+  char* b = nullptr;
+  REQUIRE(ef_kernel_bindings(kernel, &a) == EF_OK);
+  REQUIRE(ef_kernel_bindings(dense, &b) == EF_OK);
+  const std::string strided_json = a, dense_json = b;
+  CHECK(strided_json.find(R"("inputs":["x","bias"],"outputs":["y"])") != std::string::npos);
+  CHECK(strided_json != dense_json);  // another kernel (its name), the same bindings
+  ef_string_free(a);
+  ef_string_free(b);
+  ef_kernel_free(kernel);
+  ef_kernel_free(dense);
+  ef_spec_free(ew);
+  // A row chain (softmax): x strided, y strided.
+  ef_spec* rows = nullptr;
+  REQUIRE(ef_spec_from_json(R"({"epifuse": 1, "inputs": {"x": {"dtype": "bf16"}},
+    "ops": [{"name": "y", "op": "softmax", "args": ["x"]}], "outputs": {"y": {"dtype": "bf16"}}})",
+                            "rows.json", &rows) == EF_OK);
+  const std::int64_t row_lds[] = {1032, 2048};
+  REQUIRE(ef_jit_compile_ld(jit, rows, 16, 1024, 0, row_lds, 2, nullptr, &kernel) == EF_OK);
+  const std::int64_t short_y[] = {0, 1000};
+  CHECK(ef_jit_compile_ld(jit, rows, 16, 1024, 0, short_y, 2, nullptr, &dense) == EF_USER_ERROR);
+  CHECK(last_error().find("output 'y': ld 1000 is less than its rows' 1024 elements") != std::string::npos);
+  ef_kernel_free(kernel);
+  ef_spec_free(rows);
+  ef_jit_free(jit);
 }
 
 TEST_CASE("C ABI: batched GEMMs through ef_jit_compile_batched and ef_launch's appended batch fields") {

@@ -229,7 +229,7 @@ void add_bench(CLI::App& app) {
   sub->add_option("chain", opt->chain, "JSON op chain")->required();
   sub->add_option("--shape", opt->shapes, "M,N (GEMM chains: M,N,K; repeatable); default the chain's shape");
   sub->add_option("--ld", opt->lds,
-                  "NAME=LD: a GEMM operand's leading dimension for every shape (a, b; dual: a, b0, b1), or a GEMM "
+                  "NAME=LD: a GEMM operand's leading dimension for every shape (a, b; dual: a, b0, b1), or a "
                   "chain's full [M,N] input's or output's (repeatable): the fused kernel is the strided variant; the "
                   "cuBLAS and unfused baselines are skipped")
       ->allow_extra_args(false);

@@ -181,8 +181,6 @@ void apply_lds(const std::vector<std::string>& lds, const KernelSpec& spec, Shap
   const MainloopKind kind = spec.mainloop.kind;
   const Graph& g = spec.graph;
   const bool dual = kind == MainloopKind::dual_gemm;
-  EPIFUSE_CHECK(lds.empty() || kind != MainloopKind::elementwise,
-                "--ld: leading dimensions are for GEMM chains' tensors; this chain is elementwise");
   std::set<std::string> seen;
   for (const std::string& text : lds) {
     const std::size_t eq = text.find('=');
@@ -195,11 +193,12 @@ void apply_lds(const std::vector<std::string>& lds, const KernelSpec& spec, Shap
     EPIFUSE_CHECK(all_digits(digits, 10) && ec == std::errc{} && ptr == digits.data() + digits.size(),
                   "--ld '{}': the leading dimension must be a non-negative decimal integer", text);
     EPIFUSE_CHECK(seen.insert(name).second, "--ld: '{}' given twice", name);
-    if (name == "a") {
+    const bool gemm = kind != MainloopKind::elementwise;  // an elementwise chain's `a` is an input's name
+    if (gemm && name == "a") {
       shape.lda = ld;
       continue;
     }
-    if (name == (dual ? "b0" : "b")) {
+    if (gemm && name == (dual ? "b0" : "b")) {
       shape.ldb = ld;
       continue;
     }
@@ -223,9 +222,12 @@ void apply_lds(const std::vector<std::string>& lds, const KernelSpec& spec, Shap
     else if (output != g.outputs().end())
       put(shape.ld_outputs, static_cast<std::size_t>(output - g.outputs().begin()), g.outputs().size());
     else
-      throw UserError(fmt::format("--ld '{}': '{}' is neither an operand nor an input or output of this {}: give {} "
-                                  "or a full [M,N] input or output",
-                                  text, name, to_string(kind), dual ? "a, b0, b1" : "a, b"));
+      throw UserError(gemm ? fmt::format("--ld '{}': '{}' is neither an operand nor an input or output of this {}: give "
+                                         "{} or a full [M,N] input or output",
+                                         text, name, to_string(kind), dual ? "a, b0, b1" : "a, b")
+                           : fmt::format("--ld '{}': '{}' is neither an input nor an output of this elementwise "
+                                         "chain: give a full [M,N] input or output",
+                                         text, name));
   }
   verify_shape(spec, shape);
 }

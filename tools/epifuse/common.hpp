@@ -106,8 +106,9 @@ void require_nonempty(const Shape& s, std::string_view what);
 Shape resolve_shape(const std::string& text, const KernelSpec& spec);
 
 /// `--ld NAME=LD` (repeatable): a GEMM operand's leading dimension into `shape`
-/// (a, b, or a dual GEMM's a, b0, b1; Note [Strided operands]) or a GEMM chain's
-/// full [M,N] input's or output's, by name (Note [Strided epilogue tensors]),
+/// (a, b, or a dual GEMM's a, b0, b1; Note [Strided operands]) or any chain's
+/// full [M,N] input's or output's, by name (Note [Strided epilogue tensors],
+/// Note [Strided rows]),
 /// then verify_shape. UserError naming --ld for another name, a repeated one or
 /// a bad number.
 void apply_lds(const std::vector<std::string>& lds, const KernelSpec& spec, Shape& shape);

@@ -79,7 +79,7 @@ void add_emit(CLI::App& app) {
       ->check(non_empty());
   add_tile_options(*sub, opt->tile);
   sub->add_option("--ld", opt->lds,
-                  "NAME=LD: a GEMM operand's or a GEMM chain's full [M,N] input's or output's leading dimension "
+                  "NAME=LD: a GEMM operand's or a chain's full [M,N] input's or output's leading dimension "
                   "(repeatable): the strided variant's source (docs/strided-batched.md)")
       ->allow_extra_args(false);
   add_batch_options(*sub, opt->batch, opt->batch_strides);

@@ -411,7 +411,7 @@ void add_run(CLI::App& app) {
                   "dual_gemm); default: the chain's \"shape\"")
       ->check(non_empty());
   sub->add_option("--ld", opt->lds,
-                  "NAME=LD: a GEMM operand's leading dimension (a, b; dual: a, b0, b1), or a GEMM chain's full "
+                  "NAME=LD: a GEMM operand's leading dimension (a, b; dual: a, b0, b1), or a chain's full "
                   "[M,N] input's or output's (LD >= N; repeatable): the device buffer's rows LD elements apart, run by "
                   "the strided kernel (docs/strided-batched.md)")
       ->allow_extra_args(false);

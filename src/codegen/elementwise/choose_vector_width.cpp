@@ -10,6 +10,7 @@
 #include "codegen/elementwise/elementwise.hpp"
 #include "epifuse/errors.hpp"
 #include "ir/limits.hpp"
+#include "ir/op_table.hpp"
 
 namespace epifuse {
 
@@ -50,12 +51,49 @@ void force_index64_for_tests(bool on) { g_force_index64 = on; }
 
 bool ragged(const ElementwiseTile& resolved, const Shape& shape) { return (shape.m * shape.n) % resolved.vec != 0; }
 
-std::string_view elementwise_shape_class(const ElementwiseTile& resolved, const Shape& shape) {
+namespace {
+std::string_view dense_shape_class(const ElementwiseTile& resolved, const Shape& shape) {
   // One of six literals: no formatting, since launches check it too.
   const bool narrow = fits_index32(shape);
   if (shape.n % resolved.vec == 0) return narrow ? "row_aligned/i32" : "row_aligned/i64";
   if (ragged(resolved, shape)) return narrow ? "row_unaligned/i32/ragged" : "row_unaligned/i64/ragged";
   return narrow ? "row_unaligned/i32" : "row_unaligned/i64";
+}
+}  // namespace
+
+std::string_view elementwise_shape_class(const ElementwiseTile& resolved, const Shape& shape) {
+  const std::string_view dense = dense_shape_class(resolved, shape);
+  if (!epilogue_strided(shape)) return dense;
+  // Note [Strided rows]: the strided tensors' flags, built once per process.
+  return interned_shape_class(std::string(dense) + tensor_ld_flags(shape));
+}
+
+bool row_starts_take(const KernelSpec& spec, const Shape& shape, int vec) {
+  // Row r's vector at column c0 (a multiple of VEC) starts r * ld + c0 elements in.
+  const auto takes = [&](std::int64_t ld, DType dtype) {
+    const auto size = static_cast<std::int64_t>(size_of(dtype));
+    return ld * size % std::min<std::int64_t>(16, vec * size) == 0;
+  };
+  const Graph& g = spec.graph;
+  for (std::size_t i = 0; i < g.inputs().size(); ++i) {
+    const Node& n = g.node(g.inputs()[i]);
+    if (n.broadcast == Broadcast::full && !takes(input_ld(shape, i), n.dtype)) return false;
+  }
+  for (std::size_t j = 0; j < g.outputs().size(); ++j) {
+    const Output& o = g.outputs()[j];
+    if (g.node(o.value).broadcast == Broadcast::full && !takes(output_ld(shape, j), o.dtype)) return false;
+  }
+  return true;
+}
+
+int strided_rows_vector_width(const KernelSpec& spec, const Shape& shape, int vec) {
+  bool draws = false;
+  for (const Node& n : spec.graph.nodes())
+    draws |= n.kind == NodeKind::op && n.op == OpKind::dropout && n.p > 0.0 && n.p < 1.0;
+  const int least = draws ? 4 : 1;
+  // N % VEC: a lane's vector never straddles a row's end.
+  while (vec > least && (shape.n % vec != 0 || !row_starts_take(spec, shape, vec))) vec /= 2;
+  return vec;
 }
 
 ElementwisePlan choose_vector_width(const KernelPlan& plan) {
@@ -69,6 +107,7 @@ ElementwisePlan choose_vector_width(const KernelPlan& plan) {
   e.row_vectors_aligned = plan.shape.n % e.tile.vec == 0;
   e.index32 = fits_index32(plan.shape);
   e.vector_only = plan.path == KernelPath::fastest && !ragged(e.tile, plan.shape);
+  e.strided_rows = epilogue_strided(plan.shape);
   return e;
 }
 

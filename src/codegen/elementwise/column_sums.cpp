@@ -41,6 +41,21 @@ ColumnGrid column_grid(const ElementwiseTile& resolved, const Shape& shape, int 
   return g;
 }
 
+ColumnGrid strided_rows_grid(const ElementwiseTile& resolved, const Shape& shape, int multiprocessors) {
+  EPIFUSE_ASSERT(resolved.vec > 0 && resolved.threads % 32 == 0, "strided_rows_grid needs a resolved tile");
+  ColumnGrid g;
+  g.lanes = 32;  // the column-sum kernel's block (column_grid)
+  g.rows_per_step = resolved.threads / g.lanes;
+  g.tile_columns = g.lanes * resolved.vec;
+  g.column_tiles = std::min<std::int64_t>(ceil_div(shape.n, g.tile_columns), 0x7fffffff);
+  std::int64_t slices = ceil_div(shape.m, g.rows_per_step);
+  if (resolved.blocks_per_sm > 0)
+    slices = std::min(slices, std::int64_t{std::max(multiprocessors, 1)} * resolved.blocks_per_sm /
+                                  std::max<std::int64_t>(g.column_tiles, 1));
+  g.row_slices = std::clamp<std::int64_t>(slices, 1, 65535);
+  return g;
+}
+
 WorkspaceNeeds column_sum_workspace(const ElementwiseTile& resolved, const Shape& shape, std::size_t sums) {
   const ColumnGrid g = column_grid(resolved, shape, k_column_sum_max_multiprocessors);
   WorkspaceNeeds w;

@@ -2,7 +2,8 @@
 // The elementwise kernel family (Note [Kernel families]): a grid-stride loop
 // in which each thread loads VEC consecutive elements of every full tensor with
 // 16-byte accesses, runs the epilogue on each, and stores. Its passes, in
-// order: choose_vector_width, then emit_elementwise (templates/elementwise.cu.in).
+// order: choose_vector_width, then emit_elementwise (templates/elementwise.cu.in;
+// over strided rows emit_elementwise_rows, templates/elementwise_rows.cu.in).
 #include <functional>
 #include <string>
 #include <string_view>
@@ -24,6 +25,7 @@ struct ElementwisePlan {
   bool row_vectors_aligned = false;   // N % vec == 0: row vectors load as vectors too
   bool index32 = false;               // M*N (+ a grid's overshoot) fits int: 32-bit indexing
   bool vector_only = false;           // no scalar path: M*N % vec == 0 and the host checks alignment
+  bool strided_rows = false;          // a full tensor is strided: the 2-D walk (Note [Strided rows])
 };
 
 /// The block-size and vector-width ranges every tile of threads over vectors
@@ -36,8 +38,18 @@ int natural_vector_width(const KernelSpec& spec);
 ElementwiseTile resolve_elementwise_tile(const KernelSpec& spec, ElementwiseTile tile);
 /// What the code is specialised for besides the spec and tile: "row_aligned" or
 /// "row_unaligned" (N % vec), then "/i32" or "/i64" (index width), then
-/// "/ragged" when M*N % vec != 0 (row_aligned shapes never are).
+/// "/ragged" when M*N % vec != 0 (row_aligned shapes never are), then the
+/// strided tensors' flags ("/ld_in0/ld_out1", Note [Strided rows]).
 std::string_view elementwise_shape_class(const ElementwiseTile& resolved, const Shape& shape);
+/// Note [Strided rows]: whether every full tensor's rows start where VEC-wide
+/// accesses can: ld (N when dense) x element size a multiple of
+/// min(16, VEC x element size). The row family's vectors obey it too.
+bool row_starts_take(const KernelSpec& spec, const Shape& shape, int vec);
+/// Note [Strided rows]: the widest vector up to `vec` whose accesses every
+/// full tensor's rows can take: N % VEC == 0, and each tensor's ld x element
+/// size a multiple of min(16, VEC x element size); never below 4 where the
+/// graph draws dropout (one Philox call serves four elements).
+int strided_rows_vector_width(const KernelSpec& spec, const Shape& shape, int vec);
 /// M*N % vec != 0: the last vector is partial, so the kernel needs its scalar path.
 bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 
@@ -62,6 +74,29 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // last block of a column tile adding them in order.
 
 // Which outputs are sums: column_sum_outputs and has_column_sums (codegen/column_sums.hpp).
+
+// Note [Strided rows] (docs/strided-batched.md, "Built: strided tensors in
+// the elementwise and row families")
+// A full [M,N] input or output may have rows p.ld_<field> >= N elements apart
+// (Shape::ld_inputs, ld_outputs; Note [Strided epilogue tensors] in
+// gemm/gemm.hpp). One index over M*N cannot address such a tensor, so where
+// any full tensor of the launch is strided the flat kernel becomes 2-D: the
+// column-sum kernel's walk (a warp across a tile of 32 x VEC columns, the
+// block's warps down the rows) without the sums, templates/elementwise_rows.cu.in.
+// Both walking kernels address a strided tensor's element (r, c) at
+// r * p.ld_<field> + c, and a dense one's at r * N + c as before; a dropout
+// draw's index is r * N + c, the element's place in the [M,N] result, so a
+// view and its dense copy draw the same mask. A lane's vector never
+// straddles a row, so the flat kernel over strided rows narrows VEC until
+// N % VEC == 0 and each strided row's start takes the vector's accesses
+// (strided_rows_vector_width; the tile, and so the key, holds the narrowed
+// width): elementwise results do not depend on VEC, so the bits are the dense
+// kernel's. The column-sum kernel keeps the dense shape's tile, whose VEC
+// sets the grid and so the order of the column sums' additions: there only
+// the addresses change, and an ld its vectors cannot take clears the vector
+// flag at launch as a misaligned pointer does (its general kernel reads
+// element by element). A dense shape's kernels are byte for byte what they
+// were; the strided flags are in the shape class, the lds' values are not.
 
 /// The grid of a column-sum kernel: column tiles x row slices.
 struct ColumnGrid {
@@ -91,6 +126,37 @@ ColumnGrid column_grid(const ElementwiseTile& resolved, const Shape& shape, int 
 /// any GPU up to k_column_sum_max_multiprocessors gets.
 WorkspaceNeeds column_sum_workspace(const ElementwiseTile& resolved, const Shape& shape, std::size_t sums);
 
+/// The grid of the flat kernel over strided rows (Note [Strided rows]): the
+/// column-sum kernel's block, all column tiles (the kernel strides over more
+/// than 2^31 - 1), and row slices covering the rows, or with a tile's
+/// blocks_per_sm as many as the multiprocessors hold (at least one, at most
+/// 65535: the kernel strides over the rest).
+ColumnGrid strided_rows_grid(const ElementwiseTile& resolved, const Shape& shape, int multiprocessors);
+
+/// Which code a kernel walking rows carries (the column-sum kernel, and the
+/// flat kernel over strided rows). A lane's VEC columns are one aligned vector
+/// of every full row only when N % VEC == 0; then the vector path runs unless
+/// a general kernel finds a misaligned pointer or ld (p.vectorized == 0).
+struct ColumnPaths {
+  bool vector = false, scalar = false;
+};
+ColumnPaths column_paths(const ElementwisePlan& e);
+/// `vector` and `scalar` as the paths say: one of them, or both behind a branch on `whole`.
+std::string column_branch(const ColumnPaths& c, const std::string& vector, const std::string& scalar,
+                          const std::string& indent);
+/// Where a walking kernel finds full tensor t's first element of the lane's
+/// vector in row `row`: `e0` (row * N + c0) when dense, `row * p.ld_<field> + c0`
+/// when strided (Note [Strided rows]).
+std::string full_offset(const TensorPlan& t, std::string_view row);
+/// The dropout draws of a lane's vector at element index e0 (the [M,N]
+/// place), the stores of its full outputs (those `sums` does not mark) in
+/// row `row`, and the alignment a tensor's accesses need: shared by both
+/// walking kernels.
+std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c);
+std::string column_walk_stores(const ElementwisePlan& e, const ColumnPaths& c, const std::vector<bool>& sums,
+                               std::string_view row);
+int column_walk_alignment(const ElementwisePlan& e, const ColumnPaths& c, const TensorPlan& t);
+
 /// Tests only: generate 64-bit indexing for every shape, so the GPU suite
 /// covers that path without tensors of 2^30 elements.
 void force_index64_for_tests(bool on);
@@ -107,5 +173,6 @@ std::string emit_vector_epilogue(const ElementwisePlan& plan, const EpilogueCont
 ElementwisePlan choose_vector_width(const KernelPlan& plan);
 KernelSource emit_elementwise(const ElementwisePlan& plan);
 KernelSource emit_column_sums(const ElementwisePlan& plan);
+KernelSource emit_elementwise_rows(const ElementwisePlan& plan);
 
 }  // namespace epifuse

@@ -16,6 +16,13 @@ bool sums_columns(const KernelSource& source) {
                      [](const ParamField& f) { return f.role == ParamRole::workspace; });
 }
 
+// The flat kernel over strided rows is the one with an ld and no workspace (Note [Strided rows]).
+bool walks_strided_rows(const KernelSource& source) {
+  return !sums_columns(source) && std::any_of(source.params.begin(), source.params.end(), [](const ParamField& f) {
+    return f.role == ParamRole::ld || f.role == ParamRole::output_ld;
+  });
+}
+
 class ElementwiseFamily final : public KernelFamily {
  public:
   MainloopKind kind() const override { return MainloopKind::elementwise; }
@@ -24,7 +31,7 @@ class ElementwiseFamily final : public KernelFamily {
     return spec.mainloop.kind == MainloopKind::elementwise && row_reduction_of(spec) == nullptr;
   }
 
-  TileConfig resolve_tile(const KernelSpec& spec, const Shape&, const std::optional<TileConfig>& requested,
+  TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
                           std::string_view, const DeviceInfo&) const override {
     ElementwiseTile tile;
     if (requested) {
@@ -36,7 +43,12 @@ class ElementwiseFamily final : public KernelFamily {
     check_threads_and_vec("tile", tile.threads, tile.vec);
     EPIFUSE_CHECK(tile.blocks_per_sm >= 0 && tile.blocks_per_sm <= limits::k_max_blocks_per_sm,
                   "tile: blocks per SM must be in [0, {}], got {}", limits::k_max_blocks_per_sm, tile.blocks_per_sm);
-    return resolve_elementwise_tile(spec, tile);
+    ElementwiseTile resolved = resolve_elementwise_tile(spec, tile);
+    // Note [Strided rows]: over strided rows a narrower vector rather than
+    // none (the column-sum kernel keeps its tile: its VEC orders the sums).
+    if (epilogue_strided(shape) && !has_column_sums(spec))
+      resolved.vec = strided_rows_vector_width(spec, shape, resolved.vec);
+    return resolved;
   }
 
   std::string_view shape_class(const KernelSpec&, const TileConfig& resolved, const Shape& shape) const override {
@@ -81,7 +93,8 @@ class ElementwiseFamily final : public KernelFamily {
     plan.path = std::max(plan.path, path_for(*plan.spec, plan.tile, plan.shape));  // general wins
     const ElementwisePlan e = choose_vector_width(plan);
     plan.kernel_name = kernel_name(plan);
-    return column_sums ? emit_column_sums(e) : emit_elementwise(e);
+    if (column_sums) return emit_column_sums(e);
+    return e.strided_rows ? emit_elementwise_rows(e) : emit_elementwise(e);
   }
 
   LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int multiprocessors) const override {
@@ -90,6 +103,15 @@ class ElementwiseFamily final : public KernelFamily {
       const ColumnGrid c = column_grid(tile, shape, multiprocessors);
       LaunchGeometry g;
       g.grid[0] = static_cast<unsigned>(std::min<std::int64_t>(c.column_tiles, 0x7fffffff));
+      g.grid[1] = static_cast<unsigned>(c.row_slices);
+      g.block[0] = static_cast<unsigned>(c.lanes);
+      g.block[1] = static_cast<unsigned>(c.rows_per_step);
+      return g;
+    }
+    if (walks_strided_rows(source)) {
+      const ColumnGrid c = strided_rows_grid(tile, shape, multiprocessors);
+      LaunchGeometry g;
+      g.grid[0] = static_cast<unsigned>(c.column_tiles);
       g.grid[1] = static_cast<unsigned>(c.row_slices);
       g.block[0] = static_cast<unsigned>(c.lanes);
       g.block[1] = static_cast<unsigned>(c.rows_per_step);

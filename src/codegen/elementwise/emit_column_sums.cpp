@@ -13,34 +13,31 @@
 
 namespace epifuse {
 
-namespace {
-
-// Which code a column-sum kernel carries. A lane's VEC columns are one aligned
-// vector of every full row only when N % VEC == 0; then the vector path runs
-// unless a general kernel finds a misaligned pointer (p.vectorized == 0).
-struct ColumnPaths {
-  bool vector = false, scalar = false;
-};
-
-ColumnPaths paths_of(const ElementwisePlan& e) {
+ColumnPaths column_paths(const ElementwisePlan& e) {
   ColumnPaths c;
   c.vector = e.row_vectors_aligned;
   c.scalar = !e.row_vectors_aligned || e.plan->path == KernelPath::general;
   return c;
 }
 
-// `vector` and `scalar` as the paths say: one of them, or both behind a branch on `whole`.
-std::string branch(const ColumnPaths& c, const std::string& vector, const std::string& scalar,
-                   const std::string& indent) {
+std::string column_branch(const ColumnPaths& c, const std::string& vector, const std::string& scalar,
+                          const std::string& indent) {
   if (!c.scalar) return indent + "{\n" + vector + indent + "}";
   if (!c.vector) return indent + "{\n" + scalar + indent + "}";
   return indent + "if (whole) {\n" + vector + indent + "} else {\n" + scalar + indent + "}";
 }
 
+std::string full_offset(const TensorPlan& t, std::string_view row) {
+  return t.strided ? fmt::format("{} * p.ld_{} + c0", row, t.field) : "e0";
+}
+
+namespace {
+
 void layout_params(const ElementwisePlan& e, const ColumnPaths& c, ParamLayout& layout) {
   layout.add_graph_tensors(*e.plan, 0);
   layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
   layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
+  layout.add_tensor_lds(*e.plan, 0);  // Note [Strided rows]: none for a dense shape
   layout.add_rng_and_scalars(*e.plan);
   layout.add(ParamRole::workspace, 0, "arrivals", "unsigned* arrivals", 8, 8);
   layout.add(ParamRole::workspace, 1, "partials", "float* partials", 8, 8);
@@ -66,7 +63,7 @@ std::string emit_row_loads(const ElementwisePlan& e, const ColumnPaths& c) {
     }
   }
   if (vec.empty()) return decl.empty() ? "  // no row or scalar input" : decl.substr(0, decl.size() - 1);
-  return decl + branch(c, vec, scalar, "  ");
+  return decl + column_branch(c, vec, scalar, "  ");
 }
 
 // Full inputs of the ROWS rows r + k * S (vectors at e0, or element by
@@ -79,10 +76,11 @@ std::string emit_loads(const ElementwisePlan& e, const ColumnPaths& c, std::stri
     const std::string& f = t.field;
     if (t.broadcast == Broadcast::full) {
       decl += fmt::format("      float {}_v[ROWS][VEC];\n", f);
-      vec += fmt::format("          ef_load_vec<{}, VEC>(p.{} + e0, {}_v[k]);\n", type, f, f);
+      const std::string at = full_offset(t, "rk");  // Note [Strided rows]
+      vec += fmt::format("          ef_load_vec<{}, VEC>(p.{} + {}, {}_v[k]);\n", type, f, at, f);
       scalar += fmt::format(
-          "#pragma unroll\n          for (int j = 0; j < VEC; ++j) {}_v[k][j] = c0 + j < n ? ef_to_float(p.{}[e0 + j]) : 0.0f;\n",
-          f, f);
+          "#pragma unroll\n          for (int j = 0; j < VEC; ++j) {}_v[k][j] = c0 + j < n ? ef_to_float(p.{}[{} + j]) : 0.0f;\n",
+          f, f, at);
     } else if (t.broadcast == Broadcast::col) {
       decl += fmt::format("      float {}_v[ROWS][VEC];\n", f);
       col += fmt::format("        {{\n          const float s = ef_to_float(p.{}[rk]);\n#pragma unroll\n"
@@ -92,17 +90,19 @@ std::string emit_loads(const ElementwisePlan& e, const ColumnPaths& c, std::stri
   }
   if (decl.empty()) return "      // no full or col input";
   std::string body = col;
-  if (!vec.empty()) body += branch(c, vec, scalar, "        ") + "\n";
+  if (!vec.empty()) body += column_branch(c, vec, scalar, "        ") + "\n";
   return decl + fmt::format("#pragma unroll\n      for (int k = 0; k < ROWS; ++k) {{\n        const {0} rk = r + k * S;\n"
                             "        if (rk >= m) break;\n        const {0} e0 = rk * n + c0;\n",
                             index_t) +
          body + "      }";
 }
 
+}  // namespace
+
 // Draws at the element's flat index r*N + c (docs/design.md §4). On the vector
 // path e0 is a multiple of VEC >= 4, so one Philox call serves four elements;
 // inside a row that is not, each element takes its own word.
-std::string emit_draws(const ElementwisePlan& e, const ColumnPaths& c) {
+std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c) {
   const KernelPlan& plan = *e.plan;
   const Graph& g = plan.spec->graph;
   std::string decl, vec, scalar;
@@ -130,22 +130,36 @@ std::string emit_draws(const ElementwisePlan& e, const ColumnPaths& c) {
     }
   }
   if (decl.empty()) return "      // no dropout: no draws";
-  return decl + branch(c, vec, scalar, "      ");
+  return decl + column_branch(c, vec, scalar, "      ");
 }
 
-std::string emit_stores(const ElementwisePlan& e, const ColumnPaths& c, const std::vector<bool>& sums) {
+std::string column_walk_stores(const ElementwisePlan& e, const ColumnPaths& c, const std::vector<bool>& sums,
+                               std::string_view row) {
   std::string vec, scalar;
   for (std::size_t k = 0; k < e.plan->outputs.size(); ++k) {
     if (sums[k]) continue;
     const TensorPlan& t = e.plan->outputs[k];
     const auto type = storage_type_name(t.dtype);
-    vec += fmt::format("        ef_store_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, t.field, t.field);
-    scalar += fmt::format("          if (c0 + j < n) p.{}[e0 + j] = ef_from_float<{}>({}_v[j]);\n", t.field, type,
+    const std::string at = full_offset(t, row);  // Note [Strided rows]
+    vec += fmt::format("        ef_store_vec<{}, VEC>(p.{} + {}, {}_v);\n", type, t.field, at, t.field);
+    scalar += fmt::format("          if (c0 + j < n) p.{}[{} + j] = ef_from_float<{}>({}_v[j]);\n", t.field, at, type,
                           t.field);
   }
   if (vec.empty()) return "      // no full output";
-  return branch(c, vec, "#pragma unroll\n        for (int j = 0; j < VEC; ++j) {\n" + scalar + "        }\n", "      ");
+  return column_branch(c, vec, "#pragma unroll\n        for (int j = 0; j < VEC; ++j) {\n" + scalar + "        }\n", "      ");
 }
+
+// Full tensors and row inputs move as vectors on the vector path; a col_sum's
+// [N] output is stored element by element.
+int column_walk_alignment(const ElementwisePlan& e, const ColumnPaths& c, const TensorPlan& t) {
+  if (!c.vector) return 0;
+  const Node& n = e.plan->spec->graph.node(t.value);
+  const bool column_sum = n.kind == NodeKind::op && is_col_reduction(n.op);
+  if (column_sum || (t.broadcast != Broadcast::full && t.broadcast != Broadcast::row)) return 0;
+  return static_cast<int>(std::min<std::size_t>(16, e.tile.vec * size_of(t.dtype)));
+}
+
+namespace {
 
 std::string emit_accumulate(const KernelPlan& plan, const std::vector<bool>& sums) {
   std::string s = "#pragma unroll\n      for (int j = 0; j < VEC; ++j) {";
@@ -205,24 +219,14 @@ std::string emit_final_sums(const KernelPlan& plan, const std::vector<bool>& sum
   return s;
 }
 
-// Full tensors and row inputs move as vectors on the vector path; a col_sum's
-// [N] output is stored element by element.
-int alignment_needed(const ElementwisePlan& e, const ColumnPaths& c, const TensorPlan& t) {
-  if (!c.vector) return 0;
-  const Node& n = e.plan->spec->graph.node(t.value);
-  const bool column_sum = n.kind == NodeKind::op && is_col_reduction(n.op);
-  if (column_sum || (t.broadcast != Broadcast::full && t.broadcast != Broadcast::row)) return 0;
-  return static_cast<int>(std::min<std::size_t>(16, e.tile.vec * size_of(t.dtype)));
-}
-
 }  // namespace
 
 KernelSource emit_column_sums(const ElementwisePlan& e) {
   const KernelPlan& plan = *e.plan;
   const std::vector<bool> sums = column_sum_outputs(*plan.spec);
-  const ColumnPaths c = paths_of(e);
+  const ColumnPaths c = column_paths(e);
   KernelSource ks;
-  bind_graph_tensors(plan, ks, [&](const TensorPlan& t) { return alignment_needed(e, c, t); });
+  bind_graph_tensors(plan, ks, [&](const TensorPlan& t) { return column_walk_alignment(e, c, t); });
   ks.tile = e.tile;  // vec resolved
   ParamLayout layout;
   layout_params(e, c, layout);
@@ -247,7 +251,7 @@ KernelSource emit_column_sums(const ElementwisePlan& e) {
       {"row_loads", emit_row_loads(e, c)},
       {"loads", emit_loads(e, c, index_t)},
       {"rows", std::to_string(column_sum_rows_in_flight(e.tile))},
-      {"draws", emit_draws(e, c)},
+      {"draws", column_walk_draws(e, c)},
       // A full or per-row input is loaded per row k of the ROWS in flight.
       {"compute", emit_vector_epilogue(e, contract,
                                        [&](std::size_t k) {
@@ -257,7 +261,7 @@ KernelSource emit_column_sums(const ElementwisePlan& e) {
                                          return fmt::format("{}_v{}[j]", t.field, per_row ? "[k]" : "");
                                        },
                                        "      ")},
-      {"stores", emit_stores(e, c, sums)},
+      {"stores", column_walk_stores(e, c, sums, "rk")},
       {"accumulate", emit_accumulate(plan, sums)},
       {"block_partials", emit_block_partials(plan, sums, index_t)},
       {"final_sums", emit_final_sums(plan, sums, index_t)},

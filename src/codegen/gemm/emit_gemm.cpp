@@ -3,11 +3,10 @@
 // only: a, b, in<k>, out<k>, v<node>, d<k>.
 #include <algorithm>
 #include <array>
-#include <mutex>
-#include <unordered_set>
 
 #include "codegen/column_sums.hpp"
 #include "codegen/epilogue.hpp"
+#include "codegen/family.hpp"
 #include "codegen/gemm/gemm.hpp"
 #include "codegen/gemm/gemm_parts.hpp"
 #include "codegen/param_layout.hpp"
@@ -19,20 +18,6 @@
 namespace epifuse {
 
 bool gemm_is_simt(const Mainloop& ml) { return ml.a == DType::f32 && ml.math == GemmMath::exact; }
-
-namespace {
-
-// A shape class built at run time, kept for the process: the family returns
-// classes as views (KernelFamily::shape_class), and the set of strided
-// tensors a process launches is small.
-std::string_view interned_class(std::string c) {
-  static std::mutex mutex;
-  static std::unordered_set<std::string> classes;  // nodes: a view stays valid as the set grows
-  const std::lock_guard lock(mutex);
-  return *classes.insert(std::move(c)).first;
-}
-
-}  // namespace
 
 std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
   // The contiguous dimension of each operand: A row-major K, col-major M;
@@ -61,13 +46,9 @@ std::string_view gemm_shape_class(const Mainloop& ml, const Shape& s) {
   const std::size_t dense = static_cast<std::size_t>((ld8 ? 16 : 0) | (n4 ? 8 : 0) | strided);
   if (!epilogue_strided(s)) return classes[dense | (s.batch > 1 ? 32u : 0u)];
   // Note [Strided epilogue tensors]: each strided tensor's flag before "/bat".
-  std::string c = classes[dense];
-  for (std::size_t i = 0; i < s.ld_inputs.size(); ++i)
-    if (input_strided(s, i)) c += fmt::format("/ld_in{}", i);
-  for (std::size_t j = 0; j < s.ld_outputs.size(); ++j)
-    if (output_strided(s, j)) c += fmt::format("/ld_out{}", j);
+  std::string c = classes[dense] + tensor_ld_flags(s);
   if (s.batch > 1) c += "/bat";
-  return interned_class(std::move(c));
+  return interned_shape_class(std::move(c));
 }
 
 bool gemm_staged_epilogue(const GemmTile& t) {
@@ -130,15 +111,7 @@ void operand_params(const GemmPlan& g, ParamLayout& layout) {
     if (g.strided[i]) layout.add(ParamRole::ld, i, ld_names[i], fmt::format("long long {}", ld_names[i]), 8, 8);
   // Note [Strided epilogue tensors]: a strided full tensor's ld, input i
   // binding after the operands; a dense one's is N and has no field.
-  const auto operands = static_cast<std::uint32_t>(g.dual ? 3 : 2);
-  for (std::size_t i = 0; i < plan.inputs.size(); ++i)
-    if (plan.inputs[i].strided)
-      layout.add(ParamRole::ld, operands + static_cast<std::uint32_t>(i), "ld_" + plan.inputs[i].field,
-                 fmt::format("long long ld_{}", plan.inputs[i].field), 8, 8);
-  for (std::size_t j = 0; j < plan.outputs.size(); ++j)
-    if (plan.outputs[j].strided)
-      layout.add(ParamRole::output_ld, static_cast<std::uint32_t>(j), "ld_" + plan.outputs[j].field,
-                 fmt::format("long long ld_{}", plan.outputs[j].field), 8, 8);
+  layout.add_tensor_lds(plan, g.dual ? 3 : 2);
   batch_params(g, layout);
   layout.add_rng_and_scalars(plan);
 }

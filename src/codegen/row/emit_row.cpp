@@ -49,11 +49,29 @@ void layout_params(const RowPlan& r, ParamLayout& layout) {
   layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
   layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
   layout.add(ParamRole::inv_n, 0, "n_inv", "double n_inv", 8, 8);
+  layout.add_tensor_lds(*r.plan, 0);  // Note [Strided rows]: none for a dense shape
   layout.add_rng_and_scalars(*r.plan);
   if (!r.col_sums.empty()) {  // Note [Column sums]
     layout.add(ParamRole::workspace, 0, "col_counters", "unsigned* col_counters", 8, 8);
     layout.add(ParamRole::workspace, 1, "col_partials", "float* col_partials", 8, 8);
   }
+}
+
+// Note [Strided rows] (elementwise/elementwise.hpp): where a full tensor's
+// row starts, `base` (row * N) when dense, `base_<field>` (row * p.ld_<field>,
+// row_bases) when strided. A draw's index stays base + column, the element's
+// place in the [M,N] result.
+std::string row_base(const TensorPlan& t) { return t.strided ? "base_" + t.field : "base"; }
+
+std::string row_bases(const RowPlan& r) {
+  const KernelPlan& plan = *r.plan;
+  std::string s;
+  for (const TensorPlan& t : plan.inputs)  // a ring's copies read the inputs (ring_issue)
+    if (t.strided && t.broadcast == Broadcast::full && r.ring == 0)
+      s += fmt::format("\n    const long long base_{0} = row * p.ld_{0};", t.field);
+  for (const TensorPlan& t : plan.outputs)
+    if (t.strided) s += fmt::format("\n    const long long base_{0} = row * p.ld_{0};", t.field);
+  return s;
 }
 
 // A per-row input (col broadcast: one value a row; or a scalar), or nullptr:
@@ -227,9 +245,9 @@ std::string emit_row_start(const RowPlan& r) {
           "    float {0}_x[ITEMS][VEC];  // this thread's vectors of the row, read once\n"
           "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {{\n"
           "      const int c0 = (it * LANES + lane) * VEC;\n"
-          "      if (c0 < n) ef_load_vec<{1}, VEC>(p.{0} + base + c0, {0}_x[it]);\n"
+          "      if (c0 < n) ef_load_vec<{1}, VEC>(p.{0} + {2} + c0, {0}_x[it]);\n"
           "    }}\n",
-          t.field, storage_type_name(t.dtype));
+          t.field, storage_type_name(t.dtype), row_base(t));
     }
   }
   for (const RowStage& st : r.stages)
@@ -321,8 +339,8 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
         else if (regs)
           out += fmt::format("      const float (&{0}_v)[VEC] = {0}_x[it];\n", t.field);
         else
-          out += fmt::format("      float {0}_v[VEC];\n      ef_load_vec<{1}, VEC>(p.{0} + base + c0, {0}_v);\n", t.field,
-                             type);
+          out += fmt::format("      float {0}_v[VEC];\n      ef_load_vec<{1}, VEC>(p.{0} + {2} + c0, {0}_v);\n", t.field,
+                             type, row_base(t));
         break;
       case Broadcast::row:
         out += fmt::format("      float {0}_v[VEC];\n      ef_load_vec<{1}, VEC>(p.{0} + c0, {0}_v);\n", t.field, type);
@@ -395,7 +413,8 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
   if (st.outputs)
     for (const TensorPlan& t : plan.outputs)
       if (output_class(plan, t) == Broadcast::full)
-        out += fmt::format("      ef_store_vec<{0}, VEC>(p.{1} + base + c0, {1}_v);\n", storage_type_name(t.dtype), t.field);
+        out += fmt::format("      ef_store_vec<{0}, VEC>(p.{1} + {2} + c0, {1}_v);\n", storage_type_name(t.dtype), t.field,
+                           row_base(t));
   for (std::uint32_t id : st.kept_out)
     if (ring_slot(r, id) >= 0) out += ring_slot_access(r, id, true);
   out += "    }\n";
@@ -524,9 +543,14 @@ KernelSource emit_row(const RowPlan& r) {
     std::size_t offset = 0, bytes = 0;
     for (const TensorPlan& t : plan.inputs) {
       if (t.broadcast != Broadcast::full) continue;
+      // Note [Strided rows]: a strided row's copy starts at r * p.ld_<field>.
+      // The bulk copy needs that on 16 bytes, and the tile says so: an ld
+      // that is not narrows VEC below a ring's 16-byte vectors, and
+      // RowFamily::resolve_tile takes the tile without the ring; an ld
+      // launched later that is not takes the general kernel, which streams.
       copies += fmt::format(
-          "      ef_bulk_load(base_smem + {0} * ITEMS * THREADS * VEC, p.{1} + r * p.n + col0, (unsigned)chunk * {2}u, bar);\n",
-          offset, t.field, size_of(t.dtype));
+          "      ef_bulk_load(base_smem + {0} * ITEMS * THREADS * VEC, p.{1} + r * {3} + col0, (unsigned)chunk * {2}u, bar);\n",
+          offset, t.field, size_of(t.dtype), t.strided ? "p.ld_" + t.field : "p.n");
       offset += size_of(t.dtype);
       bytes += size_of(t.dtype);
     }
@@ -568,6 +592,7 @@ KernelSource emit_row(const RowPlan& r) {
       {"items", std::to_string(r.in_registers || r.ring > 0 ? r.tile.regs * (r.tile.vec / r.vec) : 0)},
       {"stage_count", std::to_string(r.stages.size())},
       {"reduced_together", std::to_string(reduced_together(r))},
+      {"row_bases", row_bases(r)},
       {"row_start", emit_row_start(r)},
       {"stages", stages},
       {"row_outputs", emit_row_outputs(r)},

@@ -240,7 +240,19 @@ class RowFamily final : public KernelFamily {
     EPIFUSE_CHECK(tile.keep >= 0 && tile.keep <= 2, "row tile: keep is 0, 1 (k) or 2 (kr), got {}", tile.keep);
     EPIFUSE_CHECK(tile.keep != 2 || tile.ring > 0, "row tile {}: kr keeps values in a ring's bytes; it needs a ring (s)",
                   tile.str());
-    const RowTile resolved = resolve_row_tile(spec, shape, tile);
+    RowTile resolved = resolve_row_tile(spec, shape, tile);
+    if (resolved.ring > 0 && epilogue_strided(shape) && !ring_vectors_fit(spec, resolved) &&
+        ring_vectors_fit(spec, resolve_row_tile(spec, Shape{shape.m, shape.n, shape.k}, tile))) {
+      // Note [Strided rows]: a ring's bulk copy starts each row on 16 bytes,
+      // and a strided input whose ld x element size is not a multiple of 16
+      // narrowed VEC below that. The tile without the ring (its values kept
+      // in registers, its items counted anew) reads the rows from global
+      // memory in the narrower vectors instead of refusing the shape.
+      tile.ring = 0;
+      tile.keep = std::min(tile.keep, 1);
+      tile.regs = -1;
+      resolved = resolve_row_tile(spec, shape, tile);
+    }
     if (!requested && resolved.regs == 0 && row_col_sums(spec)) {
       // The default streams this row, which cannot sum columns: the first
       // candidate instead (all of them hold the row).
@@ -281,7 +293,10 @@ class RowFamily final : public KernelFamily {
   }
 
   std::string_view shape_class(const KernelSpec& spec, const TileConfig& resolved, const Shape& shape) const override {
-    return row_shape_class(spec, std::get<RowTile>(resolved), shape);
+    const std::string_view c = row_shape_class(spec, std::get<RowTile>(resolved), shape);
+    if (!epilogue_strided(shape)) return c;
+    // Note [Strided rows]: the strided tensors' flags, built once per process.
+    return interned_shape_class(std::string(c) + tensor_ld_flags(shape));
   }
 
   KernelPath path_for(const KernelSpec&, const TileConfig&, const Shape&) const override {
@@ -415,9 +430,12 @@ bool has_row_reduction(const KernelSpec& spec) {
 
 RowTile resolve_row_tile(const KernelSpec& spec, const Shape& shape, RowTile tile) {
   if (tile.vec == 0) tile.vec = natural_vector_width(spec);  // 16 bytes of the narrowest full tensor
-  // A vector never straddles rows: lower vec until it divides N (1 always does).
+  // A vector never straddles rows: lower vec until it divides N (1 always does),
+  // nor starts off a strided row's alignment (Note [Strided rows]; a dense
+  // shape's rows start on N, which a vec dividing N takes).
   const std::int64_t n = std::max<std::int64_t>(shape.n, 1);
-  while (tile.vec > 1 && n % tile.vec != 0) tile.vec /= 2;
+  const bool strided = epilogue_strided(shape);
+  while (tile.vec > 1 && (n % tile.vec != 0 || (strided && !row_starts_take(spec, shape, tile.vec)))) tile.vec /= 2;
   if (tile.regs < 0) {
     const std::int64_t per_pass = std::int64_t{tile.row_threads()} * tile.vec;
     const std::int64_t items = (n + per_pass - 1) / per_pass;
