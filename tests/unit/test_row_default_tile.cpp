@@ -74,6 +74,10 @@ TEST_SUITE("unit") {
     // threads, add+rmsnorm's one does.
     const KernelSpec layernorm_bwd = example("examples/backward/layernorm_backward.json");
     CHECK(default_tile(layernorm_bwd, rows_of(65536), "sm_90a", h100) == "r512v8x2c8s2");
+    // Rows of 512 to 2,048 vectors: one a thread, and a cluster of two past 1,024 threads.
+    CHECK(default_tile(layernorm_bwd, rows_of(4096), "sm_90a", h100) == "r512v8x1s2");
+    CHECK(default_tile(layernorm_bwd, rows_of(16384), "sm_90a", h100) == "r1024v8x1c2s2");
+    CHECK(default_tile(layernorm_bwd, rows_of(1024), "sm_90a", h100) == "r128v8x1s2");
     CHECK(default_tile(layernorm_bwd, rows_of(262144), "sm_90a", h100) == "r512v8x4c16s2");
     const KernelSpec add_rmsnorm_bwd = example("examples/backward/add_rmsnorm_backward.json");
     CHECK(default_tile(add_rmsnorm_bwd, rows_of(65536), "sm_90a", h100) == "r1024v8x2c4s2");

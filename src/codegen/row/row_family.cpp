@@ -79,10 +79,11 @@ int block_threads(std::int64_t x, int lo, int hi) {
 //    of dy): 32 elements a thread (2 vectors for short rows), the values later
 //    stages read kept in registers (k), and a second ring stage on a
 //    persistent grid where two fit in shared memory;
-//  - rows with column sums (a persistent grid, Note [Column sums]): two vectors
-//    a thread, whose column accumulators set the threads a block (1024 where
-//    they leave room in 64 registers a thread, else 512), a cluster for the rest
-//    of the row, two ring stages where they take at most 60% of shared memory.
+//  - rows with column sums (a persistent grid, Note [Column sums]): one vector
+//    a thread for rows of 512 to 2,048 vectors, else two, whose column
+//    accumulators set the threads a block (1024 where they leave room in 64
+//    registers a thread, else 512), a cluster for the rest of the row, two ring
+//    stages where they take at most 60% of shared memory.
 // Off sm_90 (no clusters or rings), for rows under 128 vectors, and where the
 // class's tile does not fit the shape, the plain default (RowTile{}).
 constexpr int k_registers_per_multiprocessor = 65536;  // every NVIDIA GPU from sm_50 to sm_120
@@ -152,13 +153,20 @@ RowTile default_draws_tile(const KernelSpec& spec, const Shape& shape, int vec, 
 
 RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec, std::int64_t shared) {
   const std::int64_t n = shape.n, vectors = n / vec, bytes = full_input_bytes(spec);
-  const int per_thread = 2;
+  // Rows of 512 to 2,048 vectors: one vector a thread, 512 or 1,024 threads a
+  // block or two, each thread's columns summed in few registers (layernorm's
+  // bf16 backward at 16,384 took 1,024 threads two vectors each, 32 sums in
+  // 64 registers, and spilled: 11% slower than one vector on a cluster of two).
+  const int per_thread = vectors >= 512 && vectors <= 2048 ? 1 : 2;
   const int accumulators = count_ops(spec, OpKind::col_sum) * per_thread * vec;
   const int widest = k_registers_besides_sums + accumulators <= k_registers_per_multiprocessor / 1024 ? 1024 : 512;
   RowTile t;
   t.vec = vec;
-  // A row that one block's ring holds takes no cluster (as tile_candidates).
-  t.cluster = n * bytes <= 64 * 1024 ? 1 : clusters_at_least(ceil_div(vectors, std::int64_t{widest} * per_thread));
+  // With two vectors a thread, a row that one block's ring holds takes no
+  // cluster (as tile_candidates).
+  t.cluster = per_thread == 2 && n * bytes <= 64 * 1024
+                  ? 1
+                  : clusters_at_least(ceil_div(vectors, std::int64_t{widest} * per_thread));
   const std::int64_t part = vectors / t.cluster;
   t.threads = block_threads(part / per_thread, 128, t.cluster == 1 ? 1024 : widest);
   t.regs = static_cast<int>(ceil_div(part, t.threads));
