@@ -1,7 +1,10 @@
 // The C ABI (include/epifuse/c_api.h, docs/python.md): thin wrappers that turn
 // C arguments into the C++ API's types and its exceptions into status codes.
 // Nothing here decides anything the C++ API does not: a builder call checks what
-// Graph checks, a JSON spec is read by the JSON front end, a launch is Jit::launch.
+// Graph checks, a JSON spec is read by the JSON front end, an evaluation is the
+// CPU reference's. This file holds the specs (building, JSON, gradients,
+// bindings, evaluation); c_api_jit.cpp compiles and launches them, and
+// src/capi/handles.hpp is what both share.
 #include "epifuse/c_api.h"
 
 #include <algorithm>
@@ -9,7 +12,6 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -19,13 +21,12 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "capi/handles.hpp"
 #include "epifuse/autodiff.hpp"
 #include "epifuse/dgrad.hpp"
 #include "epifuse/errors.hpp"
-#include "epifuse/jit.hpp"
 #include "epifuse/json.hpp"
 #include "epifuse/reference.hpp"
-#include "epifuse/tile.hpp"
 #include "ir/limits.hpp"
 #include "ir/names.hpp"
 #include "json/op_attributes.hpp"
@@ -39,80 +40,12 @@
 // shared. Calls that do real work on a spec (bindings, evaluate, compile) copy
 // it under a shared lock and work on the copy unlocked, so a long evaluation
 // never holds up the builder and never sees a graph that grows under it.
-struct ef_spec {
-  epifuse::KernelSpec spec;
-  mutable std::shared_mutex mutex;
-};
-struct ef_jit {
-  std::unique_ptr<epifuse::Jit> jit;
-  std::string target;
-};
-struct ef_kernel {
-  std::shared_ptr<const epifuse::CompiledKernel> kernel;
-  std::size_t operands = 0;  // its GEMM operands, the first bindings: where a launch's ld record turns to the chain's
-};
+// (ef_spec and snapshot: src/capi/handles.hpp.)
 
 namespace {
 
 using namespace epifuse;
-using Json = nlohmann::ordered_json;
-
-thread_local std::string last_error;
-
-// Runs `fn`, mapping the C++ API's exceptions to the CLI's exit codes
-// (docs/design.md §6) and keeping the message for ef_last_error().
-template <class Fn>
-int guarded(Fn&& fn) noexcept {
-  try {
-    fn();
-    last_error.clear();
-    return EF_OK;
-  } catch (const UserError& e) {
-    last_error = e.what();
-    return EF_USER_ERROR;
-  } catch (const CompileError& e) {
-    last_error = e.what();
-    return EF_COMPILE_ERROR;
-  } catch (const RuntimeError& e) {
-    last_error = e.what();
-    return EF_RUNTIME_ERROR;
-  } catch (const InternalError& e) {
-    last_error = fmt::format("internal error (a bug in epifuse): {}", e.what());
-    return EF_RUNTIME_ERROR;
-  } catch (const std::bad_alloc&) {
-    last_error = "out of host memory";
-    return EF_RUNTIME_ERROR;
-  } catch (const std::exception& e) {
-    last_error = fmt::format("unexpected error (a bug in epifuse): {}", e.what());
-    return EF_RUNTIME_ERROR;
-  } catch (...) {
-    last_error = "unexpected error (a bug in epifuse)";
-    return EF_RUNTIME_ERROR;
-  }
-}
-
-// A heap copy the caller frees with ef_string_free.
-char* c_string(const std::string& s) {
-  char* out = static_cast<char*>(std::malloc(s.size() + 1));
-  if (!out) throw std::bad_alloc();
-  std::memcpy(out, s.c_str(), s.size() + 1);
-  return out;
-}
-
-void require(const void* p, const char* what) {
-  if (!p) throw UserError(fmt::format("{} is NULL", what));
-}
-
-// An array the caller passes with its length: NULL is fine only when empty.
-void require_array(const void* p, std::size_t count, const char* what) {
-  if (!p && count > 0) throw UserError(fmt::format("{} is NULL but its count is {}", what, count));
-}
-
-// The spec as it is now, for work done without the lock (Note [One spec, many threads]).
-KernelSpec snapshot(const ef_spec* s) {
-  std::shared_lock lock(s->mutex);
-  return s->spec;
-}
+using namespace epifuse::capi;
 
 // A JSON fragment of a builder call (an op's attributes, a mainloop), read as the
 // CLI reads a whole chain: the same structural limits and the same refusal of a
@@ -146,54 +79,6 @@ DType read_dtype(const char* text, const std::string& what) {
 Value read_value(const ef_spec* s, std::uint32_t id, const std::string& what) {
   EPIFUSE_CHECK(id < s->spec.graph.nodes().size(), "{}: no value with id {} in this spec", what, id);
   return Value{id};
-}
-
-Shape make_shape(const KernelSpec& spec, std::int64_t m, std::int64_t n, std::int64_t k) {
-  const Shape shape{m, n, spec.mainloop.kind == MainloopKind::elementwise ? 0 : k};
-  verify_shape(spec, shape);
-  return shape;
-}
-
-// Note [Strided operands], Note [Strided epilogue tensors]: ld[i] is binding
-// i's leading dimension (0 dense) in ef_kernel_bindings' order: the `operands`
-// GEMM operands (none for an elementwise chain), the chain's `inputs`, then its
-// `outputs` (Note [Strided rows] for the elementwise and row families). A chain tensor's
-// vector is filled only where an ld is given, so a dense launch allocates nothing.
-void put_lds(Shape& shape, const std::int64_t* ld, std::size_t nld, std::size_t operands, std::size_t inputs,
-             std::size_t outputs) {
-  require_array(ld, nld, "ld");
-  EPIFUSE_CHECK(nld <= operands + inputs + outputs, "ld: {} given, the kernel binds {} inputs and {} outputs", nld,
-                operands + inputs, outputs);
-  for (std::size_t i = 0; i < std::min(nld, operands); ++i) (i == 0 ? shape.lda : i == 1 ? shape.ldb : shape.ldb1) = ld[i];
-  const auto tensors = [&](std::vector<std::int64_t>& out, std::size_t first, std::size_t count) {
-    const std::size_t end = std::min(nld, first + count);
-    if (std::any_of(ld + std::min(first, end), ld + end, [](std::int64_t x) { return x != 0; }))
-      out.assign(ld + first, ld + end);
-  };
-  tensors(shape.ld_inputs, operands, inputs);
-  tensors(shape.ld_outputs, operands + inputs, outputs);
-}
-
-Shape with_lds(const KernelSpec& spec, Shape shape, const std::int64_t* ld, std::size_t nld) {
-  put_lds(shape, ld, nld, mainloop_operand_names(spec.mainloop.kind).size(), spec.graph.inputs().size(),
-          spec.graph.outputs().size());
-  verify_shape(spec, shape);
-  return shape;
-}
-
-// Note [Batched GEMM]: batch 0 or 1 is one problem; batch_stride[i] is GEMM
-// operand i's (-1 its size, 0 shared), NULL and 0 all -1.
-Shape with_batch(const KernelSpec& spec, Shape shape, std::int64_t batch, const std::int64_t* stride,
-                 std::size_t nstride) {
-  require_array(stride, nstride, "batch_stride");
-  const std::size_t operands = mainloop_operand_names(spec.mainloop.kind).size();
-  EPIFUSE_CHECK(nstride <= operands, "batch_stride: {} given, the chain has {} GEMM operands", nstride, operands);
-  shape.batch = batch == 0 ? 1 : batch;
-  if (nstride > 0) shape.batch_stride_a = stride[0];
-  if (nstride > 1) shape.batch_stride_b = stride[1];
-  if (nstride > 2) shape.batch_stride_b1 = stride[2];
-  verify_shape(spec, shape);
-  return shape;
 }
 
 Json tensor_json(const std::string& name, DType dtype, const std::vector<std::int64_t>& shape) {
@@ -470,154 +355,6 @@ int ef_evaluate(const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_
       std::memcpy(outputs[i], it->second.bytes.data(), it->second.bytes.size());
     }
   });
-}
-
-int ef_jit_new(const char* target, ef_jit** out) { return ef_jit_new_on_device(target, 0, out); }
-
-int ef_jit_new_on_device(const char* target, int device, ef_jit** out) {
-  return guarded([&] {
-    require(out, "out");
-    auto j = std::make_unique<ef_jit>();
-    j->jit = std::make_unique<Jit>(target ? target : "", device);
-    j->target = j->jit->target();
-    *out = j.release();
-  });
-}
-
-void ef_jit_free(ef_jit* jit) { delete jit; }
-
-const char* ef_jit_target(const ef_jit* jit) { return jit ? jit->target.c_str() : ""; }
-
-// ef_jit_compile and ef_jit_compile_ld are ef_jit_compile_batched with no ld
-// and one problem (dense, unbatched: the same key and kernel).
-int ef_jit_compile(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k, const char* tile,
-                   ef_kernel** out) {
-  return ef_jit_compile_batched(jit, spec, m, n, k, nullptr, 0, 1, nullptr, 0, tile, out);
-}
-
-int ef_jit_compile_ld(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k,
-                      const std::int64_t* ld, std::size_t nld, const char* tile, ef_kernel** out) {
-  return ef_jit_compile_batched(jit, spec, m, n, k, ld, nld, 1, nullptr, 0, tile, out);
-}
-
-int ef_jit_compile_batched(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k,
-                           const std::int64_t* ld, std::size_t nld, std::int64_t batch, const std::int64_t* batch_stride,
-                           std::size_t nbatch_stride, const char* tile, ef_kernel** out) {
-  return guarded([&] {
-    require(jit, "jit");
-    require(spec, "spec");
-    require(out, "out");
-    const KernelSpec s = snapshot(spec);
-    verify(s);
-    const Shape shape = with_batch(s, with_lds(s, make_shape(s, m, n, k), ld, nld), batch, batch_stride, nbatch_stride);
-    std::optional<TileConfig> t;
-    if (tile && *tile) t = parse_tile(tile);
-    *out = new ef_kernel{jit->jit->compile(s, shape, t), mainloop_operand_names(s.mainloop.kind).size()};
-  });
-}
-
-void ef_kernel_free(ef_kernel* kernel) { delete kernel; }
-
-namespace {
-// UserError unless a launch gives as many pointers as `ks` binds.
-void check_counts(const KernelSource& ks, std::size_t ninputs, std::size_t noutputs) {
-  EPIFUSE_CHECK(ninputs == ks.inputs.size() && noutputs == ks.outputs.size(),
-                "{} binds {} inputs and {} outputs, got {} and {}", ks.name, ks.inputs.size(), ks.outputs.size(),
-                ninputs, noutputs);
-}
-
-// The device pointers of a launch, as many as `ks` binds (UserError otherwise).
-DeviceBindings bindings_of(const KernelSource& ks, const std::uint64_t* inputs, std::size_t ninputs,
-                           const std::uint64_t* outputs, std::size_t noutputs) {
-  check_counts(ks, ninputs, noutputs);
-  DeviceBindings b;
-  b.inputs.assign(inputs, inputs + ninputs);
-  b.outputs.assign(outputs, outputs + noutputs);
-  return b;
-}
-
-// The same in this thread's bindings, reused from launch to launch: a launch
-// (ef_launch_record, every call of the Python module) allocates nothing once
-// they have grown to its kernel's counts.
-const DeviceBindings& launch_bindings(const KernelSource& ks, const std::uint64_t* inputs, std::size_t ninputs,
-                                      const std::uint64_t* outputs, std::size_t noutputs) {
-  check_counts(ks, ninputs, noutputs);
-  thread_local DeviceBindings b;
-  b.inputs.assign(inputs, inputs + ninputs);
-  b.outputs.assign(outputs, outputs + noutputs);
-  return b;
-}
-}  // namespace
-
-int ef_jit_tune(ef_jit* jit, const ef_spec* spec, std::int64_t m, std::int64_t n, std::int64_t k,
-                const std::uint64_t* inputs, std::size_t ninputs, const std::uint64_t* outputs, std::size_t noutputs,
-                std::uint64_t seed, std::uint64_t offset, char** result) {
-  return guarded([&] {
-    require(jit, "jit");
-    require(spec, "spec");
-    require(result, "result");
-    require_array(inputs, ninputs, "inputs");
-    require_array(outputs, noutputs, "outputs");
-    const KernelSpec s = snapshot(spec);
-    verify(s);
-    const Shape shape = make_shape(s, m, n, k);
-    const KernelSource& ks = jit->jit->compile(s, shape)->source();  // the bindings every tile shares
-    const DeviceBindings b = bindings_of(ks, inputs, ninputs, outputs, noutputs);
-    const Jit::TuneResult r = jit->jit->tune(s, shape, b, LaunchArgs{seed, offset, 0});
-    *result = c_string(Json{{"tile", to_string(r.tile)}, {"ms", r.ms}, {"candidates", r.all.size()}}.dump());
-  });
-}
-
-int ef_kernel_bindings(const ef_kernel* kernel, char** out) {
-  return guarded([&] {
-    require(kernel, "kernel");
-    require(out, "out");
-    const KernelSource& ks = kernel->kernel->source();
-    *out = c_string(Json{{"name", ks.name}, {"tile", to_string(ks.tile)}, {"inputs", ks.inputs}, {"outputs", ks.outputs}}
-                        .dump());
-  });
-}
-
-namespace {
-int launch_with(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t* inputs, std::size_t ninputs,
-                const std::uint64_t* outputs, std::size_t noutputs, std::int64_t m, std::int64_t n, std::int64_t k,
-                const LaunchArgs& args, void* stream, const std::int64_t* ld = nullptr, std::size_t nld = 0,
-                std::int64_t batch = 0, const std::int64_t* batch_stride = nullptr, std::size_t nbatch_stride = 0) {
-  return guarded([&] {
-    require_array(inputs, ninputs, "inputs");
-    require_array(outputs, noutputs, "outputs");
-    require(jit, "jit");
-    require(kernel, "kernel");
-    const KernelSource& ks = kernel->kernel->source();
-    const DeviceBindings& b = launch_bindings(ks, inputs, ninputs, outputs, noutputs);
-    Shape shape{m, n, k};
-    if (nld > 0)  // the dense launch stays off this path (the Python module's hot path)
-      put_lds(shape, ld, nld, kernel->operands, ks.inputs.size() - kernel->operands, ks.outputs.size());
-    if (batch > 1 || nbatch_stride > 0) {  // Note [Batched GEMM]: as ef_jit_compile_batched takes them
-      require_array(batch_stride, nbatch_stride, "batch_stride");
-      EPIFUSE_CHECK(nbatch_stride <= 3, "batch_stride: {} given; only GEMM operands (at most 3) take one",
-                    nbatch_stride);
-      shape.batch = batch == 0 ? 1 : batch;
-      if (nbatch_stride > 0) shape.batch_stride_a = batch_stride[0];
-      if (nbatch_stride > 1) shape.batch_stride_b = batch_stride[1];
-      if (nbatch_stride > 2) shape.batch_stride_b1 = batch_stride[2];
-    }  // the launch checks the count and the strides (Jit::Impl::pack_params)
-    jit->jit->launch(*kernel->kernel, b, shape, args, stream);
-  });
-}
-}  // namespace
-
-int ef_jit_launch(const ef_jit* jit, const ef_kernel* kernel, const std::uint64_t* inputs, std::size_t ninputs,
-                  const std::uint64_t* outputs, std::size_t noutputs, std::int64_t m, std::int64_t n, std::int64_t k,
-                  std::uint64_t seed, std::uint64_t offset, void* stream) {
-  return launch_with(jit, kernel, inputs, ninputs, outputs, noutputs, m, n, k, LaunchArgs{seed, offset, 0}, stream);
-}
-
-int ef_launch_record(const ef_launch* l) {
-  if (!l) return guarded([] { throw UserError("launch is NULL"); });
-  return launch_with(l->jit, l->kernel, l->inputs, l->ninputs, l->outputs, l->noutputs, l->m, l->n, l->k,
-                LaunchArgs{l->seed, l->offset, l->rng_state}, l->stream, l->ld, l->nld, l->batch, l->batch_stride,
-                l->nbatch_stride);
 }
 
 }  // extern "C"

@@ -45,7 +45,8 @@ target_compile_options(epifuse_fuzz_rest_lib PRIVATE -fsanitize=fuzzer-no-link,a
 set_source_files_properties(${PROJECT_SOURCE_DIR}/src/backend/hiprtc_worker.cpp TARGET_DIRECTORY epifuse_fuzz_rest_lib
   PROPERTIES COMPILE_DEFINITIONS EPIFUSE_INSTALL_BINDIR="${CMAKE_INSTALL_FULL_BINDIR}")
 
-add_executable(epifuse_fuzz_c_api ${CMAKE_CURRENT_LIST_DIR}/fuzz_c_api.cpp ${PROJECT_SOURCE_DIR}/src/capi/c_api.cpp)
+add_executable(epifuse_fuzz_c_api ${CMAKE_CURRENT_LIST_DIR}/fuzz_c_api.cpp ${PROJECT_SOURCE_DIR}/src/capi/c_api.cpp
+  ${PROJECT_SOURCE_DIR}/src/capi/c_api_jit.cpp)
 target_include_directories(epifuse_fuzz_c_api PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(epifuse_fuzz_c_api PRIVATE -fsanitize=fuzzer,address,undefined ${EPIFUSE_FUZZ_FLAGS})
 target_link_options(epifuse_fuzz_c_api PRIVATE -fsanitize=fuzzer,address,undefined)

@@ -5,7 +5,8 @@
 // reductions on its longest path to a leaf), each stage ends in block
 // reductions whose per-row results the next stage reads as scalars, and the
 // last stage writes the outputs. Its passes: plan_row (stages, vector width,
-// registers or streaming; plan_row.cpp), then emit_row (templates/row.cu.in; emit_row.cpp).
+// registers or streaming; plan_row.cpp), then emit_row (templates/row.cu.in; emit_row.cpp,
+// with the reductions and column sums in emit_row_sums.cpp).
 #include <cstdint>
 #include <string_view>
 #include <utility>
