@@ -43,7 +43,7 @@ __device__ __forceinline__ unsigned ef_row_cluster_count() {
 // `scratch`: 2 * VALUES * (THREADS / EF_WARP) floats; `cluster_slots`: 2 *
 // VALUES * (THREADS / 32) * CLUSTER floats; `cluster_bars`: two mbarriers.
 // VALUES is the most values one call reduces (a stage's independent
-// reductions go together, Note [Reductions of a stage] in emit_row.cpp).
+// reductions go together, Note [Reductions of a stage] in emit_row_sums.cpp).
 // Block: each warp stores its partials into one half of `scratch`, one
 // barrier, then every warp combines all the warps' values itself, in the same
 // order, so every thread gets the same bits (those warp 0 alone got before).
@@ -203,7 +203,7 @@ struct EfRowReducer {
   }
 };
 
-// Note [Column sums] (src/codegen/row/emit_row.cpp): an [N] output sums a
+// Note [Column sums] (src/codegen/row/emit_row_sums.cpp): an [N] output sums a
 // full value over all M rows (a norm's weight and bias gradients). Each
 // thread adds up its columns over the rows its block takes (`cs`, C sums of
 // ITEMS x VEC floats); the groups of a block combine through shared memory

@@ -27,7 +27,7 @@ struct ef_86e9262ff1685bce_params {
   float alpha0;
 };
 
-// Note [Row stages] (src/codegen/row/emit_row.cpp): stage s of one element.
+// Note [Row stages] (src/codegen/row/plan_row.cpp): stage s of one element.
 __device__ __forceinline__ void ef_86e9262ff1685bce_stage0(const ef_86e9262ff1685bce_params& p, float v0, float v1, float& a4) {
   const float v2 = p.alpha0 * v0;
   const float v3 = v2 + v1;

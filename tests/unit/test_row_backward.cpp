@@ -62,11 +62,11 @@ TEST_CASE("row backward: [M] outputs are stored once a row, [N] outputs through 
   CHECK(has(bwd.text, "cs[1][it][j] += c"));
   CHECK(has(bwd.text, "unsigned* col_counters"));
   CHECK_FALSE(has(bwd.text, "_row_outputs("));
-  // The default tile: 256 threads a row, a persistent grid of at most 160 x 8 blocks.
+  // The default tile: 512 threads a row (one vector each), a persistent grid of at most 160 x 4 blocks.
   const WorkspaceNeeds w = family_for(ln).workspace(bwd, shape);
-  CHECK(w.zeroed == 86 * sizeof(unsigned));  // 80 + 5 + 1 tree nodes above the blocks (fan-in 16)
-  CHECK(w.scratch == std::size_t{1280} * 4096 * 3 * sizeof(float));  // a row per block and output (3: the bound)
-  CHECK(family_for(ln).geometry(bwd, shape, 132).persistent_work == 1280);
+  CHECK(w.zeroed == 44 * sizeof(unsigned));  // 40 + 3 + 1 tree nodes above the blocks (fan-in 16)
+  CHECK(w.scratch == std::size_t{640} * 4096 * 3 * sizeof(float));  // a row per block and output (3: the bound)
+  CHECK(family_for(ln).geometry(bwd, shape, 132).persistent_work == 640);
 
   // Cluster ranks have trees of their own.
   const KernelSource cl = emit_kernel(ln, Shape{64, 65536, 0}, RowTile{512, 0, -1, 1, 0, 8}, KernelPath::fastest, "sm_90a");
