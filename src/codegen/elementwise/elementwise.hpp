@@ -153,6 +153,10 @@ std::string full_offset(const TensorPlan& t, std::string_view row);
 /// row `row`, and the alignment a tensor's accesses need: shared by both
 /// walking kernels.
 std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c);
+/// A walking kernel's row and scalar inputs, the same at every row: loaded once
+/// before the rows, at `indent`, each vector load behind `guard` (or none).
+std::string column_walk_row_loads(const ElementwisePlan& e, const ColumnPaths& c, const std::string& indent,
+                                  std::string_view guard);
 std::string column_walk_stores(const ElementwisePlan& e, const ColumnPaths& c, const std::vector<bool>& sums,
                                std::string_view row);
 int column_walk_alignment(const ElementwisePlan& e, const ColumnPaths& c, const TensorPlan& t);

@@ -44,27 +44,6 @@ void layout_params(const ElementwisePlan& e, const ColumnPaths& c, ParamLayout& 
   if (c.vector && c.scalar) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
 }
 
-// Row and scalar inputs are the same at every row: loaded once, before the rows.
-std::string emit_row_loads(const ElementwisePlan& e, const ColumnPaths& c) {
-  std::string decl, vec, scalar;
-  for (const TensorPlan& t : e.plan->inputs) {
-    const auto type = storage_type_name(t.dtype);
-    const std::string& f = t.field;
-    if (t.broadcast == Broadcast::row) {
-      decl += fmt::format("  float {}_v[VEC];\n", f);
-      vec += fmt::format("    if (in_columns) ef_load_vec<{}, VEC>(p.{} + c0, {}_v);\n", type, f, f);
-      scalar += fmt::format(
-          "#pragma unroll\n    for (int j = 0; j < VEC; ++j) {}_v[j] = c0 + j < n ? ef_to_float(p.{}[c0 + j]) : 0.0f;\n",
-          f, f);
-    } else if (t.broadcast == Broadcast::scalar) {
-      decl += fmt::format("  float {}_v[VEC];\n  {{\n    const float s = ef_to_float(p.{}[0]);\n#pragma unroll\n"
-                          "    for (int j = 0; j < VEC; ++j) {}_v[j] = s;\n  }}\n",
-                          f, f, f);
-    }
-  }
-  if (vec.empty()) return decl.empty() ? "  // no row or scalar input" : decl.substr(0, decl.size() - 1);
-  return decl + column_branch(c, vec, scalar, "  ");
-}
 
 // Full inputs of the ROWS rows r + k * S (vectors at e0, or element by
 // element inside the row), and a col input's one value of each row: every
@@ -102,6 +81,29 @@ std::string emit_loads(const ElementwisePlan& e, const ColumnPaths& c, std::stri
 // Draws at the element's flat index r*N + c (docs/design.md §4). On the vector
 // path e0 is a multiple of VEC >= 4, so one Philox call serves four elements;
 // inside a row that is not, each element takes its own word.
+std::string column_walk_row_loads(const ElementwisePlan& e, const ColumnPaths& c, const std::string& indent,
+                                  std::string_view guard) {
+  const std::string inner = indent + "  ";
+  std::string decl, vec, scalar;
+  for (const TensorPlan& t : e.plan->inputs) {
+    const auto type = storage_type_name(t.dtype);
+    const std::string& f = t.field;
+    if (t.broadcast == Broadcast::row) {
+      decl += fmt::format("{}float {}_v[VEC];\n", indent, f);
+      vec += fmt::format("{}{}ef_load_vec<{}, VEC>(p.{} + c0, {}_v);\n", inner, guard, type, f, f);
+      scalar += fmt::format(
+          "#pragma unroll\n{}for (int j = 0; j < VEC; ++j) {}_v[j] = c0 + j < n ? ef_to_float(p.{}[c0 + j]) : 0.0f;\n",
+          inner, f, f);
+    } else if (t.broadcast == Broadcast::scalar) {
+      decl += fmt::format("{0}float {1}_v[VEC];\n{0}{{\n{2}const float s = ef_to_float(p.{1}[0]);\n#pragma unroll\n"
+                          "{2}for (int j = 0; j < VEC; ++j) {1}_v[j] = s;\n{0}}}\n",
+                          indent, f, inner);
+    }
+  }
+  if (vec.empty()) return decl.empty() ? indent + "// no row or scalar input" : decl.substr(0, decl.size() - 1);
+  return decl + column_branch(c, vec, scalar, indent);
+}
+
 std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c) {
   const KernelPlan& plan = *e.plan;
   const Graph& g = plan.spec->graph;
@@ -248,7 +250,7 @@ KernelSource emit_column_sums(const ElementwisePlan& e) {
       {"index_t", std::string(index_t)},
       {"whole", whole},
       {"sum_decls", emit_sum_decls(plan, sums)},
-      {"row_loads", emit_row_loads(e, c)},
+      {"row_loads", column_walk_row_loads(e, c, "  ", "if (in_columns) ")},
       {"loads", emit_loads(e, c, index_t)},
       {"rows", std::to_string(column_sum_rows_in_flight(e.tile))},
       {"draws", column_walk_draws(e, c)},

@@ -24,29 +24,6 @@ void layout_params(const ElementwisePlan& e, const ColumnPaths& c, ParamLayout& 
   if (c.vector && c.scalar) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
 }
 
-// Row and scalar inputs are the same at every row: loaded once per column
-// tile, before its rows.
-std::string emit_row_loads(const ElementwisePlan& e, const ColumnPaths& c) {
-  std::string decl, vec, scalar;
-  for (const TensorPlan& t : e.plan->inputs) {
-    const auto type = storage_type_name(t.dtype);
-    const std::string& f = t.field;
-    if (t.broadcast == Broadcast::row) {
-      decl += fmt::format("    float {}_v[VEC];\n", f);
-      vec += fmt::format("      ef_load_vec<{}, VEC>(p.{} + c0, {}_v);\n", type, f, f);
-      scalar += fmt::format(
-          "#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = c0 + j < n ? ef_to_float(p.{}[c0 + j]) : 0.0f;\n",
-          f, f);
-    } else if (t.broadcast == Broadcast::scalar) {
-      decl += fmt::format("    float {}_v[VEC];\n    {{\n      const float s = ef_to_float(p.{}[0]);\n#pragma unroll\n"
-                          "      for (int j = 0; j < VEC; ++j) {}_v[j] = s;\n    }}\n",
-                          f, f, f);
-    }
-  }
-  if (vec.empty()) return decl.empty() ? "    // no row or scalar input" : decl.substr(0, decl.size() - 1);
-  return decl + column_branch(c, vec, scalar, "    ");
-}
-
 // Row r's full inputs (a vector each, or element by element inside the row)
 // and a col input's one value of the row.
 std::string emit_loads(const ElementwisePlan& e, const ColumnPaths& c) {
@@ -101,7 +78,7 @@ KernelSource emit_elementwise_rows(const ElementwisePlan& e) {
       {"threads", std::to_string(e.tile.threads)},
       {"index_t", e.index32 ? "int" : "long long"},
       {"whole", whole},
-      {"row_loads", emit_row_loads(e, c)},
+      {"row_loads", column_walk_row_loads(e, c, "    ", "")},  // once a column tile, before its rows
       {"loads", emit_loads(e, c)},
       {"draws", column_walk_draws(e, c)},
       {"compute", emit_vector_epilogue(
