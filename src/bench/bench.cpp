@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include "backend/cuda_driver.hpp"
 #include "bench/bench_device.hpp"
@@ -118,6 +120,81 @@ void measure_host(BenchReport& r, Jit& jit, const KernelSpec& spec, const Shape&
   }
 }
 
+// The outputs' bytes as the fused kernel left them (the last buffers of `t`).
+std::vector<std::vector<std::byte>> download_outputs(const DeviceTensors& t) {
+  std::vector<std::vector<std::byte>> out;
+  for (std::size_t j = t.buffers.size() - t.bindings.outputs.size(); j < t.buffers.size(); ++j) {
+    out.emplace_back(t.buffers[j].size());
+    t.buffers[j].download(out.back().data(), out.back().size());
+  }
+  return out;
+}
+
+// A variant's outputs against the fused kernel's, element by element in each
+// output's dtype. Both leave an output's gaps (strided rows) poisoned alike.
+void compare_outputs(VariantRow& row, const KernelSpec& spec, const std::vector<std::vector<std::byte>>& want,
+                     const std::vector<std::vector<std::byte>>& got) {
+  const auto& outputs = spec.graph.outputs();
+  for (std::size_t j = 0; j < outputs.size(); ++j) {
+    const DType dtype = outputs[j].dtype;
+    const auto count = static_cast<std::int64_t>(want[j].size() / size_of(dtype));
+    HostTensor a = HostTensor::zeros(dtype, {count}), b = HostTensor::zeros(dtype, {count});
+    a.bytes = want[j];
+    b.bytes = got[j];
+    for (std::int64_t i = 0; i < count; ++i) {
+      const double u = a.get(i), v = b.get(i);
+      if (std::isnan(u) != std::isnan(v)) row.max_abs_diff = std::numeric_limits<double>::infinity();
+      if (std::isnan(u) || std::isnan(v)) continue;
+      if (std::isfinite(u)) row.max_abs = std::max(row.max_abs, std::abs(u));
+      row.max_abs_diff = std::max(row.max_abs_diff, u == v ? 0.0 : std::abs(u - v));
+    }
+  }
+  row.ok = row.max_abs_diff <= row.max_abs / 32;
+}
+
+// Elementwise and row chains: other sources of the fused kernel (Note [Variant
+// kernels]) on its buffers, each output poisoned before a variant's first run
+// and compared with the fused kernel's; then every kernel timed in turns. The
+// fused kernel's time in those turns is each row's baseline.
+void measure_variants(BenchReport& r, Jit& jit, const KernelSpec& spec, const Shape& shape,
+                      const CompiledKernel& fused, DeviceTensors& t, const BenchOptions& opt) {
+  auto& drv = backend::cuda();
+  const std::size_t first_output = t.buffers.size() - t.bindings.outputs.size();
+  auto launch = [&](const CompiledKernel& k) { jit.launch(k, t.bindings, shape, opt.args); };
+  std::vector<std::shared_ptr<const CompiledKernel>> kernels;
+  std::vector<std::size_t> rows;  // r.variants' index of each kernel
+  for (const BenchOptions::Variant& v : opt.variants) {
+    VariantRow row;
+    row.label = v.label;
+    try {
+      auto kernel = jit.compile_variant(fused, v.text);
+      launch(fused);  // a column sum's counters and the outputs as the fused kernel leaves them
+      drv.synchronize();
+      const auto want = download_outputs(t);
+      for (std::size_t j = first_output; j < t.buffers.size(); ++j) t.buffers[j].fill_bytes(0xFF);
+      launch(*kernel);
+      drv.synchronize();
+      compare_outputs(row, spec, want, download_outputs(t));
+      kernels.push_back(std::move(kernel));
+      rows.push_back(r.variants.size());
+    } catch (const Error& e) {
+      row.skipped = e.what();
+    }
+    r.variants.push_back(std::move(row));
+  }
+  if (kernels.empty()) return;
+  std::vector<std::function<void()>> runs{[&] { launch(fused); }};
+  for (const auto& k : kernels) runs.push_back([&launch, k] { launch(*k); });
+  const std::vector<double> ms = backend::median_ms_interleaved(runs, opt.repeats, opt.batch);
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    VariantRow& row = r.variants[rows[i]];
+    row.ms = ms[i + 1];
+    row.fused_ms = ms[0];
+    row.gbps = r.bytes / (row.ms * 1e6);
+    row.of_copy = row.gbps / r.copy_gbps;
+  }
+}
+
 }  // namespace
 
 TuneReport tune_on_random_data(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t data_seed,
@@ -172,6 +249,7 @@ BenchReport bench(Jit& jit, const KernelSpec& spec, const Shape& shape, const Be
     // One kernel per op has inputs of its own, which the strided tensors'
     // lds do not name: --ld times the fused kernel alone (Note [Strided rows]).
     if (opt.unfused && !epilogue_strided(shape)) measure_unfused(r, jit, spec, shape, opt);
+    if (!opt.variants.empty()) measure_variants(r, jit, spec, shape, *fused, t, opt);
   } else {
     // One kernel per epilogue op without the GEMM would compare nothing: the
     // GEMM rows time cuBLAS followed by one kernel per op instead.

@@ -26,8 +26,9 @@ struct BenchOptions {
   bool cublas = true;          ///< GEMM chains: the cuBLASLt baselines (when libcublasLt loads)
   std::uint64_t data_seed = 1;
   LaunchArgs args{};
-  /// GEMM chains: other sources of the fused kernel, each timed as a row of its
-  /// own in turns with the others (`--variant`, Note [Variant kernels]).
+  /// Other sources of the fused kernel, each timed as a row of its own in turns
+  /// with the others (`--variant`, Note [Variant kernels]): GEMM chains among
+  /// their cuBLAS rows, elementwise and row chains against the fused kernel.
   struct Variant {
     std::string label;  ///< what the table shows (the file's name)
     std::string text;   ///< the kernel source
@@ -74,6 +75,18 @@ struct GemmBenchReport {
   std::vector<GemmCheck> checks;
 };
 
+/// An elementwise or row chain's `--variant` row: timed in turns with the fused
+/// kernel on its buffers, every output compared with the fused kernel's.
+struct VariantRow {
+  std::string label;             ///< the file's name
+  double ms = 0, gbps = 0, of_copy = 0;
+  double fused_ms = 0;           ///< the fused kernel's median in the same turns
+  double max_abs_diff = 0;       ///< over every output, against the fused kernel's
+  double max_abs = 0;            ///< the largest |value| of the fused outputs
+  bool ok = true;                ///< max_abs_diff <= max_abs / 32 (0 for a change that keeps the arithmetic)
+  std::string skipped;           ///< why the variant did not run (no row then)
+};
+
 struct BenchReport {
   std::string device;
   Shape shape;
@@ -98,6 +111,7 @@ struct BenchReport {
   double launch_us = 0;          ///< host time of one launch of a cached kernel
   int registers = 0;
   std::optional<GemmBenchReport> gemm;  ///< GEMM chains only
+  std::vector<VariantRow> variants;     ///< elementwise and row chains' `--variant` rows
 };
 
 /// Tunes the tile of (spec, shape) on random inputs (Jit::tune: candidates

@@ -245,7 +245,12 @@ std::shared_ptr<const CompiledKernel> Jit::compile(const KernelSpec& spec, const
 // against each other without the process-to-process noise of the clocks and
 // of cuBLAS (+-3% at 4096^3, docs/perf/gemm.md). It launches as the original does,
 // so it must define the same kernel with the same parameter struct; it is not
-// cached, and a misaligned launch runs the original's general kernel.
+// cached, and a misaligned launch runs the original's general kernel. A probe
+// that lays out its shared memory anew (a row kernel's ring in other stages)
+// may ask for another amount of dynamic shared memory with a line
+// `// epifuse-variant: shared_bytes=N`; the launch then gives it N bytes.
+constexpr std::string_view k_variant_shared_bytes = "// epifuse-variant: shared_bytes=";
+
 std::shared_ptr<const CompiledKernel> Jit::compile_variant(const CompiledKernel& like, std::string text) {
   const Impl& d = *impl_;
   const auto& original = static_cast<const LoadedKernel&>(like);
@@ -271,6 +276,14 @@ std::shared_ptr<const CompiledKernel> Jit::compile_variant(const CompiledKernel&
                 name);
   auto kernel = std::make_shared<LoadedKernel>();
   kernel->src = original.src;
+  if (const std::size_t at = text.find(k_variant_shared_bytes); at != std::string::npos) {
+    const char* digits = text.c_str() + at + k_variant_shared_bytes.size();
+    char* end = nullptr;
+    const unsigned long long bytes = std::strtoull(digits, &end, 10);
+    EPIFUSE_CHECK(end != digits && bytes <= (1ull << 20), "the variant's '{}' needs a byte count (at most 1 MiB)",
+                  k_variant_shared_bytes);
+    kernel->src.shared_bytes = static_cast<std::uint32_t>(bytes);
+  }
   kernel->src.text = std::move(text);
   kernel->k = original.k;
   kernel->k.options += kernel->k.options.empty() ? "variant" : " variant";

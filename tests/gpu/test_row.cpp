@@ -17,6 +17,7 @@
 #include <optional>
 #include <vector>
 
+#include "bench/bench.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/compare.hpp"
 #include "epifuse/errors.hpp"
@@ -507,6 +508,39 @@ TEST_SUITE("gpu") {
         for (const RowCase& rc : cases) check_backward(*jit, rc, Shape{5, 65536, 0}, ++seed, t);
       check_backward(*jit, cases[0], Shape{3, 262144, 0}, ++seed, RowTile{1024, 0, -1, 1, 0, 16, 1});
     }
+  }
+
+  TEST_CASE("row family: bench --variant times another source of the kernel and checks every output") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    const KernelSpec spec = testing::layernorm_backward_spec(DType::f32);  // dx, and the column sums dw and db
+    const Shape shape{64, 4096, 0};
+    BenchOptions bo;
+    bo.repeats = 3;
+    bo.tune = bo.unfused = bo.sweep = false;
+    const std::string text = jit->compile(spec, shape)->source().text;
+    // The same kernel with a comment in front, and asking for more shared
+    // memory than it uses: its own compile and row, the same bits in every output.
+    bo.variants.push_back({"same.cu", "// epifuse-variant: shared_bytes=65536\n" + text});
+    std::string idle = text;  // stores nothing: the poisoned outputs fail its check
+    const std::size_t body = idle.find(") {\n", idle.find("extern \"C\" __global__"));
+    REQUIRE(body != std::string::npos);
+    idle.insert(body + 4, "  return;\n");
+    bo.variants.push_back({"idle.cu", idle});
+    bo.variants.push_back({"other.cu", "extern \"C\" __global__ void other() {}"});
+    const BenchReport r = bench(*jit, spec, shape, bo);
+    REQUIRE(r.variants.size() == 3);
+    const VariantRow& same = r.variants[0];
+    CHECK(same.skipped.empty());
+    CHECK(same.ms > 0);
+    CHECK(same.fused_ms > 0);
+    CHECK(same.of_copy > 0);
+    CHECK(same.ok);
+    CHECK(same.max_abs_diff == 0.0);
+    CHECK(same.max_abs > 0);
+    CHECK(r.variants[1].skipped.empty());
+    CHECK_FALSE(r.variants[1].ok);
+    CHECK(r.variants[2].skipped.find("defines no kernel") != std::string::npos);
   }
 
   TEST_CASE("row family: [M] outputs of the forward (row max and sum, mean and rstd), with -inf in the mask") {

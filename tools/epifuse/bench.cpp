@@ -88,6 +88,23 @@ nlohmann::ordered_json to_json(const BenchReport& r) {
                {"disk_first_launch_ms",
                 r.disk_first_launch_ms ? nlohmann::ordered_json(*r.disk_first_launch_ms) : nlohmann::ordered_json()}};
   if (r.gemm) j["gemm"] = to_json(*r.gemm, r.shape);
+  if (!r.variants.empty()) {
+    j["variants"] = nlohmann::ordered_json::object();
+    for (const VariantRow& v : r.variants) {
+      if (!v.skipped.empty()) {
+        j["variants"][v.label] = {{"skipped", v.skipped}};
+        continue;
+      }
+      j["variants"][v.label] = {{"ms", v.ms},
+                                {"gbps", v.gbps},
+                                {"of_copy", v.of_copy},
+                                {"fused_ms", v.fused_ms},
+                                {"of_fused", v.ms / v.fused_ms},
+                                {"max_abs_diff", v.max_abs_diff},
+                                {"max_abs", v.max_abs},
+                                {"ok", v.ok}};
+    }
+  }
   return j;
 }
 
@@ -146,6 +163,16 @@ void print_report(const BenchReport& r) {
                                s.tile.blocks_per_sm ? std::to_string(s.tile.blocks_per_sm) : "cover", s.ms, s.gbps,
                                100 * s.of_copy);
   }
+  for (const VariantRow& v : r.variants) {
+    if (!v.skipped.empty()) {
+      std::cout << fmt::format("  variant {}: skipped: {}\n", v.label, v.skipped);
+      continue;
+    }
+    std::cout << fmt::format("  {:<28} {:>10.4f} {:>10.0f} {:>8.1f}%   {:.3f}x the fused kernel's {:.4f} ms in the same turns\n",
+                             "variant " + v.label, v.ms, v.gbps, 100 * v.of_copy, v.ms / v.fused_ms, v.fused_ms);
+    std::cout << fmt::format("  check variant {} vs fused: max |diff| {:.4g} (max |value| {:.4g}): {}\n", v.label,
+                             v.max_abs_diff, v.max_abs, !v.ok ? "MISMATCH" : v.max_abs_diff == 0 ? "ok, bit-equal" : "ok");
+  }
   print_host(r);
 }
 
@@ -163,8 +190,6 @@ void bench_command(const BenchCliOptions& opt) {
   for (Shape& s : shapes) apply_batch(opt.batch, opt.batch_strides, spec, s);
   for (const Shape& s : shapes) require_nonempty(s, "--shape");
   BenchOptions bo;
-  if (!opt.variants.empty() && spec.mainloop.kind == MainloopKind::elementwise)
-    throw UserError("--variant: GEMM chains only (the elementwise bench has no variant rows)");
   for (const std::string& path : opt.variants)
     bo.variants.push_back({std::filesystem::path(path).filename().string(), read_variant(path)});
   if (!opt.tile.empty()) {
@@ -199,6 +224,9 @@ void bench_command(const BenchCliOptions& opt) {
     if (session().json && r.gemm)  // stdout holds the JSON; say what was left out on stderr too
       for (const std::string& line : r.gemm->skipped) std::cerr << "epifuse: " << line << "\n";
     if (session().json)
+      for (const VariantRow& v : r.variants)
+        if (!v.skipped.empty()) std::cerr << fmt::format("epifuse: variant {}: skipped: {}\n", v.label, v.skipped);
+    if (session().json)
       doc["results"].push_back(to_json(r));
     else if (r.gemm)
       print_gemm_report(r, spec);
@@ -208,6 +236,8 @@ void bench_command(const BenchCliOptions& opt) {
     if (r.gemm)
       for (const GemmCheck& c : r.gemm->checks)
         if (!c.ok) session().exit_code = k_exit_target_failed;
+    for (const VariantRow& v : r.variants)
+      if (!v.ok) session().exit_code = k_exit_target_failed;
     if (opt.min_of_copy > 0 && r.fused_of_copy < opt.min_of_copy) {
       session().exit_code = k_exit_target_failed;
       if (!session().json)
@@ -248,8 +278,9 @@ void add_bench(CLI::App& app) {
                   "Exit 1 when the fused kernel reaches less than this fraction of copy bandwidth")
       ->check(CLI::Range(0.0, 2.0));
   sub->add_option("--variant", opt->variants,
-                  "GEMM chains: another source of the fused kernel (epifuse emit of another build, or edited), "
-                  "timed as its own row in turns with the others and checked against the fused output; repeatable. "
+                  "Another source of the fused kernel (epifuse emit of another build, or edited), timed as its own row "
+                  "in turns with the others (elementwise and row chains: with the fused kernel) and checked against "
+                  "the fused outputs; repeatable. "
                   "With --tile T, emit it with --tile T; with --no-tune, for the default tile (with tuning, for the tuned one): the same kernel name")
       ->type_name("FILE");
   sub->add_option("--seed", opt->seed, "Dropout seed (uint64)");
