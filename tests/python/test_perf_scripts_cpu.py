@@ -1,0 +1,81 @@
+"""tools/perf/strided_vs_dense.py and tools/perf/batched_vs_cublas.py without a GPU:
+their --dry-run builds the chains, lists every strided position with its strides, and
+asks epifuse.batching for each batched configuration's launch plan, which must be one
+batched launch, never folded into M; their arguments are checked. The timed runs need
+a GPU (test_gpu_perf_scripts.py)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+PERF = ROOT / "tools" / "perf"
+
+
+def run(script, *argv):
+    env = dict(os.environ)
+    if not os.environ.get("EPIFUSE_TEST_INSTALLED"):
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, str(PERF / script), *argv], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_strided_dry_run_lists_every_position_with_its_strides():
+    r = run("strided_vs_dense.py", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("gemm f16: chain 'linear', inputs ['a', 'b', 'bias', 'residual']") for line in lines)
+    assert any(line.startswith("row bf16: chain 'rmsnorm', inputs ['x', 'residual', 'weight'], outputs ['y', 'h']")
+               for line in lines)
+    positions = [line.split()[0] for line in lines if line.startswith("  ")]
+    # gemm f16 and bf16: a, b, residual, out, all; elementwise: x, residual, out, all; row: the same
+    assert positions == ["a", "b", "residual", "out", "all"] * 2 + ["x", "residual", "out", "all"] * 2
+    text = r.stdout
+    assert "b [4096, 4096] strides (1, 4160)" in text  # the weight's rows K + 64 apart, read column-major
+    assert "a [4096, 4096] strides (4160, 1)" in text
+    assert "out y [16384, 8192] strides (8256, 1); out h [16384, 8192] strides (8256, 1)" in text
+
+
+def test_strided_dry_run_takes_the_layernorm_chain_and_a_pad():
+    r = run("strided_vs_dense.py", "--dry-run", "--families", "row", "--row-chain", "layernorm", "--pad", "8",
+            "--row-shape", "64,1000")
+    assert r.returncode == 0, r.stderr
+    assert "row bf16: chain 'layernorm', inputs ['x', 'weight', 'bias'], outputs ['y']" in r.stdout
+    assert [line.split()[0] for line in r.stdout.splitlines() if line.startswith("  ")] == ["x", "out", "all"]
+    assert "x [64, 1000] strides (1008, 1)" in r.stdout
+
+
+@pytest.mark.parametrize("argv", [["--pad", "0"], ["--families", "gemm,attention"], ["--gemm-shape", "64,64"],
+                                  ["--dropout", "1.0"]])
+def test_strided_refuses_bad_arguments(argv):
+    r = run("strided_vs_dense.py", "--dry-run", *argv)
+    assert r.returncode == 2 and "error:" in r.stderr
+
+
+def test_batched_dry_run_plans_one_batched_launch_for_every_configuration():
+    r = run("batched_vs_cublas.py", "--dry-run", "--b-layouts", "row,col")
+    assert r.returncode == 0, r.stdout + r.stderr
+    configs = [line for line in r.stdout.splitlines() if not line.startswith("#")]
+    assert len(configs) == 2 * 2 * 5 * 4  # dtypes x layouts x shapes x batches
+    for line in configs:
+        assert line.count("one batched launch") == 2 and "NOT batched" not in line, line
+    largest = next(line for line in configs if line.startswith("bf16 row 256x2048,2048,2048:"))
+    assert "skipped" not in largest  # the sweep's largest fits the default 20 GB
+    assert "batch strides (4194304, 4194304)" in largest
+
+
+def test_batched_dry_run_skips_what_exceeds_the_memory_limit():
+    r = run("batched_vs_cublas.py", "--dry-run", "--dtypes", "bf16", "--shape", "2048,2048,2048", "--batches",
+            "32,256", "--max-gb", "8")
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if not line.startswith("#")]
+    assert "skipped" not in lines[0] and lines[1].endswith("skipped (over --max-gb)")
+
+
+@pytest.mark.parametrize("argv", [["--batches", "1,32"], ["--shape", "512,512"], ["--b-layouts", "diag"],
+                                  ["--epilogues", "softmax"], ["--max-gb", "0"]])
+def test_batched_refuses_bad_arguments(argv):
+    r = run("batched_vs_cublas.py", "--dry-run", *argv)
+    assert r.returncode == 2 and "error:" in r.stderr
