@@ -71,9 +71,15 @@ struct RowTile {
   /// or a ring only; docs/row-reductions.md); 2 (ring tiles): kept in the
   /// ring's own bytes, over inputs no later stage reads
   int keep = 0;
+  /// 0, or P >= 2 (ring tiles): the ring is copied in pieces, a P-th of the
+  /// block's part of a row each, and `ring` counts piece slots (more than P):
+  /// a stage waits for each piece as it reaches it, a slot is refilled as soon
+  /// as the row's last stage has read it, and ring - P pieces of the next rows
+  /// are in flight while a row is reduced (docs/row-reductions.md, "Ring pieces")
+  int pieces = 0;
   friend bool operator==(const RowTile&, const RowTile&) = default;
-  /// "r256v8x2"; then "g32" for a group, "c4" for a cluster, "s2" for a ring, "k" to keep ("kr": in the ring),
-  /// "b" for one block per row
+  /// "r256v8x2"; then "g32" for a group, "c4" for a cluster, "s2" for a ring ("s5p4": 5 slots of quarter
+  /// rows), "k" to keep ("kr": in the ring), "b" for one block per row
   std::string str() const;
   int group_threads() const { return group > 0 ? group : threads; }  ///< threads of a block on one row
   int row_threads() const { return group_threads() * cluster; }      ///< threads on one row in all

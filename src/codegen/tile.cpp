@@ -92,16 +92,18 @@ template <>
 struct TileFormat<RowTile> {
   static constexpr std::string_view kind = "row", prefix = "r",
                                     example = "r256v8x2, r256v8x4g32 (32 threads a row), r1024v8x4c4 (a cluster of 4 "
-                                              "blocks a row), r512v8x8c8s2 (a 2-stage shared-memory ring); x0 streams "
+                                              "blocks a row), r512v8x8c8s2 (a 2-stage shared-memory ring), "
+                                              "r1024v4x4c16s5p4 (a ring of 5 quarter-row pieces); x0 streams "
                                               "the row, k keeps a stage's values for the next (kr: in the ring's "
                                               "bytes), b one block a row";
-  static constexpr std::array<TileField<RowTile>, 8> fields{{
+  static constexpr std::array<TileField<RowTile>, 9> fields{{
       {"", "THREADS", &RowTile::threads},
       {"v", "VEC", &RowTile::vec},
       {"x", "REGS", &RowTile::regs},
       {"g", "GROUP", &RowTile::group, FieldKind::optional_number, 0},
       {"c", "CLUSTER", &RowTile::cluster, FieldKind::optional_number, 1},
       {"s", "RING", &RowTile::ring, FieldKind::optional_number, 0},
+      {"p", "PIECES", &RowTile::pieces, FieldKind::optional_number, 0},
       {"", "[k|kr]", &RowTile::keep, FieldKind::choice, 0, {{{2, "kr"}, {1, "k"}, {0, ""}}}, 3},
       {"", "[b]", &RowTile::persistent, FieldKind::choice, 0, {{{0, "b"}, {1, ""}}}, 2},
   }};

@@ -510,6 +510,40 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("row family backward: a ring in pieces gives the whole-row ring's bits" * doctest::test_suite("gpu_sm90")) {
+    // Note [Ring pieces]: the same threads add the same elements in the same
+    // order; only when each piece lands changes. Rows whose block part fills
+    // the pieces, leaves the last one short (229376: 14336 of 16384 columns a
+    // block) or empty (196608 on four vectors a thread: 12288), and more rows
+    // than the grid's clusters, so that slots are refilled across rows.
+    Jit* jit = gpu_jit();
+    if (!jit || !jit->target().starts_with("sm_9")) return;
+    std::uint64_t seed = 9400;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const RowCase cases[] = {layernorm_backward_case(dt), add_rmsnorm_backward_case(dt, DType::f32)};
+      for (const RowCase& rc : cases)
+        for (std::int64_t n : {262144, 229376, 196608}) {
+          const Shape shape{dt == DType::f32 ? 9 : 17, n, 0};
+          // Four 16-byte vectors a thread: 1024 threads of f32, 512 of bf16.
+          const RowTile whole = dt == DType::f32 ? RowTile{1024, 4, 4, 1, 0, 16, 1} : RowTile{512, 8, 4, 1, 0, 16, 1};
+          const std::uint64_t s = ++seed;
+          check_backward(*jit, rc, shape, s, whole);
+          const TensorMap want = run_on_device(*jit, rc.spec, shape, make_inputs(rc.spec, shape, s), {}, whole);
+          for (const auto& [pieces, slots] : {std::pair{4, 5}, std::pair{2, 3}, std::pair{4, 6}}) {
+            RowTile t = whole;
+            t.pieces = pieces;
+            t.ring = slots;
+            check_backward(*jit, rc, shape, s, t);
+            const TensorMap got = run_on_device(*jit, rc.spec, shape, make_inputs(rc.spec, shape, s), {}, t);
+            for (const Output& o : rc.spec.graph.outputs()) {
+              INFO("output " << o.name << ", N = " << n << ", tile " << t.str());
+              CHECK(same_bits(want.at(o.name), got.at(o.name)));
+            }
+          }
+        }
+    }
+  }
+
   TEST_CASE("row family: bench --variant times another source of the kernel and checks every output") {
     Jit* jit = gpu_jit();
     if (!jit) return;

@@ -9,6 +9,7 @@
 
 #include "../gpu/row_backward_specs.hpp"
 #include "codegen/family.hpp"
+#include "codegen/row/row.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
@@ -93,6 +94,53 @@ TEST_CASE("row backward: a stage's independent reductions go through the reducer
                                      KernelPath::fastest, "sm_90a").text;
   CHECK(has(sm, "constexpr int RED_VALUES = 1;"));
   CHECK_FALSE(has(sm, "red.sum_n("));
+}
+
+TEST_CASE("row backward: a ring in pieces waits for each piece and refills its slot once the last stage read it") {
+  using namespace epifuse::testing;
+  // Note [Ring pieces]: layernorm's f32 backward at 262,144, a cluster of 16,
+  // its one-stage ring cut into quarter rows in five slots.
+  const KernelSpec ln = layernorm_backward_spec(DType::f32);
+  const Shape shape{512, 262144, 0};
+  const RowTile whole{1024, 4, 4, 1, 0, 16, 1};
+  RowTile quarters = whole;
+  quarters.ring = 5;
+  quarters.pieces = 4;
+  CHECK(quarters.str() == "r1024v4x4c16s5p4");
+  CHECK(parse_row_tile("r1024v4x4c16s5p4") == quarters);
+  const std::string text = emit_kernel(ln, shape, quarters, KernelPath::fastest, "sm_90a").text;
+  CHECK(has(text, "constexpr int RING = 5, PIECES = 4, PIECE_ITEMS = ITEMS / PIECES;"));
+  CHECK(count_of(text, "ef_bulk_load(") == 2);  // dy and x, a piece each
+  CHECK(count_of(text, "piece_wait(g0 + it / PIECE_ITEMS);") == 2);  // every stage, as it reaches a piece
+  CHECK(count_of(text, "piece_read(g0 + it / PIECE_ITEMS - 1);") == 1);  // the last stage frees them
+  CHECK(count_of(text, "piece_read(g0 + PIECES - 1);") == 1);
+  CHECK(text.find("piece_read(g0 + it") > text.find("// stage 1"));
+  CHECK_FALSE(has(text, "RING_STAGE"));  // no whole-row slots
+  CHECK_FALSE(has(text, "the slot refilled next was read in the last row"));
+  // Five quarter rows of dy and x in f32: 160 KiB; a whole stage is 128 KiB.
+  CHECK(ring_bytes(ln, resolve_row_tile(ln, shape, quarters)) == 5 * 128 * 1024 / 4);
+  CHECK(ring_bytes(ln, resolve_row_tile(ln, shape, whole)) == 128 * 1024);
+  // Refusals name the rule.
+  const KernelFamily& row = family_for(ln);
+  auto refused = [&](RowTile t, const char* why) {
+    CHECK_THROWS_WITH_AS(row.resolve_tile(ln, shape, t, "sm_90a"), doctest::Contains(why), UserError);
+  };
+  RowTile t = quarters;
+  t.pieces = 3;
+  refused(t, "pieces (p) are 0");
+  t = quarters;
+  t.ring = 4;
+  refused(t, "more slots than pieces");
+  t.ring = 0;
+  refused(t, "more slots than pieces");
+  t = RowTile{1024, 4, 6, 1, 0, 16, 5, 0, 4};
+  refused(t, "unevenly");
+  t = quarters;
+  t.keep = 2;
+  refused(t, "use k (registers)");
+  // Candidates: a one-stage ring also in pieces.
+  const std::vector<TileConfig> c = tile_candidates(ln, shape, "sm_90a");
+  CHECK(std::any_of(c.begin(), c.end(), [&](const TileConfig& x) { return x == TileConfig{quarters}; }));
 }
 
 TEST_CASE("row backward: column sums the row family does not generate are user errors") {

@@ -81,8 +81,13 @@ TEST_SUITE("unit") {
     CHECK(default_tile(layernorm_bwd, rows_of(262144), "sm_90a", h100) == "r512v8x4c16s2");
     const KernelSpec add_rmsnorm_bwd = example("examples/backward/add_rmsnorm_backward.json");
     CHECK(default_tile(add_rmsnorm_bwd, rows_of(65536), "sm_90a", h100) == "r1024v8x2c4s2");
+    // Where one ring stage is all that fits, it is copied in quarter rows,
+    // five slots (Note [Ring pieces]).
     CHECK(default_tile(example("examples/backward/layernorm_backward.json", true), rows_of(262144), "sm_90a", h100) ==
-          "r1024v4x4c16s1");
+          "r1024v4x4c16s5p4");
+    CHECK(default_tile(example("examples/backward/add_rmsnorm_backward.json", true), rows_of(262144), "sm_90a", h100) ==
+          "r1024v4x4c16s5p4");
+    CHECK(default_tile(layernorm_bwd, rows_of(524288), "sm_90a", h100) == "r512v8x8c16s5p4");
   }
 
   TEST_CASE("row default tile: the device's shared memory is a value, not a GPU") {

@@ -211,6 +211,15 @@ std::string emit_early_draws(const RowPlan& r) {
   return out;
 }
 
+// Input k's first byte in a ring stage or piece, in units of its columns:
+// the [M,N] inputs side by side, each column's bytes in input order.
+std::size_t ring_offset(const KernelPlan& plan, std::size_t k) {
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < k; ++i)
+    if (plan.inputs[i].broadcast == Broadcast::full) offset += size_of(plan.inputs[i].dtype);
+  return offset;
+}
+
 // The per-row loads before the stages: col inputs (one value a row), scalar
 // inputs, and with rows in registers the row of every full input.
 std::string emit_row_start(const RowPlan& r) {
@@ -221,7 +230,11 @@ std::string emit_row_start(const RowPlan& r) {
       s += fmt::format("    const float {0}_r = live ? ef_to_float(p.{0}[row]) : 0.0f;\n", t.field);
     if (t.broadcast == Broadcast::scalar) s += fmt::format("    const float {0}_r = ef_to_float(p.{0}[0]);\n", t.field);
   }
-  if (r.ring > 0) {
+  if (r.ring > 0 && r.tile.pieces > 0) {  // Note [Ring pieces]: each stage waits for a piece as it reaches it
+    s += "    const long long g0 = ring_row * PIECES;  // this row's first piece\n"
+         "    ++ring_row;\n";
+    s += emit_early_draws(r);  // before the first wait: the copies are in flight meanwhile
+  } else if (r.ring > 0) {
     if (!r.ring_slots.empty())  // the bulk copy below may refill bytes this thread wrote
       s += "    ef_fence_proxy_async();\n";
     s += "    const int slot = (int)(ring_row % RING);\n"
@@ -274,7 +287,17 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
   for (std::uint32_t id : st.reductions)
     head += fmt::format("    float acc{} = {};\n", id, g.nodes()[id].op == OpKind::row_max ? "EF_NEG_INF" : "0.0f");
   std::string out;
-  if (r.ring > 0)  // this block's columns of the row, from the ring
+  const bool pieces = r.ring > 0 && r.tile.pieces > 0;
+  const bool last = s + 1 == r.stages.size();
+  if (pieces)  // Note [Ring pieces]
+    out += std::string("#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {\n") +
+           (last ? "      if (it > 0 && it % PIECE_ITEMS == 0) piece_read(g0 + it / PIECE_ITEMS - 1);\n" : "") +
+           "      if (it % PIECE_ITEMS == 0) piece_wait(g0 + it / PIECE_ITEMS);\n"
+           "      const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n      if (c >= chunk) continue;\n"
+           "      const int c0 = col0 + c;\n"
+           "      const unsigned char* const piece_s = ring + (int)((g0 + it / PIECE_ITEMS) % RING) * PIECE_STAGE;\n"
+           "      const int pc = c - it / PIECE_ITEMS * PIECE_COLS;  // the column in the piece\n";
+  else if (r.ring > 0)  // this block's columns of the row, from the ring
     out += "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {\n"
            "      const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n      if (c >= chunk) continue;\n"
            "      const int c0 = col0 + c;\n";
@@ -288,7 +311,12 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
     const auto type = storage_type_name(t.dtype);
     switch (t.broadcast) {
       case Broadcast::full:
-        if (r.ring > 0)
+        if (pieces)
+          out += fmt::format(
+              "      float {0}_v[VEC];\n"
+              "      ef_load_vec<{1}, VEC>(reinterpret_cast<const {1}*>(piece_s + {2} * PIECE_COLS) + pc, {0}_v);\n",
+              t.field, type, ring_offset(plan, k));
+        else if (r.ring > 0)
           out += fmt::format("      float {0}_v[VEC];\n      ef_load_vec<{1}, VEC>({0}_s + c, {0}_v);\n", t.field, type);
         else if (regs)
           out += fmt::format("      const float (&{0}_v)[VEC] = {0}_x[it];\n", t.field);
@@ -386,6 +414,7 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
     out = fmt::format("{}    if ({}) {{\n{}    }} else {{  // a divisor below FLT_MIN: its reciprocal overflows\n{}    }}\n", head,
                       normal, copy("false"), copy("true"));
   }
+  if (pieces && last) out += "    piece_read(g0 + PIECES - 1);  // the row's last piece\n";
   out += emit_stage_reductions(r, st);
   out.pop_back();
   return out;
@@ -435,6 +464,60 @@ int alignment_needed(const RowPlan& r, const TensorPlan& t) {
 }
 
 }  // namespace
+
+// Note [Ring pieces] (docs/row-reductions.md, "Ring pieces"): a ring tile
+// with pieces P copies a block's part of a row in P pieces, each into one of
+// RING piece slots with its own barrier. Piece g of the block's rows belongs
+// to row unit + (g / P) units. A stage waits for a piece as it reaches it;
+// the row's last stage, having read a piece, passes a block barrier and thread
+// 0 copies piece g + RING into the slot. So RING - P pieces of the next rows
+// are in flight while this row is reduced, where a one-stage ring of whole
+// rows started each row's copy only after the last one was read. Which thread
+// reads which element, and the order of every sum, are a whole-row ring's:
+// the bits are the same.
+std::string ring_pieces_setup(const RowPlan& r, std::size_t bytes) {
+  const KernelPlan& plan = *r.plan;
+  std::string copies;
+  for (std::size_t k = 0; k < plan.inputs.size(); ++k) {
+    const TensorPlan& t = plan.inputs[k];
+    if (t.broadcast != Broadcast::full) continue;
+    copies += fmt::format(
+        "    if (cols > 0) ef_bulk_load(base_smem + {0} * PIECE_COLS, p.{1} + r * {3} + col0 + first, (unsigned)cols * {2}u, bar);\n",
+        ring_offset(plan, k), t.field, size_of(t.dtype), t.strided ? "p.ld_" + t.field : "p.n");
+  }
+  return fmt::format(
+      "  // The shared-memory ring in pieces (Note [Ring pieces] in src/codegen/row/emit_row.cpp): this\n"
+      "  // block's columns of a row ({0} bytes each) in PIECES pieces, RING piece slots.\n"
+      "  constexpr int RING = {1}, PIECES = {2}, PIECE_ITEMS = ITEMS / PIECES;\n"
+      "  constexpr int PIECE_COLS = PIECE_ITEMS * THREADS * VEC, PIECE_STAGE = {0} * PIECE_COLS;\n"
+      "  extern __shared__ __align__(128) unsigned char ring[];\n"
+      "  __shared__ __align__(8) unsigned long long ring_bars[RING];\n"
+      "  const int chunk = (int)(p.n / CLUSTER), col0 = (CLUSTER > 1 ? (int)ef_row_cluster_rank() : 0) * chunk;\n"
+      "  auto ring_bar = [&](int s) {{ return (unsigned)__cvta_generic_to_shared(ring_bars + s); }};\n"
+      "  // Piece g of this block's rows: row unit + (g / PIECES) units, from column (g % PIECES) PIECE_COLS.\n"
+      "  auto piece_issue = [&](long long g) {{\n"
+      "    const long long r = red.unit() + g / PIECES * red.units();\n"
+      "    if (r >= p.m) return;\n"
+      "    const int s = (int)(g % RING), first = (int)(g % PIECES) * PIECE_COLS;\n"
+      "    const int cols = min(PIECE_COLS, max(chunk - first, 0));\n"
+      "    const unsigned bar = ring_bar(s), base_smem = (unsigned)__cvta_generic_to_shared(ring + s * PIECE_STAGE);\n"
+      "    ef_mbar_expect_tx(bar, (unsigned)cols * {0}u);\n{3}"
+      "  }};\n"
+      "  auto piece_wait = [&](long long g) {{ ef_mbar_wait(ring_bar((int)(g % RING)), (unsigned)(g / RING) & 1u); }};\n"
+      "  // Every thread has read piece g: its slot takes piece g + RING.\n"
+      "  auto piece_read = [&](long long g) {{\n"
+      "    __syncthreads();\n"
+      "    if (threadIdx.x == 0) piece_issue(g + RING);\n"
+      "  }};\n"
+      "  if (threadIdx.x == 0) {{\n"
+      "    for (int s = 0; s < RING; ++s) ef_mbar_init(ring_bar(s), 1);\n"
+      "    ef_mbar_init_fence();\n"
+      "    for (int g = 0; g < RING; ++g) piece_issue(g);\n"
+      "  }}\n"
+      "  __syncthreads();  // the barriers are initialised before any thread waits\n"
+      "  long long ring_row = 0;  // rows this block has taken\n",
+      bytes, r.tile.ring, r.tile.pieces, copies);
+}
 
 KernelSource emit_row(const RowPlan& r) {
   const KernelPlan& plan = *r.plan;
@@ -492,6 +575,7 @@ KernelSource emit_row(const RowPlan& r) {
         "  long long ring_row = 0;  // rows this block has taken\n",
         bytes, r.ring, copies);
     // The barriers are initialised before any thread waits: the loop's first __syncthreads orders it.
+    if (r.tile.pieces > 0) ring_setup = ring_pieces_setup(r, bytes);
   }
   TemplateVars vars{
       {"kernel", plan.kernel_name},

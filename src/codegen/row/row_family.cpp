@@ -173,6 +173,16 @@ RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec
   const std::int64_t ring = std::int64_t{t.threads} * vec * t.regs * bytes;
   t.ring = 2 * ring * 10 <= shared * 6 ? 2 : 1;
   t.persistent = 1;
+  // Where one stage is all that fits, its copy in quarter-row pieces, five
+  // slots (Note [Ring pieces]): a quarter of the next row lands while this
+  // one is reduced. Layernorm's f32 backward at 262,144 took 0.83x the time
+  // of the one-stage ring; add+RMSNorm's, with two [M,N] outputs whose stores
+  // already overlapped the copy, 1.01x (H100, 2026-11-27).
+  const int pieces = t.regs % 4 == 0 ? 4 : t.regs % 2 == 0 ? 2 : 0;
+  if (t.ring == 1 && pieces > 0 && ring / pieces * (pieces + 1) <= shared) {
+    t.pieces = pieces;
+    t.ring = pieces + 1;
+  }
   return t;
 }
 
@@ -237,8 +247,18 @@ class RowFamily final : public KernelFamily {
                   tile.str());
     EPIFUSE_CHECK(tile.cluster == 1 || target.empty() || cluster_target(target),
                   "row tile {}: thread-block clusters need sm_90 or later, not {}", tile.str(), target);
-    EPIFUSE_CHECK(tile.ring >= 0 && tile.ring <= 4, "row tile {}: ring (stages) is 0 (none) up to 4, got {}",
-                  tile.str(), tile.ring);
+    EPIFUSE_CHECK(tile.pieces == 0 || tile.pieces == 2 || tile.pieces == 4 || tile.pieces == 8,
+                  "row tile {}: pieces (p) are 0 (whole rows), 2, 4 or 8, got {}", tile.str(), tile.pieces);
+    EPIFUSE_CHECK(tile.pieces > 0 || (tile.ring >= 0 && tile.ring <= 4),
+                  "row tile {}: ring (stages) is 0 (none) up to 4, got {}", tile.str(), tile.ring);
+    EPIFUSE_CHECK(tile.pieces == 0 || (tile.ring > tile.pieces && tile.ring <= 4 * tile.pieces),
+                  "row tile {}: a ring of {} pieces a row needs more slots than pieces (some of the next row in "
+                  "flight) and at most four rows' worth: s{} to s{}, got s{}",
+                  tile.str(), tile.pieces, tile.pieces + 1, 4 * tile.pieces, tile.ring);
+    EPIFUSE_CHECK(tile.pieces == 0 || tile.keep != 2,
+                  "row tile {}: kr keeps values in a whole row's ring bytes; a ring in pieces (p) frees them as it "
+                  "goes: use k (registers)",
+                  tile.str());
     EPIFUSE_CHECK(tile.ring == 0 || tile.group == 0,
                   "row tile {}: a shared-memory ring holds a block's row; drop the group (g) or the ring (s)", tile.str());
     EPIFUSE_CHECK(tile.ring == 0 || target.empty() || cluster_target(target),
@@ -257,6 +277,7 @@ class RowFamily final : public KernelFamily {
       // in registers, its items counted anew) reads the rows from global
       // memory in the narrower vectors instead of refusing the shape.
       tile.ring = 0;
+      tile.pieces = 0;
       tile.keep = std::min(tile.keep, 1);
       tile.regs = -1;
       resolved = resolve_row_tile(spec, shape, tile);
@@ -294,6 +315,9 @@ class RowFamily final : public KernelFamily {
                   "row tile {}: N = {} streams on this tile (x0), which cannot sum columns; the [N] outputs need a tile "
                   "that holds the row: more regs, a ring (s) or a cluster (c)",
                   resolved.str(), shape.n);
+    EPIFUSE_CHECK(resolved.pieces == 0 || resolved.regs % resolved.pieces == 0,
+                  "row tile {}: {} pieces split a thread's {} vectors of the row unevenly; use a regs that {} divides",
+                  resolved.str(), resolved.pieces, resolved.regs, resolved.pieces);
     EPIFUSE_CHECK(ring_vectors_fit(spec, resolved),
                   "row tile {}: a ring copies 16-byte pieces; N = {} needs a vector of 16 bytes of every [M,N] input",
                   resolved.str(), shape.n);
@@ -375,6 +399,13 @@ class RowFamily final : public KernelFamily {
       if (sums && std::find_if(out.begin(), out.end(), [&](const TileConfig& t) { return t == TileConfig{rp}; }) != out.end())
         continue;
       out.push_back(rp);
+      if (rp.ring == 1)  // the one stage in pieces (Note [Ring pieces])
+        for (const auto& [pieces, slots] : {std::pair{2, 3}, std::pair{4, 5}, std::pair{4, 6}}) {
+          RowTile pc = rp;
+          pc.pieces = pieces;
+          pc.ring = slots;
+          if (pc.regs % pieces == 0 && ring_bytes(spec, pc) <= 200 * 1024) out.push_back(pc);
+        }
       if (keeps) {
         RowTile k = rp;
         k.keep = 1;
@@ -460,7 +491,8 @@ std::int64_t ring_bytes(const KernelSpec& spec, const RowTile& resolved) {
   std::int64_t per_element = 0;
   for (const Node& node : spec.graph.nodes())
     if (node.kind == NodeKind::input && node.broadcast == Broadcast::full) per_element += size_of(node.dtype);
-  return std::int64_t{resolved.ring} * resolved.threads * resolved.vec * std::max(resolved.regs, 0) * per_element;
+  const std::int64_t row = std::int64_t{resolved.threads} * resolved.vec * std::max(resolved.regs, 0) * per_element;
+  return resolved.pieces > 0 ? resolved.ring * (row / resolved.pieces) : resolved.ring * row;
 }
 
 std::string_view row_shape_class(const KernelSpec&, const RowTile& resolved, const Shape& shape) {
