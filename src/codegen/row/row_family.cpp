@@ -44,6 +44,13 @@ int full_inputs(const KernelSpec& spec) {
   return std::max(n, 1);
 }
 
+int full_outputs(const KernelSpec& spec) {
+  const auto& outputs = spec.graph.outputs();
+  return static_cast<int>(std::count_if(outputs.begin(), outputs.end(), [&](const Output& o) {
+    return spec.graph.node(o.value).broadcast == Broadcast::full;
+  }));
+}
+
 std::int64_t full_input_bytes(const KernelSpec& spec) {
   std::int64_t bytes = 0;
   for (const Node& node : spec.graph.nodes())
@@ -173,13 +180,15 @@ RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec
   const std::int64_t ring = std::int64_t{t.threads} * vec * t.regs * bytes;
   t.ring = 2 * ring * 10 <= shared * 6 ? 2 : 1;
   t.persistent = 1;
-  // Where one stage is all that fits, its copy in quarter-row pieces, five
-  // slots (Note [Ring pieces]): a quarter of the next row lands while this
-  // one is reduced. Layernorm's f32 backward at 262,144 took 0.83x the time
-  // of the one-stage ring; add+RMSNorm's, with two [M,N] outputs whose stores
-  // already overlapped the copy, 1.01x (H100, 2026-11-27).
+  // Where one stage is all that fits and a row writes one [M,N] output, its
+  // copy in quarter-row pieces, five slots (Note [Ring pieces]): a quarter of
+  // the next row lands while this one is reduced. Layernorm's backward took
+  // 0.81x the one-stage ring's time in f32 at 262,144 and 1.00x in bf16 at
+  // 524,288; add+RMSNorm's, which writes two, 1.04x in f32 at 262,144 (and
+  // 0.93x in bf16 at 524,288: one point, left to the tuner). H100, 2026-11-27,
+  // docs/row-reductions.md ("Ring pieces").
   const int pieces = t.regs % 4 == 0 ? 4 : t.regs % 2 == 0 ? 2 : 0;
-  if (t.ring == 1 && pieces > 0 && ring / pieces * (pieces + 1) <= shared) {
+  if (t.ring == 1 && pieces > 0 && full_outputs(spec) == 1 && ring / pieces * (pieces + 1) <= shared) {
     t.pieces = pieces;
     t.ring = pieces + 1;
   }
