@@ -176,6 +176,21 @@ TEST_SUITE("unit") {
     CHECK(default_tile(gated, {16384, 32768, 8192}, h100).starts_with("h128x256x64"));
   }
 
+  TEST_CASE("GEMM default tile: a batched launch of 2^40 multiply-adds and more takes the cooperative 128x256") {
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    const KernelSpec spec = bias_gelu(DType::bf16, Layout::row);
+    auto batched = [](Shape s, std::int64_t b) {
+      s.batch = b;
+      return s;
+    };
+    CHECK(default_tile(spec, batched({2048, 2048, 2048}, 256), h100) == "h128x256x64s4g8");
+    CHECK(default_tile(spec, batched({2048, 2048, 2048}, 128), h100) == "h128x256x64s4g8");
+    CHECK(default_tile(spec, batched({2048, 2048, 2048}, 64), h100) == "h128x128x64s6g8p");
+    CHECK(default_tile(spec, batched({2048, 2048, 2048}, 32), h100) == "h128x128x64s6g8p");
+    // The same work in one problem keeps ping-pong (8192^3 is 2^39; 16384^2 x 4096 is 2^40).
+    CHECK(default_tile(spec, {16384, 16384, 4096}, h100) == "h128x128x64s6g8p");
+  }
+
   TEST_CASE("GEMM default tile: the dual GEMM") {
     const DeviceInfo h100 = assumed_device("sm_90a");
     const KernelSpec swiglu = bias_gelu(DType::bf16, Layout::col, MainloopKind::dual_gemm);

@@ -49,7 +49,8 @@ class GemmFamily final : public KernelFamily {
     EPIFUSE_CHECK(ml.a == ml.b, "gemm: A and B must have one dtype, got a={} b={}", to_string(ml.a), to_string(ml.b));
     const GemmProblem p = problem(spec, shape, target, device);
     const Shape work_shape = batch_work_shape(shape);
-    const GemmProblem work = problem(spec, work_shape, target, device);
+    GemmProblem work = problem(spec, work_shape, target, device);
+    work.batches = shape.batch;
     if (requested && std::holds_alternative<WaveTile>(*requested)) {
       wave_mainloop().check(*requested, p);
       return *requested;

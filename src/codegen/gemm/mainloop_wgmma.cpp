@@ -154,6 +154,12 @@ class WgmmaMainloop final : public GemmMainloop {
   // it lost 6-13% (2048x8192x2048, 4096^3), nor with two tensors at K = 4096,
   // where it won for one chain and lost for another (8192x16384x4096), nor
   // with one tensor (7-11% slower).
+  // A batched launch of 2^40 multiply-adds and more runs at the power limit
+  // (700 W on an H100, the SM clock dipping to 1.35-1.47 GHz), where the
+  // cooperative 128x256 tile does more work a joule than ping-pong: 256 x
+  // 2048^3 bf16 ran 1.08x cuBLASLt's strided-batched GEMM on it against 1.35x
+  // on ping-pong, and 128 x 2048^3 1.11x on ping-pong; at 32 x 2048^3
+  // ping-pong ran 0.98x, 128x256 1.01x (H100, in turns, 2026-11-27).
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p) || p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs)
       return std::nullopt;
@@ -170,6 +176,10 @@ class WgmmaMainloop final : public GemmMainloop {
     else if (!p.dual && fragment && wide >= k_cluster_min_waves * sms &&
              (tensors > 2 || (tensors == 2 && p.shape.k <= k_cluster_max_k)))
       t = WgmmaTile{128, 128, bk, 6, 8, 2, 1};
+    const bool batched_and_large = p.batches > 1 && static_cast<double>(p.shape.m) * static_cast<double>(p.shape.n) *
+                                                         static_cast<double>(p.shape.k) >= k_large_work;
+    if (batched_and_large && !p.dual && t == WgmmaTile{128, 128, bk, 6, 8, 1, 1} && tiles_of(p.shape, 128, 256) >= sms)
+      t = WgmmaTile{128, 256, bk, 4, 8};
     if (wide < sms) {
       const bool narrow_fills_more = wave_fill(narrow, sms) > wave_fill(wide, sms) + 0.05;
       if (p.dual) t = narrow_fills_more ? WgmmaTile{128, 64, bk, 6, 8} : WgmmaTile{128, 128, bk, 4, 8};
