@@ -1,10 +1,12 @@
 // Strided [M,N] tensors in the elementwise and row families (Note [Strided rows],
 // docs/strided-batched.md, "Built: strided tensors in the elementwise and row
-// families"): the plan (the flat kernel's 2-D walk and its narrowed vector, the
-// column-sum kernel's unchanged tile, the row family's vector and ring), the key
-// (the shape class's flags), the emitted kernels (ld fields and roles, and only
-// the strided tensors' addresses changed), the dense kernels byte for byte, and
-// the refusals. No GPU, no compiler.
+// families"): the plan (the flat kernel's 2-D walk, its narrowed vector, its
+// rows in flight and its grid, the column-sum kernel's unchanged tile, the row
+// family's vector and ring), the key (the shape class's flags), the emitted
+// kernels (ld fields and roles, the 2-D kernel's rows' loads and draws before
+// its first epilogue call, and elsewhere only the strided tensors' addresses
+// changed), the dense kernels byte for byte, and the refusals. No GPU, no
+// compiler.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "codegen/elementwise/elementwise.hpp"
 #include "codegen/family.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
@@ -342,8 +345,11 @@ TEST_SUITE("unit") {
     const LaunchGeometry g = family.geometry(ks, s, 132);
     CHECK(g.block[0] == 32);
     CHECK(g.block[1] == 8);
-    CHECK(g.grid[0] == 3);      // ceil(300 / (32 x 4))
-    CHECK(g.grid[1] == 12500);  // 100000 / 8 row steps: a covering grid
+    CHECK(g.grid[0] == 3);  // ceil(300 / (32 x 4))
+    // A covering grid: k_strided_rows_in_flight rows a thread, 8 threads down a block.
+    const int rows = k_strided_rows_in_flight;
+    CHECK(g.grid[1] == (100000 + 8 * rows - 1) / (8 * rows));
+    CHECK(family.geometry(ks, strided(100001, 300, 4, 0, 0), 132).grid[1] == 100001 / (8 * rows) + 1);
     const KernelSource capped = emit(spec, s, ElementwiseTile{256, 0, 4});
     CHECK(family.geometry(capped, s, 132).grid[1] == 132 * 4 / 3);  // 4 blocks a multiprocessor
     // The dense kernel keeps its flat grid.

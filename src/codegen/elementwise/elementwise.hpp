@@ -89,7 +89,10 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // the loads are on their way), then computes and stores row by row, where with
 // one row a thread's loads waited before its next row's were issued. A row
 // from M on is skipped. Each element's arithmetic and its draw's index are
-// what they were, so the bits are too; ROWS only orders the instructions.
+// what they were, so the bits are too; ROWS only orders the instructions. A
+// covering grid (blocks_per_sm 0, the default tile) gives each thread
+// k_strided_rows_in_flight rows of its column tile, since with one row a
+// thread there is nothing to hold in flight (strided_rows_grid).
 // Both walking kernels address a strided tensor's element (r, c) at
 // r * p.ld_<field> + c, and a dense one's at r * N + c as before; a dropout
 // draw's index is r * N + c, the element's place in the [M,N] result, so a
@@ -148,9 +151,9 @@ inline constexpr int k_strided_rows_in_flight = 4;
 int strided_rows_in_flight(const ElementwisePlan& e);
 /// The grid of the flat kernel over strided rows (Note [Strided rows]): the
 /// column-sum kernel's block, all column tiles (the kernel strides over more
-/// than 2^31 - 1), and row slices covering the rows, or with a tile's
-/// blocks_per_sm as many as the multiprocessors hold (at least one, at most
-/// 65535: the kernel strides over the rest).
+/// than 2^31 - 1), and row slices covering the rows k_strided_rows_in_flight
+/// to a thread, or with a tile's blocks_per_sm as many as the multiprocessors
+/// hold (at least one, at most 65535: the kernel strides over the rest).
 ColumnGrid strided_rows_grid(const ElementwiseTile& resolved, const Shape& shape, int multiprocessors);
 
 /// Which code a kernel walking rows carries (the column-sum kernel, and the
