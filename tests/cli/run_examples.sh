@@ -235,7 +235,7 @@ if "$PYTHON" -c "import numpy as np, sys; a = np.load(sys.argv[1]); assert a.sha
 then pass "a batched output is written as a (B, M, N) array"; else fail "a batched output is written as a (B, M, N) array"; fi
 if "$EPIFUSE" emit "$CHAINS/gemm_bias_relu.json" --target sm_80 --ld y=264 | grep -q "p.out0\[row \* p.ld_out0 + col\]"
 then pass "emit --ld prints the strided output's kernel"; else fail "emit --ld prints the strided output's kernel"; fi
-if "$EPIFUSE" emit "$EW" --shape 16,24 --target sm_80 --ld x=40 | grep -qF "p.in0 + rk * p.ld_in0 + c0"
+if "$EPIFUSE" emit "$EW" --shape 16,24 --target sm_80 --ld x=40 | grep -qF "p.in0 + r * p.ld_in0 + c0"
 then pass "emit --ld prints an elementwise chain's 2-D kernel"; else fail "emit --ld prints an elementwise chain's 2-D kernel"; fi
 if "$EPIFUSE" emit "$RN" --shape 16,64 --target sm_80 --ld h=72 | grep -qF "const long long base_out1 = row * p.ld_out1;"
 then pass "emit --ld prints a row chain's strided rows"; else fail "emit --ld prints a row chain's strided rows"; fi

@@ -48,13 +48,6 @@ std::vector<GoldenCase> golden_cases() {
   c.push_back({"bias_gelu_dropout_add_f16_triton_general.cu",
                test_specs::bias_gelu_dropout_add(DType::f16, 0.25, RngMode::triton), {4, 66, 0}, ElementwiseTile{256, 8, 4},
                KernelPath::general});
-  // The bf16 chain with x, residual and y strided (Note [Strided rows]): the
-  // 2-D kernel over rows, four rows' loads and draws in flight a thread.
-  Shape strided_rows{16384, 8192, 0};
-  strided_rows.ld_inputs = {8256, 0, 8256};
-  strided_rows.ld_outputs = {8256};
-  c.push_back({"bias_gelu_dropout_add_bf16_strided_rows.cu", test_specs::bias_gelu_dropout_add(DType::bf16),
-               strided_rows, std::nullopt});
   // One per mainloop and dialect beside the elementwise ones.
   const KernelSpec dropout_gemm = load_spec(kExamples / "gemm_bias_relu_dropout.json");
   c.push_back({"row_scaled_masked_softmax_dropout_sm90a.cu", load_spec(kExamples / "scaled_masked_softmax_dropout.json"),

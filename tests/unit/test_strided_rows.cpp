@@ -1,12 +1,10 @@
 // Strided [M,N] tensors in the elementwise and row families (Note [Strided rows],
 // docs/strided-batched.md, "Built: strided tensors in the elementwise and row
-// families"): the plan (the flat kernel's 2-D walk, its narrowed vector, its
-// rows in flight and its grid, the column-sum kernel's unchanged tile, the row
-// family's vector and ring), the key (the shape class's flags), the emitted
-// kernels (ld fields and roles, the 2-D kernel's rows' loads and draws before
-// its first epilogue call, and elsewhere only the strided tensors' addresses
-// changed), the dense kernels byte for byte, and the refusals. No GPU, no
-// compiler.
+// families"): the plan (the flat kernel's 2-D walk and its narrowed vector, the
+// column-sum kernel's unchanged tile, the row family's vector and ring), the key
+// (the shape class's flags), the emitted kernels (ld fields and roles, and only
+// the strided tensors' addresses changed), the dense kernels byte for byte, and
+// the refusals. No GPU, no compiler.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,7 +12,6 @@
 
 #include <fmt/format.h>
 
-#include "codegen/elementwise/elementwise.hpp"
 #include "codegen/family.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/errors.hpp"
@@ -217,11 +214,10 @@ TEST_SUITE("unit") {
     CHECK_FALSE(field(ks, "n_inv"));  // no flat index to divide
     CHECK(has(ks.text, "  long long ld_in0;\n  long long ld_out0;"));
     CHECK(has(ks.text, "Generated from templates/elementwise_rows.cu.in"));
-    // Row rk = r + k * S of the ROWS in flight.
-    CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in0 + rk * p.ld_in0 + c0, in0_v[k]);"));
-    CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in3 + e0, in3_v[k]);"));  // dense: row * N + c0
-    CHECK(has(ks.text, "ef_store_vec<float, VEC>(p.out0 + rk * p.ld_out0 + c0, out0_v);"));
-    CHECK(has(ks.text, "const int rk = r + k * S;\n        if (rk >= m) break;\n        const int e0 = rk * n + c0;"));
+    CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in0 + r * p.ld_in0 + c0, in0_v);"));
+    CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in3 + e0, in3_v);"));  // dense: row * N + c0
+    CHECK(has(ks.text, "ef_store_vec<float, VEC>(p.out0 + r * p.ld_out0 + c0, out0_v);"));
+    CHECK(has(ks.text, "const int e0 = r * n + c0;"));
     // The draws' index is the [M,N] place, never the strided address.
     CHECK(has(ks.text, "ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(e0 + j) >> 2)"));
     CHECK_FALSE(has(ks.text, "ld_in0 + c0 + j) >> 2"));
@@ -233,85 +229,9 @@ TEST_SUITE("unit") {
     const KernelSource ragged = emit(spec, strided(96, 130, 6, 0, 2), std::nullopt, "sm_80", KernelPath::general);
     CHECK(std::get<ElementwiseTile>(ragged.tile).vec == 4);  // dropout keeps one Philox call's four
     CHECK_FALSE(ragged.requires_alignment);
-    CHECK(has(ragged.text, "in0_v[k][j] = c0 + j < n ? ef_to_float(p.in0[rk * p.ld_in0 + c0 + j]) : 0.0f;"));
-    CHECK(has(ragged.text, "if (c0 + j < n) p.out0[rk * p.ld_out0 + c0 + j] = ef_from_float<float>(out0_v[j]);"));
-    CHECK(has(ragged.text, "d0[k][j] = ef_philox4_draw(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(e0 + j));"));
-  }
-
-  TEST_CASE("strided rows: the flat kernel issues ROWS rows' loads and draws before it computes the first") {
-    for (const KernelPath path : {KernelPath::fastest, KernelPath::general}) {
-      CAPTURE(path == KernelPath::general);
-      const KernelSource ks = emit(elementwise_chain(DType::bf16, true), strided(4096, 1024, 64, 0, 64),
-                                   std::nullopt, "sm_90a", path);
-      const std::string& t = ks.text;
-      CHECK(has(t, "constexpr int ROWS = 2;"));  // strided_rows_in_flight: x, s, res and the draws
-      CHECK(has(t, "for (int r = (int)blockIdx.y * TY + ty; r < m; r += ROWS * S) {"));
-      CHECK(has(t, "      float in0_v[ROWS][VEC];\n      float in2_v[ROWS][VEC];\n      float in3_v[ROWS][VEC];\n"));
-      CHECK(has(t, "      unsigned d0[ROWS][VEC];  // dropout stream 0 (philox4)\n"));
-      // The order in the row step: every row's loads (x strided, res dense,
-      // s a col input), then every row's draws, then row by row the epilogue
-      // on row k's values and the stores.
-      const std::size_t step = t.find("r += ROWS * S) {");
-      const std::size_t x = t.find("p.in0 + rk * p.ld_in0 + c0", step), res = t.find("p.in3 + e0", step);
-      const std::size_t s = t.find("ef_to_float(p.in2[rk])", step);
-      const std::size_t draws = t.find("unsigned d0[ROWS][VEC];", step);
-      const std::size_t draw = t.find("d0[k][j", step);
-      const std::size_t call = t.find(fmt::format("{}_epilogue(p, in0_v[k][j], in1_v[j], in2_v[k][j], in3_v[k][j], "
-                                                  "d0[k][j], out0_v[j]);",
-                                                  ks.name),
-                                      step);
-      const std::size_t store = t.find("p.out0 + rk * p.ld_out0 + c0", step);
-      REQUIRE(step != std::string::npos);
-      REQUIRE(call != std::string::npos);
-      CHECK(std::max({x, res, s}) < draws);
-      CHECK(draws < draw);
-      CHECK(draw < call);
-      CHECK(call < store);
-      CHECK(store != std::string::npos);
-      // Three row loops a step (loads, draws, compute and stores), each guarded at M.
-      std::size_t loops = 0;
-      for (std::size_t at = t.find("for (int k = 0; k < ROWS; ++k)"); at != std::string::npos;
-           at = t.find("for (int k = 0; k < ROWS; ++k)", at + 1))
-        ++loops;
-      CHECK(loops == 3);
-    }
-    // Without dropout, no draws between the loads and the epilogue.
-    const KernelSource plain = emit(elementwise_chain(DType::bf16), strided(4096, 1024, 64, 0, 64));
-    CHECK(has(plain.text, "// no dropout: no draws"));
-    CHECK_FALSE(has(plain.text, "d0["));
-  }
-
-  TEST_CASE("strided rows: the rows in flight fit a thread's registers") {
-    auto rows = [](const KernelSpec& spec, std::optional<TileConfig> tile) {
-      const std::string t = emit(spec, strided(4096, 1024, 64, 0, 64), tile, "sm_90a").text;
-      for (int r = 1; r <= 8; r *= 2)
-        if (has(t, fmt::format("constexpr int ROWS = {};", r))) return r;
-      return 0;
-    };
-    // bias+GELU+dropout+residual: x, res and the draws, 3 values a row. At
-    // most 96 elements of them a thread up to 256 threads a block, fewer
-    // above; a power of two up to k_strided_rows_in_flight.
-    KernelSpec gelu;
-    {
-      Graph& g = gelu.graph;
-      const Value x = g.input("x", DType::bf16), bias = g.input("bias", DType::bf16, Broadcast::row);
-      const Value res = g.input("res", DType::bf16);
-      g.output("y", g.add(g.dropout(g.gelu_tanh(g.add(x, bias)), 0.1), res), DType::bf16);
-    }
-    Shape s{4096, 1024, 0};
-    s.ld_inputs = {1088, 0, 1088};
-    s.ld_outputs = {1088};
-    CHECK(has(emit(gelu, s, std::nullopt, "sm_90a").text, "constexpr int ROWS = 4;"));  // 4 rows x 8 x 3 = 96
-    // x, s, res and the draws: 4 values a row.
-    const KernelSpec bf16 = elementwise_chain(DType::bf16, true), f32 = elementwise_chain(DType::f32, true);
-    CHECK(rows(bf16, std::nullopt) == 2);                            // 2 rows x 8 x 4 = 64
-    CHECK(rows(elementwise_chain(DType::bf16), std::nullopt) == 4);  // no draws: 4 x 8 x 3 = 96
-    CHECK(rows(f32, std::nullopt) == 4);                             // 4 rows x 4 x 4 = 64
-    CHECK(rows(f32, ElementwiseTile{256, 8, 0}) == 2);
-    CHECK(rows(bf16, ElementwiseTile{256, 16, 0}) == 1);
-    CHECK(rows(f32, ElementwiseTile{512, 4, 0}) == 2);        // 48 elements at 512 threads
-    CHECK(rows(f32, ElementwiseTile{1024, 4, 0}) == 1);       // 24 at 1024
-    CHECK(rows(f32, ElementwiseTile{128, 4, 0}) == 4);
+    CHECK(has(ragged.text, "p.in0[r * p.ld_in0 + c0 + j]"));
+    CHECK(has(ragged.text, "if (c0 + j < n) p.out0[r * p.ld_out0 + c0 + j] = ef_from_float<float>(out0_v[j]);"));
+    CHECK(has(ragged.text, "ef_philox4_draw(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(e0 + j))"));
   }
 
   TEST_CASE("strided rows: the flat kernel narrows its vector to what the rows' starts take, never refuses") {
@@ -345,11 +265,8 @@ TEST_SUITE("unit") {
     const LaunchGeometry g = family.geometry(ks, s, 132);
     CHECK(g.block[0] == 32);
     CHECK(g.block[1] == 8);
-    CHECK(g.grid[0] == 3);  // ceil(300 / (32 x 4))
-    // A covering grid: k_strided_rows_in_flight rows a thread, 8 threads down a block.
-    const int rows = k_strided_rows_in_flight;
-    CHECK(g.grid[1] == (100000 + 8 * rows - 1) / (8 * rows));
-    CHECK(family.geometry(ks, strided(100001, 300, 4, 0, 0), 132).grid[1] == 100001 / (8 * rows) + 1);
+    CHECK(g.grid[0] == 3);      // ceil(300 / (32 x 4))
+    CHECK(g.grid[1] == 12500);  // 100000 / 8 row steps: a covering grid
     const KernelSource capped = emit(spec, s, ElementwiseTile{256, 0, 4});
     CHECK(family.geometry(capped, s, 132).grid[1] == 132 * 4 / 3);  // 4 blocks a multiprocessor
     // The dense kernel keeps its flat grid.

@@ -41,24 +41,6 @@ ColumnGrid column_grid(const ElementwiseTile& resolved, const Shape& shape, int 
   return g;
 }
 
-// A thread holds ROWS x VEC elements of each full or col input and of each
-// dropout's draws. At most 96 of them up to 256 threads a block (the
-// default tile of bf16 bias+GELU+dropout+residual: 4 rows x 8 x 3, 168
-// registers on sm_90a), in proportion fewer above (a thread of 512 has 128
-// registers, of 1024 64): measured on sm_90a, four rows of 16-element vectors
-// there took all 255 registers and spilled 64 bytes, and four rows of 8 at
-// 512 threads a block spilled 68. A power of two, so that the rows a covering
-// grid gives a thread (k_strided_rows_in_flight) are whole steps of ROWS.
-int strided_rows_in_flight(const ElementwisePlan& e) {
-  const KernelPlan& plan = *e.plan;
-  std::int64_t held = static_cast<std::int64_t>(plan.dropouts.size());
-  for (const TensorPlan& t : plan.inputs) held += t.broadcast == Broadcast::full || t.broadcast == Broadcast::col;
-  const std::int64_t elements = std::min<std::int64_t>(96, 96 * 256 / e.tile.threads);
-  int rows = 1;
-  while (2 * rows <= k_strided_rows_in_flight && 2 * rows * held * e.tile.vec <= elements) rows *= 2;
-  return rows;
-}
-
 ColumnGrid strided_rows_grid(const ElementwiseTile& resolved, const Shape& shape, int multiprocessors) {
   EPIFUSE_ASSERT(resolved.vec > 0 && resolved.threads % 32 == 0, "strided_rows_grid needs a resolved tile");
   ColumnGrid g;
@@ -66,10 +48,7 @@ ColumnGrid strided_rows_grid(const ElementwiseTile& resolved, const Shape& shape
   g.rows_per_step = resolved.threads / g.lanes;
   g.tile_columns = g.lanes * resolved.vec;
   g.column_tiles = std::min<std::int64_t>(ceil_div(shape.n, g.tile_columns), 0x7fffffff);
-  // A covering grid gives a thread k_strided_rows_in_flight rows of its
-  // column tile: with one row each, a thread would have no second row to hold
-  // in flight (a thread whose ROWS is fewer takes them in turn).
-  std::int64_t slices = ceil_div(shape.m, g.rows_per_step * k_strided_rows_in_flight);
+  std::int64_t slices = ceil_div(shape.m, g.rows_per_step);
   if (resolved.blocks_per_sm > 0)
     slices = std::min(slices, std::int64_t{std::max(multiprocessors, 1)} * resolved.blocks_per_sm /
                                   std::max<std::int64_t>(g.column_tiles, 1));

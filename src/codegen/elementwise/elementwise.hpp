@@ -83,16 +83,6 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // any full tensor of the launch is strided the flat kernel becomes 2-D: the
 // column-sum kernel's walk (a warp across a tile of 32 x VEC columns, the
 // block's warps down the rows) without the sums, templates/elementwise_rows.cu.in.
-// A thread of it holds ROWS rows of its column tile in flight, S = gridDim.y x
-// blockDim.y apart (strided_rows_in_flight, at most k_strided_rows_in_flight):
-// it issues every row's loads, then every row's dropout draws (ALU work while
-// the loads are on their way), then computes and stores row by row, where with
-// one row a thread's loads waited before its next row's were issued. A row
-// from M on is skipped. Each element's arithmetic and its draw's index are
-// what they were, so the bits are too; ROWS only orders the instructions. A
-// covering grid (blocks_per_sm 0, the default tile) gives each thread
-// k_strided_rows_in_flight rows of its column tile, since with one row a
-// thread there is nothing to hold in flight (strided_rows_grid).
 // Both walking kernels address a strided tensor's element (r, c) at
 // r * p.ld_<field> + c, and a dense one's at r * N + c as before; a dropout
 // draw's index is r * N + c, the element's place in the [M,N] result, so a
@@ -136,24 +126,11 @@ ColumnGrid column_grid(const ElementwiseTile& resolved, const Shape& shape, int 
 /// any GPU up to k_column_sum_max_multiprocessors gets.
 WorkspaceNeeds column_sum_workspace(const ElementwiseTile& resolved, const Shape& shape, std::size_t sums);
 
-/// Rows of its column tile a thread of the flat kernel over strided rows holds
-/// in flight at most (the kernel's ROWS, Note [Strided rows]): it issues their
-/// loads and draws before it computes any. Four: with one, a thread's loads
-/// of a row waited before its next row's were issued; four put four vectors
-/// of each full input on their way, and bf16 and f32
-/// bias+GELU+dropout+residual at the default tile take them without spilling
-/// (sm_90a: 168 and 94 registers; 100 and 64 with two rows, 46 and 38 with
-/// one). Neither the kernel's name nor its parameters depend on it: a build
-/// with 1 or 2 here (a power of two) emits a variant of the same kernel.
-inline constexpr int k_strided_rows_in_flight = 4;
-/// ROWS for a plan: k_strided_rows_in_flight, fewer where the values held for
-/// the rows would not fit the registers of a thread.
-int strided_rows_in_flight(const ElementwisePlan& e);
 /// The grid of the flat kernel over strided rows (Note [Strided rows]): the
 /// column-sum kernel's block, all column tiles (the kernel strides over more
-/// than 2^31 - 1), and row slices covering the rows k_strided_rows_in_flight
-/// to a thread, or with a tile's blocks_per_sm as many as the multiprocessors
-/// hold (at least one, at most 65535: the kernel strides over the rest).
+/// than 2^31 - 1), and row slices covering the rows, or with a tile's
+/// blocks_per_sm as many as the multiprocessors hold (at least one, at most
+/// 65535: the kernel strides over the rest).
 ColumnGrid strided_rows_grid(const ElementwiseTile& resolved, const Shape& shape, int multiprocessors);
 
 /// Which code a kernel walking rows carries (the column-sum kernel, and the
@@ -171,37 +148,17 @@ std::string column_branch(const ColumnPaths& c, const std::string& vector, const
 /// vector in row `row`: `e0` (row * N + c0) when dense, `row * p.ld_<field> + c0`
 /// when strided (Note [Strided rows]).
 std::string full_offset(const TensorPlan& t, std::string_view row);
-/// `body` once for each of the ROWS rows a walking kernel's thread holds in
-/// flight, k = 0, 1, ...: rk = r + k * S its row (rows from M on end the
-/// loop), e0 = rk * N + c0 its vector's place in [M,N]. Indented for a row
-/// loop's body; `body` is the loop's, two spaces more.
-std::string column_walk_each_row(std::string_view index_t, const std::string& body);
-/// The full and col inputs of the ROWS rows in flight, `<field>_v[ROWS][VEC]`
-/// (row k's at [k]): every row's loads issued before any is used.
-std::string column_walk_loads(const ElementwisePlan& e, const ColumnPaths& c, std::string_view index_t);
-/// Input `input`'s element j in a walking kernel's epilogue call:
-/// `<field>_v[k][j]` for a full or col input (row k's of the ROWS in flight),
-/// `<field>_v[j]` for a row or scalar one.
-std::string column_walk_input(const ElementwisePlan& e, std::size_t input);
 /// The dropout draws of a lane's vector at element index e0 (the [M,N]
-/// place): `d<k>[VEC]`, declared and filled at one row's place (the
-/// column-sum kernel). Its two parts, for a kernel that draws the ROWS rows
-/// in flight before it computes any (the flat kernel over strided rows):
-/// the declarations with `rows` before [VEC] ("[ROWS]"), and the fills of
-/// `d<k><row>` ("[k]": row k's) at `indent`.
+/// place), the stores of its full outputs (those `sums` does not mark) in
+/// row `row`, and the alignment a tensor's accesses need: shared by both
+/// walking kernels.
 std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c);
-std::string column_walk_draw_decls(const ElementwisePlan& e, std::string_view rows);
-std::string column_walk_draw_fills(const ElementwisePlan& e, const ColumnPaths& c, std::string_view row,
-                                   const std::string& indent);
 /// A walking kernel's row and scalar inputs, the same at every row: loaded once
 /// before the rows, at `indent`, each vector load behind `guard` (or none).
 std::string column_walk_row_loads(const ElementwisePlan& e, const ColumnPaths& c, const std::string& indent,
                                   std::string_view guard);
-/// The stores of a lane's full outputs (those `sums` does not mark) in row
-/// `row`, at `indent`, and the alignment a tensor's accesses need: shared by
-/// both walking kernels.
 std::string column_walk_stores(const ElementwisePlan& e, const ColumnPaths& c, const std::vector<bool>& sums,
-                               std::string_view row, const std::string& indent);
+                               std::string_view row);
 int column_walk_alignment(const ElementwisePlan& e, const ColumnPaths& c, const TensorPlan& t);
 
 /// Tests only: generate 64-bit indexing for every shape, so the GPU suite
@@ -210,13 +167,11 @@ void force_index64_for_tests(bool on);
 
 /// The epilogue call per element j of the vector, after the declaration of
 /// the outputs' VEC-element arrays: each argument of the contract is element j
-/// of its loaded vector (`input(k)` spells input k's), draw array (`d<k>`,
-/// then `draw_row`: "[k]" where the draws of ROWS rows are held) or output
-/// array. `indent` is the loop's; its body is indented two more spaces. Every
-/// kernel of the family emits it.
+/// of its loaded vector (`input(k)` spells input k's), draw array or output
+/// array. `indent` is the loop's; its body is indented two more spaces. Both
+/// kernels of the family emit it.
 std::string emit_vector_epilogue(const ElementwisePlan& plan, const EpilogueContract& contract,
-                                 const std::function<std::string(std::size_t)>& input, std::string_view indent,
-                                 std::string_view draw_row = "");
+                                 const std::function<std::string(std::size_t)>& input, std::string_view indent);
 
 // The family's passes.
 ElementwisePlan choose_vector_width(const KernelPlan& plan);

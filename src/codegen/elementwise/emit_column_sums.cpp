@@ -44,19 +44,11 @@ void layout_params(const ElementwisePlan& e, const ColumnPaths& c, ParamLayout& 
   if (c.vector && c.scalar) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
 }
 
-}  // namespace
-
-std::string column_walk_each_row(std::string_view index_t, const std::string& body) {
-  return fmt::format("#pragma unroll\n      for (int k = 0; k < ROWS; ++k) {{\n        const {0} rk = r + k * S;\n"
-                     "        if (rk >= m) break;\n        const {0} e0 = rk * n + c0;\n",
-                     index_t) +
-         body + "      }";
-}
 
 // Full inputs of the ROWS rows r + k * S (vectors at e0, or element by
 // element inside the row), and a col input's one value of each row: every
 // row's loads are issued before any of them is used.
-std::string column_walk_loads(const ElementwisePlan& e, const ColumnPaths& c, std::string_view index_t) {
+std::string emit_loads(const ElementwisePlan& e, const ColumnPaths& c, std::string_view index_t) {
   std::string decl, vec, scalar, col;
   for (const TensorPlan& t : e.plan->inputs) {
     const auto type = storage_type_name(t.dtype);
@@ -78,9 +70,17 @@ std::string column_walk_loads(const ElementwisePlan& e, const ColumnPaths& c, st
   if (decl.empty()) return "      // no full or col input";
   std::string body = col;
   if (!vec.empty()) body += column_branch(c, vec, scalar, "        ") + "\n";
-  return decl + column_walk_each_row(index_t, body);
+  return decl + fmt::format("#pragma unroll\n      for (int k = 0; k < ROWS; ++k) {{\n        const {0} rk = r + k * S;\n"
+                            "        if (rk >= m) break;\n        const {0} e0 = rk * n + c0;\n",
+                            index_t) +
+         body + "      }";
 }
 
+}  // namespace
+
+// Draws at the element's flat index r*N + c (docs/design.md §4). On the vector
+// path e0 is a multiple of VEC >= 4, so one Philox call serves four elements;
+// inside a row that is not, each element takes its own word.
 std::string column_walk_row_loads(const ElementwisePlan& e, const ColumnPaths& c, const std::string& indent,
                                   std::string_view guard) {
   const std::string inner = indent + "  ";
@@ -104,78 +104,51 @@ std::string column_walk_row_loads(const ElementwisePlan& e, const ColumnPaths& c
   return decl + column_branch(c, vec, scalar, indent);
 }
 
-// A full or per-row input is loaded per row k of the ROWS in flight.
-std::string column_walk_input(const ElementwisePlan& e, std::size_t input) {
-  const TensorPlan& t = e.plan->inputs[input];
-  const bool per_row = t.broadcast == Broadcast::full || t.broadcast == Broadcast::col;
-  return fmt::format("{}_v{}[j]", t.field, per_row ? "[k]" : "");
-}
-
-// Draws at the element's flat index r*N + c (docs/design.md §4). On the vector
-// path e0 is a multiple of VEC >= 4, so one Philox call serves four elements;
-// inside a row that is not, each element takes its own word.
-std::string column_walk_draw_decls(const ElementwisePlan& e, std::string_view rows) {
+std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c) {
   const KernelPlan& plan = *e.plan;
-  std::string decl;
+  const Graph& g = plan.spec->graph;
+  std::string decl, vec, scalar;
   for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
-    const Node& n = plan.spec->graph.node(plan.dropouts[k]);
-    decl += fmt::format("      unsigned d{}{}[VEC];  // dropout stream {} ({})\n", k, rows, n.stream, to_string(n.rng));
-  }
-  return decl;
-}
-
-std::string column_walk_draw_fills(const ElementwisePlan& e, const ColumnPaths& c, std::string_view row,
-                                   const std::string& indent) {
-  const KernelPlan& plan = *e.plan;
-  const std::string inner = indent + "  ", body = inner + "  ";
-  std::string vec, scalar;
-  for (std::size_t k = 0; k < plan.dropouts.size(); ++k) {
-    const Node& n = plan.spec->graph.node(plan.dropouts[k]);
-    const std::string d = fmt::format("d{}{}", k, row);
+    const Node& n = g.node(plan.dropouts[k]);
+    decl += fmt::format("      unsigned d{}[VEC];  // dropout stream {} ({})\n", k, n.stream, to_string(n.rng));
     if (n.rng == RngMode::philox4) {
       vec += fmt::format(
-          "#pragma unroll\n{0}for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
-          "{1}const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), {2}u, (unsigned long long)(e0 + j) >> 2);\n"
-          "{1}{3}[j] = w.x;\n{1}{3}[j + 1] = w.y;\n{1}{3}[j + 2] = w.z;\n{1}{3}[j + 3] = w.w;\n"
-          "{0}}}\n",
-          inner, body, n.stream, d);
+          "#pragma unroll\n        for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
+          "          const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), {0}u, (unsigned long long)(e0 + j) >> 2);\n"
+          "          d{1}[j] = w.x;\n          d{1}[j + 1] = w.y;\n          d{1}[j + 2] = w.z;\n          d{1}[j + 3] = w.w;\n"
+          "        }}\n",
+          n.stream, k);
       scalar += fmt::format(
-          "#pragma unroll\n{}for (int j = 0; j < VEC; ++j) "
-          "{}[j] = ef_philox4_draw(ef_seed(p), ef_offset(p), {}u, (unsigned long long)(e0 + j));\n",
-          inner, d, n.stream);
+          "#pragma unroll\n        for (int j = 0; j < VEC; ++j) "
+          "d{}[j] = ef_philox4_draw(ef_seed(p), ef_offset(p), {}u, (unsigned long long)(e0 + j));\n",
+          k, n.stream);
     } else {
       const std::string line = fmt::format(
-          "#pragma unroll\n{}for (int j = 0; j < VEC; ++j) "
-          "{}[j] = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long)(e0 + j));\n",
-          inner, d);
+          "#pragma unroll\n        for (int j = 0; j < VEC; ++j) "
+          "d{}[j] = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long)(e0 + j));\n",
+          k);
       vec += line;
       scalar += line;
     }
   }
-  return column_branch(c, vec, scalar, indent);
-}
-
-std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c) {
-  if (e.plan->dropouts.empty()) return "      // no dropout: no draws";
-  return column_walk_draw_decls(e, "") + column_walk_draw_fills(e, c, "", "      ");
+  if (decl.empty()) return "      // no dropout: no draws";
+  return decl + column_branch(c, vec, scalar, "      ");
 }
 
 std::string column_walk_stores(const ElementwisePlan& e, const ColumnPaths& c, const std::vector<bool>& sums,
-                               std::string_view row, const std::string& indent) {
-  const std::string inner = indent + "  ", body = inner + "  ";
+                               std::string_view row) {
   std::string vec, scalar;
   for (std::size_t k = 0; k < e.plan->outputs.size(); ++k) {
     if (sums[k]) continue;
     const TensorPlan& t = e.plan->outputs[k];
     const auto type = storage_type_name(t.dtype);
     const std::string at = full_offset(t, row);  // Note [Strided rows]
-    vec += fmt::format("{}ef_store_vec<{}, VEC>(p.{} + {}, {}_v);\n", inner, type, t.field, at, t.field);
-    scalar += fmt::format("{}if (c0 + j < n) p.{}[{} + j] = ef_from_float<{}>({}_v[j]);\n", body, t.field, at, type,
+    vec += fmt::format("        ef_store_vec<{}, VEC>(p.{} + {}, {}_v);\n", type, t.field, at, t.field);
+    scalar += fmt::format("          if (c0 + j < n) p.{}[{} + j] = ef_from_float<{}>({}_v[j]);\n", t.field, at, type,
                           t.field);
   }
-  if (vec.empty()) return indent + "// no full output";
-  return column_branch(c, vec, "#pragma unroll\n" + inner + "for (int j = 0; j < VEC; ++j) {\n" + scalar + inner + "}\n",
-                       indent);
+  if (vec.empty()) return "      // no full output";
+  return column_branch(c, vec, "#pragma unroll\n        for (int j = 0; j < VEC; ++j) {\n" + scalar + "        }\n", "      ");
 }
 
 // Full tensors and row inputs move as vectors on the vector path; a col_sum's
@@ -278,12 +251,19 @@ KernelSource emit_column_sums(const ElementwisePlan& e) {
       {"whole", whole},
       {"sum_decls", emit_sum_decls(plan, sums)},
       {"row_loads", column_walk_row_loads(e, c, "  ", "if (in_columns) ")},
-      {"loads", column_walk_loads(e, c, index_t)},
+      {"loads", emit_loads(e, c, index_t)},
       {"rows", std::to_string(column_sum_rows_in_flight(e.tile))},
       {"draws", column_walk_draws(e, c)},
-      {"compute", emit_vector_epilogue(
-                      e, contract, [&](std::size_t k) { return column_walk_input(e, k); }, "      ")},
-      {"stores", column_walk_stores(e, c, sums, "rk", "      ")},
+      // A full or per-row input is loaded per row k of the ROWS in flight.
+      {"compute", emit_vector_epilogue(e, contract,
+                                       [&](std::size_t k) {
+                                         const TensorPlan& t = e.plan->inputs[k];
+                                         const bool per_row = t.broadcast == Broadcast::full ||
+                                                              t.broadcast == Broadcast::col;
+                                         return fmt::format("{}_v{}[j]", t.field, per_row ? "[k]" : "");
+                                       },
+                                       "      ")},
+      {"stores", column_walk_stores(e, c, sums, "rk")},
       {"accumulate", emit_accumulate(plan, sums)},
       {"block_partials", emit_block_partials(plan, sums, index_t)},
       {"final_sums", emit_final_sums(plan, sums, index_t)},

@@ -145,8 +145,7 @@ int alignment_needed(const ElementwisePlan& plan, const TensorPlan& t) {
 }  // namespace
 
 std::string emit_vector_epilogue(const ElementwisePlan& e, const EpilogueContract& contract,
-                                 const std::function<std::string(std::size_t)>& input, std::string_view indent,
-                                 std::string_view draw_row) {
+                                 const std::function<std::string(std::size_t)>& input, std::string_view indent) {
   const KernelPlan& plan = *e.plan;
   std::string decl = fmt::format("{}float", indent);
   for (std::size_t k = 0; k < plan.outputs.size(); ++k)
@@ -154,7 +153,7 @@ std::string emit_vector_epilogue(const ElementwisePlan& e, const EpilogueContrac
   const std::string call = epilogue_call(plan, contract, [&](const EpilogueArg& a) -> std::string {
     switch (a.kind) {
       case EpilogueArg::Kind::input: return input(a.index);
-      case EpilogueArg::Kind::draw: return fmt::format("d{}{}[j]", a.index, draw_row);
+      case EpilogueArg::Kind::draw: return fmt::format("d{}[j]", a.index);
       case EpilogueArg::Kind::output: return fmt::format("{}_v[j]", plan.outputs[a.index].field);
       case EpilogueArg::Kind::accumulator: break;
     }

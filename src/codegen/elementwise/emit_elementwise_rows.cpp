@@ -1,10 +1,8 @@
 // Elementwise pass 2 where a full tensor is strided: fill
 // templates/elementwise_rows.cu.in (Note [Strided rows] in elementwise.hpp),
-// the column-sum kernel's walk without the sums; its loads, draws and stores
-// are that kernel's (emit_column_sums.cpp), its draws taken for all the rows
-// in flight before the first is computed. Generated identifiers only:
-// in<k>/out<k> pointers, ld_in<k>/ld_out<k> row strides, v<node> values, d<k>
-// draws.
+// the column-sum kernel's walk without the sums; its draws and stores are that
+// kernel's (emit_column_sums.cpp). Generated identifiers only: in<k>/out<k>
+// pointers, ld_in<k>/ld_out<k> row strides, v<node> values, d<k> draws.
 #include <algorithm>
 
 #include "codegen/elementwise/elementwise.hpp"
@@ -26,12 +24,32 @@ void layout_params(const ElementwisePlan& e, const ColumnPaths& c, ParamLayout& 
   if (c.vector && c.scalar) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
 }
 
-// Each row's draws after every row's loads, so that the Philox arithmetic runs
-// while the loads are in flight.
-std::string emit_draws(const ElementwisePlan& e, const ColumnPaths& c, std::string_view index_t) {
-  if (e.plan->dropouts.empty()) return "      // no dropout: no draws";
-  return column_walk_draw_decls(e, "[ROWS]") +
-         column_walk_each_row(index_t, column_walk_draw_fills(e, c, "[k]", "        ") + "\n");
+// Row r's full inputs (a vector each, or element by element inside the row)
+// and a col input's one value of the row.
+std::string emit_loads(const ElementwisePlan& e, const ColumnPaths& c) {
+  std::string decl, vec, scalar, col;
+  for (const TensorPlan& t : e.plan->inputs) {
+    const auto type = storage_type_name(t.dtype);
+    const std::string& f = t.field;
+    if (t.broadcast == Broadcast::full) {
+      decl += fmt::format("      float {}_v[VEC];\n", f);
+      const std::string at = full_offset(t, "r");
+      vec += fmt::format("        ef_load_vec<{}, VEC>(p.{} + {}, {}_v);\n", type, f, at, f);
+      scalar += fmt::format(
+          "#pragma unroll\n        for (int j = 0; j < VEC; ++j) {}_v[j] = c0 + j < n ? ef_to_float(p.{}[{} + j]) : 0.0f;\n",
+          f, f, at);
+    } else if (t.broadcast == Broadcast::col) {
+      decl += fmt::format("      float {}_v[VEC];\n", f);
+      col += fmt::format("      {{\n        const float s = ef_to_float(p.{}[r]);\n#pragma unroll\n"
+                         "        for (int j = 0; j < VEC; ++j) {}_v[j] = s;\n      }}\n",
+                         f, f);
+    }
+  }
+  if (decl.empty()) return "      // no full or col input";
+  std::string out = decl + col;
+  if (!vec.empty()) out += column_branch(c, vec, scalar, "      ") + "\n";
+  out.pop_back();
+  return out;
 }
 
 }  // namespace
@@ -50,7 +68,6 @@ KernelSource emit_elementwise_rows(const ElementwisePlan& e) {
   const EpilogueContract contract = epilogue_contract(plan);
   std::string whole = "  // one path: no alignment flag";
   if (c.vector && c.scalar) whole = "  const bool whole = p.vectorized != 0;  // every pointer and ld aligned for vectors";
-  const std::string_view index_t = e.index32 ? "int" : "long long";
   TemplateVars vars{
       {"kernel", plan.kernel_name},
       {"description", describe_chain(plan)},
@@ -58,17 +75,16 @@ KernelSource emit_elementwise_rows(const ElementwisePlan& e) {
       {"epilogue_signature", epilogue_signature(plan, contract)},
       {"epilogue_body", epilogue_body(plan)},
       {"vec", std::to_string(e.tile.vec)},
-      {"rows", std::to_string(strided_rows_in_flight(e))},
       {"threads", std::to_string(e.tile.threads)},
-      {"index_t", std::string(index_t)},
+      {"index_t", e.index32 ? "int" : "long long"},
       {"whole", whole},
       {"row_loads", column_walk_row_loads(e, c, "    ", "")},  // once a column tile, before its rows
-      {"loads", column_walk_loads(e, c, index_t)},
-      {"draws", emit_draws(e, c, index_t)},
-      // Row k of the ROWS in flight: its full and col inputs and its draws at [k].
+      {"loads", emit_loads(e, c)},
+      {"draws", column_walk_draws(e, c)},
       {"compute", emit_vector_epilogue(
-                      e, contract, [&](std::size_t k) { return column_walk_input(e, k); }, "        ", "[k]")},
-      {"stores", column_walk_stores(e, c, std::vector<bool>(plan.outputs.size(), false), "rk", "        ")},
+                      e, contract, [&](std::size_t k) { return fmt::format("{}_v[j]", plan.inputs[k].field); },
+                      "      ")},
+      {"stores", column_walk_stores(e, c, std::vector<bool>(plan.outputs.size(), false), "r")},
   };
   layout.finish(ks);
   ks.text = render_template(embedded_template("elementwise_rows.cu.in"), vars, "elementwise_rows.cu.in");
