@@ -322,28 +322,18 @@ def ints(text):
     return v
 
 
-def names(allowed, what):
-    def parse(text):
-        v = [x for x in text.split(",") if x]
-        bad = [x for x in v if x not in allowed]
-        if bad or not v:
-            raise argparse.ArgumentTypeError(f"{what}: {', '.join(bad) or 'nothing'} not among {', '.join(allowed)}")
-        return v
-    return parse
-
-
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    ap.add_argument("--dtypes", type=names(DTYPES, "--dtypes"), default=list(DTYPES),
+    ap.add_argument("--dtypes", type=turns.name_list(DTYPES, "--dtypes"), default=list(DTYPES),
                     help="comma-separated (default bf16,f16)")
-    ap.add_argument("--b-layouts", type=names(LAYOUTS, "--b-layouts"), default=["row"],
+    ap.add_argument("--b-layouts", type=turns.name_list(LAYOUTS, "--b-layouts"), default=["row"],
                     help="B as [B, K, N] rows (row, the default) and/or the transpose of [B, N, K] (col)")
     ap.add_argument("--batches", type=ints, default=[32, 64, 128, 256], help="comma-separated (default 32,64,128,256)")
     ap.add_argument("--shape", type=shape_arg, action="append", default=None, metavar="M,N,K",
                     help="a problem size (repeatable); replaces the default shapes")
-    ap.add_argument("--epilogues", type=names(EPILOGUES, "--epilogues"), default=list(EPILOGUES),
+    ap.add_argument("--epilogues", type=turns.name_list(EPILOGUES, "--epilogues"), default=list(EPILOGUES),
                     help="plain (the GEMM alone), bias_gelu, or both (the default)")
     ap.add_argument("--max-gb", type=float, default=20.0, help="skip configurations over this estimate (default 20)")
     ap.add_argument("--bar", type=float, default=1.10, help="the ratio the summary counts against (default 1.10)")

@@ -318,24 +318,14 @@ def dims(count, what):
     return parse
 
 
-def names(allowed, what):
-    def parse(text):
-        v = [x for x in text.split(",") if x]
-        bad = [x for x in v if x not in allowed]
-        if bad or not v:
-            raise argparse.ArgumentTypeError(f"{what}: {', '.join(bad) or 'nothing'} not among {', '.join(allowed)}")
-        return v
-    return parse
-
-
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    ap.add_argument("--families", type=names(FAMILIES, "--families"), default=list(FAMILIES),
+    ap.add_argument("--families", type=turns.name_list(FAMILIES, "--families"), default=list(FAMILIES),
                     help="comma-separated: gemm, elementwise, row (default all)")
     ap.add_argument("--gemm-shape", type=dims(3, "--gemm-shape"), default=(4096, 4096, 4096), metavar="M,N,K")
-    ap.add_argument("--gemm-dtypes", type=names(DTYPES, "--gemm-dtypes"), default=["f16", "bf16"],
+    ap.add_argument("--gemm-dtypes", type=turns.name_list(DTYPES, "--gemm-dtypes"), default=["f16", "bf16"],
                     help="comma-separated (default f16,bf16)")
     ap.add_argument("--activation", choices=ACTIVATIONS, default="relu", help="the GEMM chain's (default relu)")
     ap.add_argument("--ew-shape", type=dims(2, "--ew-shape"), default=(16384, 8192), metavar="M,N")

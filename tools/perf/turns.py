@@ -140,3 +140,16 @@ def summary(ms):
     med = statistics.median(ms)
     q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [med, med, med]
     return {"ms": med, "iqr_pct": 100.0 * (q[2] - q[0]) / med if med > 0 else 0.0, "rounds_ms": list(ms)}
+
+
+def name_list(allowed, what):
+    """An argparse type: a comma-separated list of names from `allowed` (an error names the others)."""
+    import argparse
+
+    def parse(text):
+        v = [x for x in text.split(",") if x]
+        bad = [x for x in v if x not in allowed]
+        if bad or not v:
+            raise argparse.ArgumentTypeError(f"{what}: {', '.join(bad) or 'nothing'} not among {', '.join(allowed)}")
+        return v
+    return parse
