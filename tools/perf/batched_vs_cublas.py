@@ -337,25 +337,16 @@ def parse(argv=None):
                     help="plain (the GEMM alone), bias_gelu, or both (the default)")
     ap.add_argument("--max-gb", type=float, default=20.0, help="skip configurations over this estimate (default 20)")
     ap.add_argument("--bar", type=float, default=1.10, help="the ratio the summary counts against (default 1.10)")
-    ap.add_argument("--launches", type=int, default=20, help="calls a sample, between one event pair (default 20)")
-    ap.add_argument("--rounds", type=int, default=10, help="timed rounds; each samples every row once (default 10)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
+    turns.add_timing_arguments(ap, 10, 2, "timed rounds; each samples every row once (default 10)")
     ap.add_argument("--seed", type=int, default=0, help="the operands' generator")
-    ap.add_argument("--no-queue-ahead", action="store_true",
-                    help="no GPU sleep before a sample's start event (then the host's issue rate may show)")
-    ap.add_argument("--json", default=None, metavar="PATH", help="write every number here, per-round times too")
+    turns.add_output_arguments(ap)
     ap.add_argument("--dry-run", action="store_true",
                     help="print each configuration's estimate and launch plan, and exit (no torch or GPU needed)")
     args = ap.parse_args(argv)
-    if args.rounds < 1 or args.warmup < 0 or args.launches < 1:
-        ap.error("--rounds and --launches must be at least 1, --warmup at least 0")
+    turns.check_timing_arguments(ap, args)
     if args.max_gb <= 0 or args.bar <= 0:
         ap.error("--max-gb and --bar must be positive")
-    if not args.dry_run:
-        if torch is None:
-            ap.error("torch is not importable (--dry-run runs without it)")
-        if not torch.cuda.is_available():
-            ap.error("no CUDA device (--dry-run runs without one)")
+    turns.check_gpu(ap, args, torch)
     return args
 
 

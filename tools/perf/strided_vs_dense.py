@@ -336,30 +336,20 @@ def parse(argv=None):
     ap.add_argument("--row-chain", choices=("add_rmsnorm", "layernorm"), default="add_rmsnorm")
     ap.add_argument("--pad", type=int, default=64,
                     help="elements between a strided view's rows and the next row's start, beyond its own (default 64)")
-    ap.add_argument("--launches", type=int, default=20, help="calls a sample, between one event pair (default 20)")
-    ap.add_argument("--rounds", type=int, default=30, help="timed rounds; each samples dense and strided once")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed rounds first")
+    turns.add_timing_arguments(ap, 30, 3, "timed rounds; each samples dense and strided once (default 30)")
     ap.add_argument("--seed", type=int, default=7, help="the inputs' generator and the dropout seed")
-    ap.add_argument("--no-queue-ahead", action="store_true",
-                    help="no GPU sleep before a sample's start event (then the host's issue rate may show)")
-    ap.add_argument("--json", default=None, metavar="PATH", help="write every number here, per-round times too")
+    turns.add_output_arguments(ap)
     ap.add_argument("--dry-run", action="store_true", help="print the positions and exit (no torch or GPU needed)")
     args = ap.parse_args(argv)
     if args.pad < 1:
         ap.error(f"--pad must be at least 1 (0 is the dense layout), got {args.pad}")
-    if args.rounds < 1 or args.warmup < 0 or args.launches < 1:
-        ap.error("--rounds and --launches must be at least 1, --warmup at least 0")
+    turns.check_timing_arguments(ap, args)
     if not 0.0 <= args.dropout < 1.0:
         ap.error(f"--dropout must be in [0, 1), got {args.dropout}")
     if not 0 <= args.seed < 2 ** 63:
         ap.error(f"--seed must be in [0, 2^63), got {args.seed}")
-    if not args.dry_run:
-        if torch is None:
-            ap.error("torch is not importable (--dry-run runs without it)")
-        if not torch.cuda.is_available():
-            ap.error("no CUDA device (--dry-run runs without one)")
+    turns.check_gpu(ap, args, torch)
     return args
-
 
 
 def main(argv=None):

@@ -153,3 +153,32 @@ def name_list(allowed, what):
             raise argparse.ArgumentTypeError(f"{what}: {', '.join(bad) or 'nothing'} not among {', '.join(allowed)}")
         return v
     return parse
+
+
+def add_timing_arguments(ap, rounds, warmup, rounds_help):
+    """The timing options both scripts take: --launches, --rounds, --warmup, --no-queue-ahead, --json."""
+    ap.add_argument("--launches", type=int, default=20, help="calls a sample, between one event pair (default 20)")
+    ap.add_argument("--rounds", type=int, default=rounds, help=rounds_help)
+    ap.add_argument("--warmup", type=int, default=warmup, help=f"untimed rounds first (default {warmup})")
+
+
+def add_output_arguments(ap):
+    ap.add_argument("--no-queue-ahead", action="store_true",
+                    help="no GPU sleep before a sample's start event (then the host's issue rate may show)")
+    ap.add_argument("--json", default=None, metavar="PATH", help="write every number here, per-round times too")
+
+
+def check_timing_arguments(ap, args):
+    if args.rounds < 1 or args.warmup < 0 or args.launches < 1:
+        ap.error("--rounds and --launches must be at least 1, --warmup at least 0")
+
+
+def check_gpu(ap, args, torch):
+    """Outside --dry-run the run needs torch and a CUDA device: an argparse error says which is missing."""
+    if args.dry_run:
+        return
+    if torch is None:
+        ap.error("torch is not importable (--dry-run runs without it)")
+    if not torch.cuda.is_available():
+        ap.error("no CUDA device (--dry-run runs without one)")
+
