@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <limits>
 
 #include "backend/cuda_driver.hpp"
 #include "bench/bench_device.hpp"
@@ -135,20 +133,17 @@ std::vector<std::vector<std::byte>> download_outputs(const DeviceTensors& t) {
 void compare_outputs(VariantRow& row, const KernelSpec& spec, const std::vector<std::vector<std::byte>>& want,
                      const std::vector<std::vector<std::byte>>& got) {
   const auto& outputs = spec.graph.outputs();
+  bench_detail::Difference d;
   for (std::size_t j = 0; j < outputs.size(); ++j) {
     const DType dtype = outputs[j].dtype;
     const auto count = static_cast<std::int64_t>(want[j].size() / size_of(dtype));
     HostTensor a = HostTensor::zeros(dtype, {count}), b = HostTensor::zeros(dtype, {count});
     a.bytes = want[j];
     b.bytes = got[j];
-    for (std::int64_t i = 0; i < count; ++i) {
-      const double u = a.get(i), v = b.get(i);
-      if (std::isnan(u) != std::isnan(v)) row.max_abs_diff = std::numeric_limits<double>::infinity();
-      if (std::isnan(u) || std::isnan(v)) continue;
-      if (std::isfinite(u)) row.max_abs = std::max(row.max_abs, std::abs(u));
-      row.max_abs_diff = std::max(row.max_abs_diff, u == v ? 0.0 : std::abs(u - v));
-    }
+    bench_detail::add_difference(d, a, b);
   }
+  row.max_abs_diff = d.max_abs_diff;
+  row.max_abs = d.max_abs;
   row.ok = row.max_abs_diff <= row.max_abs / 32;
 }
 

@@ -1,6 +1,10 @@
 // Device tensors of a benchmark (bench_device.hpp).
 #include "bench/bench_device.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "epifuse/errors.hpp"
 #include "epifuse/tensor.hpp"
 
@@ -42,6 +46,16 @@ void add_outputs(DeviceTensors& t, const KernelSpec& spec, const Shape& shape) {
     t.buffers.emplace_back(elements * size_of(o.dtype));
     t.buffers.back().fill_bytes(0xFF);
     t.bindings.outputs.push_back(t.buffers.back().ptr());
+  }
+}
+
+void add_difference(Difference& d, const HostTensor& a, const HostTensor& b) {
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    const double u = a.get(i), v = b.get(i);
+    if (std::isnan(u) != std::isnan(v)) d.max_abs_diff = std::numeric_limits<double>::infinity();
+    if (std::isnan(u) || std::isnan(v)) continue;
+    if (std::isfinite(u)) d.max_abs = std::max(d.max_abs, std::abs(u));
+    d.max_abs_diff = std::max(d.max_abs_diff, u == v ? 0.0 : std::abs(u - v));
   }
 }
 

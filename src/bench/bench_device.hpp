@@ -39,6 +39,16 @@ DeviceTensors bind_inputs(const KernelSource& ks, const KernelSpec& spec, const 
   return t;
 }
 
+/// How far two results of one chain on the same inputs are apart, element by
+/// element: NaN in one and not in the other is an infinite difference, NaN in
+/// both is no difference.
+struct Difference {
+  double max_abs_diff = 0;
+  double max_abs = 0;  ///< the largest finite |value| of the first result
+};
+/// Adds tensors `a` and `b` (the same element count) to `d`.
+void add_difference(Difference& d, const HostTensor& a, const HostTensor& b);
+
 /// The GEMM rows of `report` (bench_gemm.cpp): the fused kernel, already timed
 /// on `fused_tensors`, against cuBLASLt alone and the baselines built around it.
 /// Sets report.unfused_* when it times cuBLAS followed by one kernel per op.
