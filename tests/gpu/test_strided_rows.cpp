@@ -120,7 +120,7 @@ bool hopper(const Jit& jit) { return jit.target().starts_with("sm_9") || jit.tar
 }  // namespace
 
 TEST_SUITE("gpu") {
-  TEST_CASE("strided rows: the flat elementwise kernel, every dtype, ragged shapes, narrowed and general vectors") {
+  TEST_CASE("strided rows: the elementwise kernel, flat and walking rows, every dtype, ragged shapes, narrowed and general vectors") {
     Jit* jit = gpu_jit();
     if (!jit) return;
     std::uint64_t seed = 12100;
@@ -133,13 +133,15 @@ TEST_SUITE("gpu") {
         for (unsigned which : {inputs, outputs, both})
           for (int choice : {0, 1, 2}) same_bits(*jit, spec, s, which, choice, std::nullopt, ++seed, {91, 3});
     // A grid-stride grid (4 blocks a multiprocessor), a requested vector wider
-    // than the rows take, and more row steps than gridDim.y holds (the kernel
-    // strides over the rest).
+    // than the rows take, and, for the 2-D walk (dropout and N % 4 != 0), more
+    // row steps than gridDim.y holds (the kernel strides over the rest).
     const KernelSpec bf16 = elementwise_chain(DType::bf16, 0.25);
     for (int choice : {0, 1, 2}) {
       same_bits(*jit, bf16, {4096, 520, 0}, both, choice, ElementwiseTile{128, 0, 4}, ++seed, {92, 4});
       same_bits(*jit, bf16, {300, 1032, 0}, both, choice, ElementwiseTile{256, 16, 0}, ++seed, {93, 5});
     }
+    same_bits(*jit, elementwise_chain(DType::f32, 0.25), {600000, 7, 0}, both, 0, ElementwiseTile{64, 0, 0}, ++seed,
+              {98, 10});
     same_bits(*jit, elementwise_chain(DType::f32, 0.0), {600000, 7, 0}, both, 0, ElementwiseTile{64, 0, 0}, ++seed);
     MESSAGE(checked << " strided launches checked");
   }

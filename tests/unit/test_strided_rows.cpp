@@ -1,6 +1,6 @@
 // Strided [M,N] tensors in the elementwise and row families (Note [Strided rows],
 // docs/strided-batched.md, "Built: strided tensors in the elementwise and row
-// families"): the plan (the flat kernel's 2-D walk and its narrowed vector, the
+// families"): the plan (the flat kernel's narrowed vector and its 2-D walk, the
 // column-sum kernel's unchanged tile, the row family's vector and ring), the key
 // (the shape class's flags), the emitted kernels (ld fields and roles, and only
 // the strided tensors' addresses changed), the dense kernels byte for byte, and
@@ -79,9 +79,9 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
     s.replace(at, from.size(), to);
 }
 
-// A strided walking kernel's text read back as the dense one's: without its name,
-// its ld fields and its strided rows' bases; `row * p.ld_<f> + c0` read as `e0`
-// (the column-sum kernel), `base_<f>` as `base` and `p.ld_<f>` as `p.n` (the row
+// A strided kernel's text read back as the dense one's: without its name,
+// its ld fields and its strided rows' bases; `rk * p.ld_<f> + c0` (the column-sum
+// kernel) and `r0 * p.ld_<f> + c0` (the flat kernel) read as `e0`, `base_<f>` as `base` and `p.ld_<f>` as `p.n` (the row
 // family). Equal to the dense kernel's text when the strided variant changes those
 // addresses and nothing else.
 std::string as_dense(const KernelSource& ks) {
@@ -93,6 +93,7 @@ std::string as_dense(const KernelSource& ks) {
     replace_all(line, ks.name, "KERNEL");
     for (const char* f : {"in0", "in3", "in1", "out0", "out1"}) {
       replace_all(line, fmt::format("rk * p.ld_{} + c0", f), "e0");
+      replace_all(line, fmt::format("r0 * p.ld_{} + c0", f), "e0");
       replace_all(line, fmt::format("base_{}", f), "base");
       replace_all(line, fmt::format("p.ld_{}", f), "p.n");
     }
@@ -197,41 +198,73 @@ TEST_SUITE("unit") {
     CHECK(a.name != emit(ew, dense).name);
   }
 
-  TEST_CASE("strided rows: the flat elementwise kernel walks rows, strided addresses at r * p.ld_<t> + c0") {
+  TEST_CASE("strided rows: the flat elementwise kernel addresses strided rows at r0 * p.ld_<t> + c0") {
+    for (const KernelPath path : {KernelPath::fastest, KernelPath::general}) {
+      CAPTURE(path == KernelPath::general);
+      const KernelSpec spec = elementwise_chain(DType::f32, true);
+      const KernelSource ks = emit(spec, strided(96, 128, 4, 0, 8), std::nullopt, "sm_80", path);
+      CHECK(std::get<ElementwiseTile>(ks.tile).vec == 4);
+      // Fields: x's ld (ParamRole::ld, its input index) and y's (output_ld); res is dense.
+      const ParamField* ld_x = field(ks, "ld_in0");
+      const ParamField* ld_y = field(ks, "ld_out0");
+      REQUIRE(ld_x);
+      REQUIRE(ld_y);
+      CHECK(ld_x->role == ParamRole::ld);
+      CHECK(ld_x->index == 0);
+      CHECK(ld_y->role == ParamRole::output_ld);
+      CHECK(ld_y->index == 0);
+      CHECK_FALSE(field(ks, "ld_in3"));
+      CHECK(field(ks, "n_inv"));  // the flat index divided into r0 and c0
+      CHECK(has(ks.text, "Generated from templates/elementwise.cu.in"));
+      CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in0 + r0 * p.ld_in0 + c0, in0_v);"));
+      CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in3 + e0, in3_v);"));  // dense: r0 * N + c0
+      CHECK(has(ks.text, "ef_store_vec<float, VEC>(p.out0 + r0 * p.ld_out0 + c0, out0_v);"));
+      // The draws' index is the [M,N] place, never the strided address.
+      CHECK(has(ks.text, "ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)((unsigned)(e0 + j)) >> 2)"));
+      // Only the strided tensors' addresses differ from the dense kernel.
+      CHECK(as_dense(ks) == without_name(emit(spec, Shape{96, 128, 0}, std::nullopt, "sm_80", path)));
+      if (path == KernelPath::fastest) {
+        // N % VEC == 0 on the fastest path: vectors only, the host checks each pointer and ld.
+        CHECK(ks.requires_alignment);
+        CHECK(ks.input_alignment[0] == 16);
+        CHECK(ks.output_alignment[0] == 16);
+      } else {
+        // The general kernel's scalar path: element j of the row at r0 * ld + c0 + j.
+        CHECK_FALSE(ks.requires_alignment);
+        CHECK(has(ks.text, "p.in0[r0 * p.ld_in0 + c0 + j]"));
+        CHECK(has(ks.text, "if (e0 + j < total) p.out0[r0 * p.ld_out0 + c0 + j] = ef_from_float<float>(out0_v[j]);"));
+      }
+    }
+    // A chain without broadcast operands finds r0 and c0 only when strided.
+    KernelSpec plain;
+    plain.graph.output("y", plain.graph.relu(plain.graph.input("x", DType::f32)), DType::f32);
+    CHECK(has(emit(plain, Shape{96, 128, 0}).text, "// no broadcast operand: no coordinates"));
+    Shape s{96, 128, 0};
+    s.ld_inputs = {132};
+    const KernelSource p = emit(plain, s);
+    CHECK(has(p.text, "int r0 = (int)((double)e0 * p.n_inv), c0 = e0 - r0 * n;"));
+    CHECK(has(p.text, "ef_load_vec<float, VEC>(p.in0 + r0 * p.ld_in0 + c0, in0_v);"));
+  }
+
+  TEST_CASE("strided rows: with N % VEC != 0 (dropout's four) the kernel walks rows, strided addresses at r * p.ld_<t> + c0") {
     const KernelSpec spec = elementwise_chain(DType::f32, true);
-    const KernelSource ks = emit(spec, strided(96, 128, 4, 0, 8));
-    CHECK(std::get<ElementwiseTile>(ks.tile).vec == 4);
-    // Fields: x's ld (ParamRole::ld, its input index) and y's (output_ld); res is dense.
-    const ParamField* ld_x = field(ks, "ld_in0");
-    const ParamField* ld_y = field(ks, "ld_out0");
-    REQUIRE(ld_x);
-    REQUIRE(ld_y);
-    CHECK(ld_x->role == ParamRole::ld);
-    CHECK(ld_x->index == 0);
-    CHECK(ld_y->role == ParamRole::output_ld);
-    CHECK(ld_y->index == 0);
-    CHECK_FALSE(field(ks, "ld_in3"));
-    CHECK_FALSE(field(ks, "n_inv"));  // no flat index to divide
-    CHECK(has(ks.text, "  long long ld_in0;\n  long long ld_out0;"));
+    const KernelSource ks = emit(spec, strided(96, 130, 6, 0, 2), std::nullopt, "sm_80", KernelPath::general);
+    CHECK(std::get<ElementwiseTile>(ks.tile).vec == 4);  // dropout keeps one Philox call's four
     CHECK(has(ks.text, "Generated from templates/elementwise_rows.cu.in"));
-    CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in0 + r * p.ld_in0 + c0, in0_v);"));
-    CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in3 + e0, in3_v);"));  // dense: row * N + c0
-    CHECK(has(ks.text, "ef_store_vec<float, VEC>(p.out0 + r * p.ld_out0 + c0, out0_v);"));
+    CHECK_FALSE(field(ks, "n_inv"));  // no flat index to divide
+    REQUIRE(field(ks, "ld_in0"));
+    REQUIRE(field(ks, "ld_out0"));
+    CHECK_FALSE(field(ks, "ld_in3"));
+    CHECK_FALSE(ks.requires_alignment);
     CHECK(has(ks.text, "const int e0 = r * n + c0;"));
+    // Element by element (a lane's four columns may cross the row's end).
+    CHECK_FALSE(has(ks.text, "ef_load_vec"));
+    CHECK(has(ks.text, "p.in0[r * p.ld_in0 + c0 + j]"));
+    CHECK(has(ks.text, "p.in3[e0 + j]"));
+    CHECK(has(ks.text, "if (c0 + j < n) p.out0[r * p.ld_out0 + c0 + j] = ef_from_float<float>(out0_v[j]);"));
     // The draws' index is the [M,N] place, never the strided address.
-    CHECK(has(ks.text, "ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(e0 + j) >> 2)"));
+    CHECK(has(ks.text, "ef_philox4_draw(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(e0 + j))"));
     CHECK_FALSE(has(ks.text, "ld_in0 + c0 + j) >> 2"));
-    // N % VEC == 0 on the fastest path: vectors only, the host checks each pointer and ld.
-    CHECK(ks.requires_alignment);
-    CHECK(ks.input_alignment[0] == 16);
-    CHECK(ks.output_alignment[0] == 16);
-    // A ragged N: both paths, the scalar one element by element within the row.
-    const KernelSource ragged = emit(spec, strided(96, 130, 6, 0, 2), std::nullopt, "sm_80", KernelPath::general);
-    CHECK(std::get<ElementwiseTile>(ragged.tile).vec == 4);  // dropout keeps one Philox call's four
-    CHECK_FALSE(ragged.requires_alignment);
-    CHECK(has(ragged.text, "p.in0[r * p.ld_in0 + c0 + j]"));
-    CHECK(has(ragged.text, "if (c0 + j < n) p.out0[r * p.ld_out0 + c0 + j] = ef_from_float<float>(out0_v[j]);"));
-    CHECK(has(ragged.text, "ef_philox4_draw(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(e0 + j))"));
   }
 
   TEST_CASE("strided rows: the flat kernel narrows its vector to what the rows' starts take, never refuses") {
@@ -257,22 +290,26 @@ TEST_SUITE("unit") {
     CHECK(vec_of(column_sum_chain(DType::f32), strided(96, 128, 1, 0, 0)) == 4);
   }
 
-  TEST_CASE("strided rows: the flat kernel's grid is the column-sum kernel's block over column tiles and rows") {
-    const KernelSpec spec = elementwise_chain(DType::f32);
+  TEST_CASE("strided rows: the walking kernel's grid is the column-sum kernel's block over column tiles and rows") {
+    const KernelSpec spec = elementwise_chain(DType::f32, true);
     const KernelFamily& family = family_for(spec);
-    const Shape s = strided(100000, 300, 4, 0, 0);
-    const KernelSource ks = emit(spec, s, ElementwiseTile{256, 0, 0});
+    const Shape s = strided(100000, 302, 2, 0, 0);  // N % 4 != 0: the 2-D walk
+    const KernelSource ks = emit(spec, s, ElementwiseTile{256, 0, 0}, "sm_80", KernelPath::general);
     const LaunchGeometry g = family.geometry(ks, s, 132);
     CHECK(g.block[0] == 32);
     CHECK(g.block[1] == 8);
-    CHECK(g.grid[0] == 3);      // ceil(300 / (32 x 4))
+    CHECK(g.grid[0] == 3);      // ceil(302 / (32 x 4))
     CHECK(g.grid[1] == 12500);  // 100000 / 8 row steps: a covering grid
-    const KernelSource capped = emit(spec, s, ElementwiseTile{256, 0, 4});
+    const KernelSource capped = emit(spec, s, ElementwiseTile{256, 0, 4}, "sm_80", KernelPath::general);
     CHECK(family.geometry(capped, s, 132).grid[1] == 132 * 4 / 3);  // 4 blocks a multiprocessor
-    // The dense kernel keeps its flat grid.
-    const LaunchGeometry flat = family.geometry(emit(spec, Shape{100000, 300, 0}), Shape{100000, 300, 0}, 132);
-    CHECK(flat.block[1] == 1);
-    CHECK(flat.grid[1] == 1);
+    // The flat kernel keeps its flat grid, strided (N % VEC == 0) or dense.
+    for (const Shape& flat_shape : {strided(100000, 300, 4, 0, 0), Shape{100000, 300, 0}}) {
+      const LaunchGeometry flat = family.geometry(emit(spec, flat_shape), flat_shape, 132);
+      CHECK(flat.block[0] == 256);
+      CHECK(flat.block[1] == 1);
+      CHECK(flat.grid[0] == 100000 * 300 / 4 / 256 + 1);  // every vector once
+      CHECK(flat.grid[1] == 1);
+    }
   }
 
   TEST_CASE("strided rows: the column-sum kernel changes only the strided tensors' addresses") {

@@ -108,6 +108,7 @@ ElementwisePlan choose_vector_width(const KernelPlan& plan) {
   e.index32 = fits_index32(plan.shape);
   e.vector_only = plan.path == KernelPath::fastest && !ragged(e.tile, plan.shape);
   e.strided_rows = epilogue_strided(plan.shape);
+  e.walks_rows = e.strided_rows && !e.row_vectors_aligned;
   return e;
 }
 

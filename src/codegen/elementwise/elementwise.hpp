@@ -25,7 +25,8 @@ struct ElementwisePlan {
   bool row_vectors_aligned = false;   // N % vec == 0: row vectors load as vectors too
   bool index32 = false;               // M*N (+ a grid's overshoot) fits int: 32-bit indexing
   bool vector_only = false;           // no scalar path: M*N % vec == 0 and the host checks alignment
-  bool strided_rows = false;          // a full tensor is strided: the 2-D walk (Note [Strided rows])
+  bool strided_rows = false;          // a full tensor is strided (Note [Strided rows])
+  bool walks_rows = false;            // strided with N % vec != 0: the 2-D walk (Note [Strided rows])
 };
 
 /// The block-size and vector-width ranges every tile of threads over vectors
@@ -79,11 +80,7 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // the elementwise and row families")
 // A full [M,N] input or output may have rows p.ld_<field> >= N elements apart
 // (Shape::ld_inputs, ld_outputs; Note [Strided epilogue tensors] in
-// gemm/gemm.hpp). One index over M*N cannot address such a tensor, so where
-// any full tensor of the launch is strided the flat kernel becomes 2-D: the
-// column-sum kernel's walk (a warp across a tile of 32 x VEC columns, the
-// block's warps down the rows) without the sums, templates/elementwise_rows.cu.in.
-// Both walking kernels address a strided tensor's element (r, c) at
+// gemm/gemm.hpp). Every kernel addresses a strided tensor's element (r, c) at
 // r * p.ld_<field> + c, and a dense one's at r * N + c as before; a dropout
 // draw's index is r * N + c, the element's place in the [M,N] result, so a
 // view and its dense copy draw the same mask. A lane's vector never
@@ -91,7 +88,18 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // N % VEC == 0 and each strided row's start takes the vector's accesses
 // (strided_rows_vector_width; the tile, and so the key, holds the narrowed
 // width): elementwise results do not depend on VEC, so the bits are the dense
-// kernel's. The column-sum kernel keeps the dense shape's tile, whose VEC
+// kernel's. With N % VEC == 0 the flat kernel keeps its one index over M*N and
+// finds each vector's row and column as it does for broadcast operands (its
+// vectors, and its scalar path's elements, stay in one row). Only dropout can
+// leave N % VEC != 0 (one Philox call serves four elements); there the kernel
+// becomes 2-D: the column-sum kernel's walk (a warp across a tile of 32 x VEC
+// columns, the block's warps down the rows) without the sums,
+// templates/elementwise_rows.cu.in, whose row ends go element by element.
+// The 2-D walk was the strided kernel for every shape until measured: its two
+// loops held 46 registers against the flat kernel's 40 (5 blocks of 256 an SM
+// against 6), and bias+GELU+dropout+residual in bf16 ran 1.04x its dense copy
+// on an H100, the flat walk 1.01x (docs/strided-batched.md).
+// The column-sum kernel keeps the dense shape's tile, whose VEC
 // sets the grid and so the order of the column sums' additions: there only
 // the addresses change, and an ld its vectors cannot take clears the vector
 // flag at launch as a misaligned pointer does (its general kernel reads
@@ -144,8 +152,8 @@ ColumnPaths column_paths(const ElementwisePlan& e);
 /// `vector` and `scalar` as the paths say: one of them, or both behind a branch on `whole`.
 std::string column_branch(const ColumnPaths& c, const std::string& vector, const std::string& scalar,
                           const std::string& indent);
-/// Where a walking kernel finds full tensor t's first element of the lane's
-/// vector in row `row`: `e0` (row * N + c0) when dense, `row * p.ld_<field> + c0`
+/// Where a kernel finds full tensor t's first element of the lane's vector in
+/// row `row` (the flat kernel's r0, a walking kernel's row): `e0` (row * N + c0) when dense, `row * p.ld_<field> + c0`
 /// when strided (Note [Strided rows]).
 std::string full_offset(const TensorPlan& t, std::string_view row);
 /// The dropout draws of a lane's vector at element index e0 (the [M,N]

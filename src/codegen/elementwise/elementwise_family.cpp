@@ -16,11 +16,14 @@ bool sums_columns(const KernelSource& source) {
                      [](const ParamField& f) { return f.role == ParamRole::workspace; });
 }
 
-// The flat kernel over strided rows is the one with an ld and no workspace (Note [Strided rows]).
+// The 2-D kernel over strided rows is the one with an ld, no workspace and no
+// 1/N (the flat kernel's, whose one index it divides; Note [Strided rows]).
 bool walks_strided_rows(const KernelSource& source) {
-  return !sums_columns(source) && std::any_of(source.params.begin(), source.params.end(), [](const ParamField& f) {
-    return f.role == ParamRole::ld || f.role == ParamRole::output_ld;
-  });
+  const auto has = [&](auto role) {
+    return std::any_of(source.params.begin(), source.params.end(), [&](const ParamField& f) { return role(f.role); });
+  };
+  return !sums_columns(source) && !has([](ParamRole r) { return r == ParamRole::inv_n; }) &&
+         has([](ParamRole r) { return r == ParamRole::ld || r == ParamRole::output_ld; });
 }
 
 class ElementwiseFamily final : public KernelFamily {
@@ -94,7 +97,7 @@ class ElementwiseFamily final : public KernelFamily {
     const ElementwisePlan e = choose_vector_width(plan);
     plan.kernel_name = kernel_name(plan);
     if (column_sums) return emit_column_sums(e);
-    return e.strided_rows ? emit_elementwise_rows(e) : emit_elementwise(e);
+    return e.walks_rows ? emit_elementwise_rows(e) : emit_elementwise(e);
   }
 
   LaunchGeometry geometry(const KernelSource& source, const Shape& shape, int multiprocessors) const override {

@@ -18,12 +18,14 @@ void layout_params(const ElementwisePlan& e, ParamLayout& layout) {
   layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
   layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
   layout.add(ParamRole::inv_n, 0, "n_inv", "double n_inv", 8, 8);
+  layout.add_tensor_lds(*e.plan, 0);  // Note [Strided rows]: none for a dense shape
   layout.add_rng_and_scalars(*e.plan);
   if (!e.vector_only) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
 }
 
 std::string emit_coordinates(const ElementwisePlan& plan) {
-  if (!plan.needs_row_index && !plan.needs_col_index) return "    // no broadcast operand: no coordinates";
+  if (!plan.needs_row_index && !plan.needs_col_index && !plan.strided_rows)
+    return "    // no broadcast operand: no coordinates";
   // e0 / n by the rounded fp64 reciprocal and one correction step: exact for
   // e0 < 2^52 (M*N <= 2^48 by verify_shape), and far cheaper than a 64-bit
   // integer division per vector (docs/perf/elementwise.md).
@@ -53,10 +55,14 @@ std::string emit_loads(const ElementwisePlan& plan) {
     const std::string& f = t.field;
     decl += fmt::format("{} {}_v[VEC]", k ? "," : "", f);
     switch (t.broadcast) {
-      case Broadcast::full:
-        vec += fmt::format("      ef_load_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, f, f);
-        scalar += fmt::format("#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = e0 + j < total ? ef_to_float(p.{}[e0 + j]) : 0.0f;\n", f, f);
+      case Broadcast::full: {
+        const std::string at = full_offset(t, "r0");  // Note [Strided rows]
+        vec += fmt::format("      ef_load_vec<{}, VEC>(p.{} + {}, {}_v);\n", type, f, at, f);
+        scalar += fmt::format(
+            "#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = e0 + j < total ? ef_to_float(p.{}[{} + j]) : 0.0f;\n",
+            f, f, at);
         break;
+      }
       case Broadcast::row:
         if (one_row) {
           vec += fmt::format("      ef_load_vec<{}, VEC>(p.{} + c0, {}_v);\n", type, f, f);
@@ -126,8 +132,9 @@ std::string emit_stores(const ElementwisePlan& plan) {
   std::string vec, scalar;
   for (const auto& t : plan.plan->outputs) {
     const auto type = storage_type_name(t.dtype);
-    vec += fmt::format("      ef_store_vec<{}, VEC>(p.{} + e0, {}_v);\n", type, t.field, t.field);
-    scalar += fmt::format("        if (e0 + j < total) p.{}[e0 + j] = ef_from_float<{}>({}_v[j]);\n", t.field, type,
+    const std::string at = full_offset(t, "r0");  // Note [Strided rows]
+    vec += fmt::format("      ef_store_vec<{}, VEC>(p.{} + {}, {}_v);\n", type, t.field, at, t.field);
+    scalar += fmt::format("        if (e0 + j < total) p.{}[{} + j] = ef_from_float<{}>({}_v[j]);\n", t.field, at, type,
                           t.field);
   }
   if (plan.vector_only) return "    {\n" + vec + "    }";

@@ -56,7 +56,7 @@ std::string emit_loads(const ElementwisePlan& e, const ColumnPaths& c) {
 
 KernelSource emit_elementwise_rows(const ElementwisePlan& e) {
   const KernelPlan& plan = *e.plan;
-  EPIFUSE_ASSERT(e.strided_rows, "the 2-D elementwise kernel is for shapes with strided tensors");
+  EPIFUSE_ASSERT(e.walks_rows, "the 2-D elementwise kernel is for strided shapes with N % VEC != 0");
   const ColumnPaths c = column_paths(e);
   KernelSource ks;
   bind_graph_tensors(plan, ks, [&](const TensorPlan& t) { return column_walk_alignment(e, c, t); });
