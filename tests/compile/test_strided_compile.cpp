@@ -6,7 +6,7 @@
 // kernel, single and dual GEMMs, every operand strided, and full inputs and
 // outputs strided; hipRTC the wave kernel's for gfx90a (MFMA) and gfx1030 (the
 // FMA form); and strided tensors of elementwise and row chains (Note [Strided
-// rows]): the flat kernel's 2-D walk, the column-sum kernel, row tiles of every
+// rows]): the flat kernel and its 2-D walk, the column-sum kernel, row tiles of every
 // class. Skips with a visible line without NVRTC or hipRTC.
 #include <doctest/doctest.h>
 
@@ -181,8 +181,8 @@ TEST_SUITE("compile") {
     for (const char* target : {"sm_80", "sm_90a"}) {
       Jit jit(target);
       const KernelSpec bf16 = elementwise(DType::bf16, false), f32 = elementwise(DType::f32, false);
-      compile(jit, bf16, lds({256, 512, 0}, 8), std::nullopt);   // vectors only, the 2-D walk
-      compile(jit, f32, lds({65, 130, 0}, 3), std::nullopt);     // a ragged row: element by element
+      compile(jit, bf16, lds({256, 512, 0}, 8), std::nullopt);   // vectors only, the flat kernel
+      compile(jit, f32, lds({65, 130, 0}, 3), std::nullopt);     // N % 4 != 0: the 2-D walk
       compile(jit, elementwise(DType::f16, true), lds({256, 512, 0}, 8), std::nullopt);  // column sums
       compile(jit, elementwise(DType::f32, true), lds({65, 130, 0}, 3), std::nullopt);
       const KernelSpec softmax = rows(DType::bf16, false);
