@@ -45,7 +45,27 @@ enum class ParamRole : std::uint8_t {
   batch_stride, ///< int64 elements between batches of GEMM operand `index` (0: shared)
   output_ld,    ///< int64 leading dimension of output `index`, a strided full [M,N]
                 ///< output of a chain, in any family (Shape::ld_outputs)
+  n_magic,      ///< uint64 exact division by N of an index below 2^31: the multiplier m
+                ///< (low word) and shift l (high word) of n_magic() (Note [Division by N])
 };
+
+// Note [Division by N]
+// The flat elementwise kernel finds a vector's row and column from its index e0 where
+// an operand is broadcast or a tensor strided. Over strided rows with 32-bit indices
+// (e0 < 2^30) it divides exactly by one multiply-high and a shift: for 1 <= n < 2^31, l = ceil(log2 n)
+// and m = ceil(2^(31+l) / n); then for every 0 <= e < 2^31, e / n == __umulhi(2e, m) >> l,
+// since 2e < 2^32, __umulhi(2e, m) = floor(e m / 2^31), and floor(e m / 2^(31+l)) ==
+// floor(e / n) because 2^(31+l) <= m n < 2^(31+l) + 2^l (Granlund and Montgomery,
+// "Division by invariant integers using multiplication", theorem 4.2, numerators of 31
+// bits); m < 2^32 since n > 2^(l-1). The fp64 reciprocal (the dense and the 64-bit
+// kernels') puts a conversion, a multiply, a conversion back and a correction step
+// before every load that needs the row: a strided tensor's loads waited on it, and a
+// strided residual ran 1.078x its dense copy on an H200, 1.027x with the exact division.
+// Dense kernels keep the reciprocal: only a broadcast operand's load waits there, and
+// the exact division measured 0.6-0.8% slower (docs/perf/elementwise.md).
+
+/// Note [Division by N]: m | l << 32 for 1 <= n < 2^31.
+std::uint64_t n_magic(std::int64_t n);
 
 /// One field of a generated kernel's parameter struct (passed by value).
 struct ParamField {

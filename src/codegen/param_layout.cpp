@@ -60,4 +60,13 @@ void ParamLayout::finish(KernelSource& ks) {
   ks.params = std::move(fields_);
 }
 
+std::uint64_t n_magic(std::int64_t n) {
+  EPIFUSE_ASSERT(n >= 1 && n < (std::int64_t{1} << 31), "n_magic: N = {} is outside [1, 2^31)", n);
+  std::uint64_t l = 0;
+  while ((std::int64_t{1} << l) < n) ++l;  // ceil(log2 n)
+  const std::uint64_t d = static_cast<std::uint64_t>(n);
+  const std::uint64_t m = ((std::uint64_t{1} << (31 + l)) + d - 1) / d;  // 2^(31+l) < 2^63
+  return m | l << 32;
+}
+
 }  // namespace epifuse

@@ -52,6 +52,7 @@ void Jit::Impl::pack_params(const LoadedKernel& kernel, const DeviceBindings& b,
       case ParamRole::dim_n: put(f, std::int64_t{shape.n}); break;
       case ParamRole::dim_k: put(f, std::int64_t{shape.k}); break;
       case ParamRole::inv_n: put(f, 1.0 / static_cast<double>(shape.n)); break;
+      case ParamRole::n_magic: put(f, n_magic(shape.n)); break;  // Note [Division by N]
       case ParamRole::seed: put(f, std::uint64_t{args.seed}); break;
       case ParamRole::offset: put(f, std::uint64_t{args.offset}); break;
       case ParamRole::rng_state: put(f, std::uint64_t{args.rng_state}); break;

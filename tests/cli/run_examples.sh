@@ -235,8 +235,10 @@ if "$PYTHON" -c "import numpy as np, sys; a = np.load(sys.argv[1]); assert a.sha
 then pass "a batched output is written as a (B, M, N) array"; else fail "a batched output is written as a (B, M, N) array"; fi
 if "$EPIFUSE" emit "$CHAINS/gemm_bias_relu.json" --target sm_80 --ld y=264 | grep -q "p.out0\[row \* p.ld_out0 + col\]"
 then pass "emit --ld prints the strided output's kernel"; else fail "emit --ld prints the strided output's kernel"; fi
-if "$EPIFUSE" emit "$EW" --shape 16,24 --target sm_80 --ld x=40 | grep -qF "p.in0 + r * p.ld_in0 + c0"
-then pass "emit --ld prints an elementwise chain's 2-D kernel"; else fail "emit --ld prints an elementwise chain's 2-D kernel"; fi
+if "$EPIFUSE" emit "$EW" --shape 16,24 --target sm_80 --ld x=40 | grep -qF "p.in0 + r0 * (int)p.ld_in0 + c0"
+then pass "emit --ld prints an elementwise chain's strided rows in the flat kernel"; else fail "emit --ld prints an elementwise chain's strided rows in the flat kernel"; fi
+if "$EPIFUSE" emit "$EW" --shape 16,22 --target sm_80 --ld x=40 | grep -qF "p.in0[r * p.ld_in0 + c0 + j]"
+then pass "emit --ld prints the 2-D kernel where dropout's vectors would cross rows"; else fail "emit --ld prints the 2-D kernel where dropout's vectors would cross rows"; fi
 if "$EPIFUSE" emit "$RN" --shape 16,64 --target sm_80 --ld h=72 | grep -qF "const long long base_out1 = row * p.ld_out1;"
 then pass "emit --ld prints a row chain's strided rows"; else fail "emit --ld prints a row chain's strided rows"; fi
 if "$EPIFUSE" emit "$CHAINS/gemm_bias_relu_dropout.json" --target sm_80 --batch 4 | grep -q "const long long batch = (long long)blockIdx.z"

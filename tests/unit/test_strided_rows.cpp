@@ -81,18 +81,29 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
 
 // A strided kernel's text read back as the dense one's: without its name,
 // its ld fields and its strided rows' bases; `rk * p.ld_<f> + c0` (the column-sum
-// kernel) and `r0 * p.ld_<f> + c0` (the flat kernel) read as `e0`, `base_<f>` as `base` and `p.ld_<f>` as `p.n` (the row
+// kernel) and `r0 * (int)p.ld_<f> + c0` (the flat kernel) read as `e0`, the flat
+// kernel's exact row division as the dense kernel's reciprocal, `base_<f>` as `base` and `p.ld_<f>` as `p.n` (the row
 // family). Equal to the dense kernel's text when the strided variant changes those
 // addresses and nothing else.
+// The flat kernel's row and column: exact over strided rows, by the fp64 reciprocal when dense.
+constexpr const char* kExactRow =
+    "    const int r0 = (int)(__umulhi((unsigned)e0 << 1, (unsigned)p.n_magic) >> (unsigned)(p.n_magic >> 32)), c0 = e0 - r0 * n;";
+constexpr const char* kReciprocalRow =
+    "    int r0 = (int)((double)e0 * p.n_inv), c0 = e0 - r0 * n;\n"
+    "    if (c0 < 0) { --r0; c0 += n; } else if (c0 >= n) { ++r0; c0 -= n; }";
+
 std::string as_dense(const KernelSource& ks) {
   std::string out, line;
   std::istringstream in(ks.text);
   while (std::getline(in, line)) {
     if (line.starts_with("  long long ld_in") || line.starts_with("  long long ld_out")) continue;
     if (line.starts_with("    const long long base_")) continue;
+    if (line == "  unsigned long long n_magic;") continue;  // Note [Division by N]: the dense kernel's is fp64
+    if (line == kExactRow) line = kReciprocalRow;
     replace_all(line, ks.name, "KERNEL");
     for (const char* f : {"in0", "in3", "in1", "out0", "out1"}) {
       replace_all(line, fmt::format("rk * p.ld_{} + c0", f), "e0");
+      replace_all(line, fmt::format("r0 * (int)p.ld_{} + c0", f), "e0");
       replace_all(line, fmt::format("r0 * p.ld_{} + c0", f), "e0");
       replace_all(line, fmt::format("base_{}", f), "base");
       replace_all(line, fmt::format("p.ld_{}", f), "p.n");
@@ -214,11 +225,11 @@ TEST_SUITE("unit") {
       CHECK(ld_y->role == ParamRole::output_ld);
       CHECK(ld_y->index == 0);
       CHECK_FALSE(field(ks, "ld_in3"));
-      CHECK(field(ks, "n_inv"));  // the flat index divided into r0 and c0
+      CHECK(field(ks, "n_magic"));  // the flat index divided into r0 and c0 (Note [Division by N])
       CHECK(has(ks.text, "Generated from templates/elementwise.cu.in"));
-      CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in0 + r0 * p.ld_in0 + c0, in0_v);"));
+      CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in0 + r0 * (int)p.ld_in0 + c0, in0_v);"));
       CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in3 + e0, in3_v);"));  // dense: r0 * N + c0
-      CHECK(has(ks.text, "ef_store_vec<float, VEC>(p.out0 + r0 * p.ld_out0 + c0, out0_v);"));
+      CHECK(has(ks.text, "ef_store_vec<float, VEC>(p.out0 + r0 * (int)p.ld_out0 + c0, out0_v);"));
       // The draws' index is the [M,N] place, never the strided address.
       CHECK(has(ks.text, "ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)((unsigned)(e0 + j)) >> 2)"));
       // Only the strided tensors' addresses differ from the dense kernel.
@@ -231,8 +242,8 @@ TEST_SUITE("unit") {
       } else {
         // The general kernel's scalar path: element j of the row at r0 * ld + c0 + j.
         CHECK_FALSE(ks.requires_alignment);
-        CHECK(has(ks.text, "p.in0[r0 * p.ld_in0 + c0 + j]"));
-        CHECK(has(ks.text, "if (e0 + j < total) p.out0[r0 * p.ld_out0 + c0 + j] = ef_from_float<float>(out0_v[j]);"));
+        CHECK(has(ks.text, "p.in0[r0 * (int)p.ld_in0 + c0 + j]"));
+        CHECK(has(ks.text, "if (e0 + j < total) p.out0[r0 * (int)p.ld_out0 + c0 + j] = ef_from_float<float>(out0_v[j]);"));
       }
     }
     // A chain without broadcast operands finds r0 and c0 only when strided.
@@ -242,8 +253,18 @@ TEST_SUITE("unit") {
     Shape s{96, 128, 0};
     s.ld_inputs = {132};
     const KernelSource p = emit(plain, s);
-    CHECK(has(p.text, "int r0 = (int)((double)e0 * p.n_inv), c0 = e0 - r0 * n;"));
-    CHECK(has(p.text, "ef_load_vec<float, VEC>(p.in0 + r0 * p.ld_in0 + c0, in0_v);"));
+    CHECK(has(p.text, "const int r0 = (int)(__umulhi((unsigned)e0 << 1, (unsigned)p.n_magic) >> (unsigned)(p.n_magic >> 32))"));
+    CHECK(field(p, "n_magic"));
+    CHECK_FALSE(field(emit(plain, Shape{96, 128, 0}), "n_magic"));  // no coordinates, no divisor
+    // A dense kernel keeps the fp64 reciprocal; 64-bit offsets (M * ld >= 2^30) keep it too.
+    CHECK_FALSE(field(emit(elementwise_chain(DType::f32, true), Shape{96, 128, 0}), "n_magic"));
+    Shape wide{8192, 128, 0};
+    wide.ld_inputs = {1 << 17};
+    const KernelSource w = emit(plain, wide);
+    CHECK(has(w.text, "long long r0 = (long long)((double)e0 * p.n_inv)"));
+    CHECK(has(w.text, "p.in0 + r0 * p.ld_in0 + c0"));
+    CHECK_FALSE(field(w, "n_magic"));
+    CHECK(has(p.text, "ef_load_vec<float, VEC>(p.in0 + r0 * (int)p.ld_in0 + c0, in0_v);"));
   }
 
   TEST_CASE("strided rows: with N % VEC != 0 (dropout's four) the kernel walks rows, strided addresses at r * p.ld_<t> + c0") {

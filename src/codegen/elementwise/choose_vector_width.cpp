@@ -44,7 +44,14 @@ namespace {
 std::atomic<bool> g_force_index64{false};
 // 32-bit indexing holds while every index the loop forms stays below 2^31:
 // elements, plus one step of the grid-stride loop past the end.
-bool fits_index32(const Shape& s) { return !g_force_index64 && s.m * s.n < (std::int64_t{1} << 30); }
+// Every element's offset below 2^30: M*N, and M*ld for a strided tensor (the flat
+// kernel forms r0 * ld + c0 in 32 bits; Note [Strided rows]).
+bool fits_index32(const Shape& s) {
+  std::int64_t row = s.n;
+  for (std::int64_t ld : s.ld_inputs) row = std::max(row, ld);
+  for (std::int64_t ld : s.ld_outputs) row = std::max(row, ld);
+  return !g_force_index64 && s.m * row < (std::int64_t{1} << 30);
+}
 }  // namespace
 
 void force_index64_for_tests(bool on) { g_force_index64 = on; }

@@ -13,19 +13,39 @@ namespace epifuse {
 
 namespace {
 
+// Broadcast operands and strided tensors need each vector's row and column.
+bool needs_coordinates(const ElementwisePlan& e) { return e.needs_row_index || e.needs_col_index || e.strided_rows; }
+
+// Note [Division by N]: a strided shape's 32-bit kernel finds the row by an exact
+// multiply-high, whose result its loads wait for; a dense kernel keeps the fp64
+// reciprocal (measured level or 0.6-0.8% faster there, where only a broadcast
+// operand's load waits on it).
+bool exact_division(const ElementwisePlan& e) { return e.index32 && e.strided_rows; }
+
+// A full tensor's offset in the flat kernel: e0, or a strided tensor's r0 * ld + c0,
+// in 32 bits where every offset fits them (fits_index32 counts the lds).
+std::string flat_offset(const ElementwisePlan& e, const TensorPlan& t) {
+  if (!t.strided) return "e0";
+  return e.index32 ? fmt::format("r0 * (int)p.ld_{} + c0", t.field) : full_offset(t, "r0");
+}
+
 void layout_params(const ElementwisePlan& e, ParamLayout& layout) {
   layout.add_graph_tensors(*e.plan, 0);
   layout.add(ParamRole::dim_m, 0, "m", "long long m", 8, 8);
   layout.add(ParamRole::dim_n, 0, "n", "long long n", 8, 8);
   layout.add(ParamRole::inv_n, 0, "n_inv", "double n_inv", 8, 8);
+  if (exact_division(e)) layout.add(ParamRole::n_magic, 0, "n_magic", "unsigned long long n_magic", 8, 8);
   layout.add_tensor_lds(*e.plan, 0);  // Note [Strided rows]: none for a dense shape
   layout.add_rng_and_scalars(*e.plan);
   if (!e.vector_only) layout.add(ParamRole::vector_flag, 0, "vectorized", "int vectorized", 4, 4);
 }
 
 std::string emit_coordinates(const ElementwisePlan& plan) {
-  if (!plan.needs_row_index && !plan.needs_col_index && !plan.strided_rows)
-    return "    // no broadcast operand: no coordinates";
+  if (!needs_coordinates(plan)) return "    // no broadcast operand: no coordinates";
+  if (exact_division(plan))  // e0 < 2^30: one multiply-high and a shift (Note [Division by N])
+    return "    const int n = (int)p.n;\n"
+           "    const int r0 = (int)(__umulhi((unsigned)e0 << 1, (unsigned)p.n_magic) >> (unsigned)(p.n_magic >> 32)), "
+           "c0 = e0 - r0 * n;";
   // e0 / n by the rounded fp64 reciprocal and one correction step: exact for
   // e0 < 2^52 (M*N <= 2^48 by verify_shape), and far cheaper than a 64-bit
   // integer division per vector (docs/perf/elementwise.md).
@@ -56,7 +76,7 @@ std::string emit_loads(const ElementwisePlan& plan) {
     decl += fmt::format("{} {}_v[VEC]", k ? "," : "", f);
     switch (t.broadcast) {
       case Broadcast::full: {
-        const std::string at = full_offset(t, "r0");  // Note [Strided rows]
+        const std::string at = flat_offset(plan, t);  // Note [Strided rows]
         vec += fmt::format("      ef_load_vec<{}, VEC>(p.{} + {}, {}_v);\n", type, f, at, f);
         scalar += fmt::format(
             "#pragma unroll\n      for (int j = 0; j < VEC; ++j) {}_v[j] = e0 + j < total ? ef_to_float(p.{}[{} + j]) : 0.0f;\n",
@@ -132,7 +152,7 @@ std::string emit_stores(const ElementwisePlan& plan) {
   std::string vec, scalar;
   for (const auto& t : plan.plan->outputs) {
     const auto type = storage_type_name(t.dtype);
-    const std::string at = full_offset(t, "r0");  // Note [Strided rows]
+    const std::string at = flat_offset(plan, t);  // Note [Strided rows]
     vec += fmt::format("      ef_store_vec<{}, VEC>(p.{} + {}, {}_v);\n", type, t.field, at, t.field);
     scalar += fmt::format("        if (e0 + j < total) p.{}[{} + j] = ef_from_float<{}>({}_v[j]);\n", t.field, at, type,
                           t.field);
