@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "codegen/elementwise/elementwise.hpp"
 #include "epifuse/compare.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/reference.hpp"
@@ -144,6 +145,29 @@ TEST_SUITE("gpu") {
               {98, 10});
     same_bits(*jit, elementwise_chain(DType::f32, 0.0), {600000, 7, 0}, both, 0, ElementwiseTile{64, 0, 0}, ++seed);
     MESSAGE(checked << " strided launches checked");
+  }
+
+  TEST_CASE("strided rows: the flat kernel's 64-bit offsets and fp64 row division") {
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    // Shapes whose M x ld reaches 2^30 take these (Note [Division by N]); forced
+    // here on small ones. The guard clears the flag however the case ends.
+    struct Index64 {
+      Index64() { force_index64_for_tests(true); }
+      ~Index64() { force_index64_for_tests(false); }
+    } index64;
+    std::uint64_t seed = 12900;
+    for (const KernelSpec& spec : {elementwise_chain(DType::f32, 0.25), elementwise_chain(DType::bf16, 0.0)})
+      for (const Shape& s : {Shape{200, 136, 0}, Shape{256, 264, 0}, Shape{1, 1000, 0}})
+        for (unsigned which : {inputs, outputs, both}) {
+          same_bits(*jit, spec, s, which, 2, std::nullopt, ++seed, {99, 11});
+          Shape strided_shape = s;
+          strided_shape.ld_inputs.assign(spec.graph.inputs().size(), 0);
+          strided_shape.ld_inputs[0] = s.n + 136;
+          const auto kernel = jit->compile(spec, strided_shape);
+          CHECK(kernel->key().shape_class.find("/i64") != std::string::npos);
+          CHECK(kernel->source().text.find("long long r0 = (long long)((double)e0 * p.n_inv)") != std::string::npos);
+        }
   }
 
   TEST_CASE("strided rows: the elementwise column-sum kernel keeps its tile; only addresses change") {
