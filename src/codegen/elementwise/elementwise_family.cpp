@@ -10,20 +10,18 @@ namespace epifuse {
 
 namespace {
 
-// A column-sum kernel is the one whose parameters hold a workspace (Note [Column sums]).
-bool sums_columns(const KernelSource& source) {
-  return std::any_of(source.params.begin(), source.params.end(),
-                     [](const ParamField& f) { return f.role == ParamRole::workspace; });
+bool has_param(const KernelSource& source, ParamRole role) {
+  return std::any_of(source.params.begin(), source.params.end(), [&](const ParamField& f) { return f.role == role; });
 }
+
+// A column-sum kernel is the one whose parameters hold a workspace (Note [Column sums]).
+bool sums_columns(const KernelSource& source) { return has_param(source, ParamRole::workspace); }
 
 // The 2-D kernel over strided rows is the one with an ld, no workspace and no
 // 1/N (the flat kernel's, whose one index it divides; Note [Strided rows]).
 bool walks_strided_rows(const KernelSource& source) {
-  const auto has = [&](auto role) {
-    return std::any_of(source.params.begin(), source.params.end(), [&](const ParamField& f) { return role(f.role); });
-  };
-  return !sums_columns(source) && !has([](ParamRole r) { return r == ParamRole::inv_n; }) &&
-         has([](ParamRole r) { return r == ParamRole::ld || r == ParamRole::output_ld; });
+  return !sums_columns(source) && !has_param(source, ParamRole::inv_n) &&
+         (has_param(source, ParamRole::ld) || has_param(source, ParamRole::output_ld));
 }
 
 class ElementwiseFamily final : public KernelFamily {

@@ -17,6 +17,16 @@ std::size_t ring_offset(const KernelPlan& plan, std::size_t k) {
 
 namespace {
 
+// Where row r of full input t starts, for the ring's bulk copies.
+// Note [Strided rows]: a strided row's copy starts at r * p.ld_<field>. The
+// bulk copy needs that on 16 bytes, and the tile says so: an ld that is not
+// narrows VEC below a ring's 16-byte vectors, and RowFamily::resolve_tile
+// takes the tile without the ring; an ld launched later that is not takes the
+// general kernel, which streams.
+std::string row_start(const TensorPlan& t) {
+  return fmt::format("p.{} + r * {}", t.field, t.strided ? "p.ld_" + t.field : "p.n");
+}
+
 // Whole rows: stage s of the ring holds a block's part of one row; thread 0
 // copies a row in RING - 1 rows ahead. The barriers are initialised before
 // any thread waits: the row loop's first __syncthreads orders it.
@@ -26,14 +36,9 @@ std::string whole_rows_setup(const RowPlan& r) {
   for (std::size_t k = 0; k < plan.inputs.size(); ++k) {
     const TensorPlan& t = plan.inputs[k];
     if (t.broadcast != Broadcast::full) continue;
-    // Note [Strided rows]: a strided row's copy starts at r * p.ld_<field>.
-    // The bulk copy needs that on 16 bytes, and the tile says so: an ld
-    // that is not narrows VEC below a ring's 16-byte vectors, and
-    // RowFamily::resolve_tile takes the tile without the ring; an ld
-    // launched later that is not takes the general kernel, which streams.
     copies += fmt::format(
-        "      ef_bulk_load(base_smem + {0} * ITEMS * THREADS * VEC, p.{1} + r * {3} + col0, (unsigned)chunk * {2}u, bar);\n",
-        ring_offset(plan, k), t.field, size_of(t.dtype), t.strided ? "p.ld_" + t.field : "p.n");
+        "      ef_bulk_load(base_smem + {0} * ITEMS * THREADS * VEC, {1} + col0, (unsigned)chunk * {2}u, bar);\n",
+        ring_offset(plan, k), row_start(t), size_of(t.dtype));
   }
   return fmt::format(
       "  // The shared-memory ring (docs/row-reductions.md): this block's columns of a row\n"
@@ -75,8 +80,8 @@ std::string pieces_setup(const RowPlan& r) {
     const TensorPlan& t = plan.inputs[k];
     if (t.broadcast != Broadcast::full) continue;
     copies += fmt::format(
-        "    if (cols > 0) ef_bulk_load(base_smem + {0} * PIECE_COLS, p.{1} + r * {3} + col0 + first, (unsigned)cols * {2}u, bar);\n",
-        ring_offset(plan, k), t.field, size_of(t.dtype), t.strided ? "p.ld_" + t.field : "p.n");
+        "    if (cols > 0) ef_bulk_load(base_smem + {0} * PIECE_COLS, {1} + col0 + first, (unsigned)cols * {2}u, bar);\n",
+        ring_offset(plan, k), row_start(t), size_of(t.dtype));
   }
   return fmt::format(
       "  // The shared-memory ring in pieces (Note [Ring pieces] in src/codegen/row/emit_row_ring.cpp): this\n"
