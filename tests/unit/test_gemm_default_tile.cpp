@@ -49,6 +49,15 @@ TEST_SUITE("unit") {
       CHECK(default_tile(spec, {512, 1024, 1024}, h100) == "h128x64x64s8g8");
       // 128 tiles of 128x128 fill a wave as well as 256 of 128x64: the wider one.
       CHECK(default_tile(spec, {256, 8192, 2048}, h100) == "h128x128x64s6g8");
+      // A last row tile at most half full, from K = 2048: 128x128 though 128x64 fills more.
+      CHECK(default_tile(spec, {192, 4096, 4096}, h100) == "h128x128x64s6g8");
+      CHECK(default_tile(spec, {160, 4096, 2048}, h100) == "h128x128x64s6g8");
+      CHECK(default_tile(spec, {192, 4096, 1024}, h100) == "h128x64x64s8g8");  // short K
+      CHECK(default_tile(spec, {224, 4096, 4096}, h100) == "h128x64x64s8g8");  // three quarters full
+      CHECK(default_tile(spec, {256, 4096, 4096}, h100) == "h128x64x64s8g8");  // whole rows
+      // 64 rows under a wave: the ping-pong 64x128 tile; 65 rows and more a 128-row one.
+      CHECK(default_tile(spec, {64, 8192, 4096}, h100) == "h64x128x64s5g8p");
+      CHECK(default_tile(spec, {96, 8192, 4096}, h100) == "h128x64x64s8g8");
       // Fewer than 64 rows: mma.sync's small tiles.
       CHECK(default_tile(spec, {16, 4096, 4096}, h100) == "32x32x64w2x2s4g8");
       // Below 512^2 outputs: mma.sync as before.
@@ -198,6 +207,7 @@ TEST_SUITE("unit") {
     CHECK(default_tile(swiglu, {1024, 1024, 1024}, h100) == "h128x64x64s6g8");
     // 86 tiles of 128x128 or 172 of 128x64: the same share of the waves.
     CHECK(default_tile(swiglu, {128, 11008, 4096}, h100) == "h128x128x64s4g8");
+    CHECK(default_tile(swiglu, {64, 11008, 4096}, h100) == "h64x128x64s5g8p");
     CHECK(default_tile(swiglu, {16, 4096, 4096}, h100) == "32x32x64w2x2s4g8");
   }
 

@@ -160,6 +160,13 @@ class WgmmaMainloop final : public GemmMainloop {
   // 2048^3 bf16 ran 1.08x cuBLASLt's strided-batched GEMM on it against 1.35x
   // on ping-pong, and 128 x 2048^3 1.11x on ping-pong; at 32 x 2048^3
   // ping-pong ran 0.98x, 128x256 1.01x (H100, in turns, 2026-11-27).
+  // Under a wave two shapes of rows break the fill rule (bf16, H100, in turns,
+  // 2026-11-27; docs/perf/default-tiles.md): a last row tile at most half
+  // full, where the 128x64 tiles of M = 160 and 192 ran 1.33x and 1.22x the
+  // 128x128 tiles' time at N = K = 4096 (1.09x at K = 2048, 0.96x at 1024; at M = 224 the two
+  // tie, at M = 256, a whole second row, 128x64 is 1.5x ahead), and 64 rows,
+  // where the ping-pong 64x128 tile ran 0.68x (N = 4096) and 0.95x (N = 8192)
+  // the 128x64 tile's time.
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p) || p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs)
       return std::nullopt;
@@ -181,9 +188,16 @@ class WgmmaMainloop final : public GemmMainloop {
     if (batched_and_large && !p.dual && t == WgmmaTile{128, 128, bk, 6, 8, 1, 1} && tiles_of(p.shape, 128, 256) >= sms)
       t = WgmmaTile{128, 256, bk, 4, 8};
     if (wide < sms) {
-      const bool narrow_fills_more = wave_fill(narrow, sms) > wave_fill(wide, sms) + 0.05;
+      // A last row tile at most half full (M = 160, 192) makes the 128x64
+      // tiles run their wave at half speed, where 128x128 holds its pace
+      // (from K = 2048: at 1024 128x64 stays 4% ahead).
+      const std::int64_t last_rows = p.shape.m % 128;
+      const bool half_empty_last = p.shape.m > 128 && last_rows != 0 && last_rows <= 64 && p.shape.k >= 2048;
+      const bool narrow_fills_more = wave_fill(narrow, sms) > wave_fill(wide, sms) + 0.05 && !half_empty_last;
       if (p.dual) t = narrow_fills_more ? WgmmaTile{128, 64, bk, 6, 8} : WgmmaTile{128, 128, bk, 4, 8};
       else t = narrow_fills_more ? WgmmaTile{128, 64, bk, 8, 8} : WgmmaTile{128, 128, bk, 6, 8};
+      // 64 rows: a 128-row tile is half idle; the ping-pong 64x128 one is not.
+      if (p.shape.m <= 64) t = WgmmaTile{64, 128, bk, 5, 8, 1, 1};
     }
     // Column sums' colbuf rows take shared memory: the ring gives up stages.
     while (t.stages > 2 && shared_bytes(t, p) > p.device.shared_per_block) --t.stages;
@@ -206,7 +220,7 @@ class WgmmaMainloop final : public GemmMainloop {
     else
       out = {WgmmaTile{128, 256, bk, 4, 8}, WgmmaTile{128, 256, bk, 4, 8, 2}, WgmmaTile{256, 128, bk, 4, 8},
              WgmmaTile{256, 128, bk, 4, 8, 2}, WgmmaTile{128, 128, bk, 6, 8}, WgmmaTile{128, 128, bk, 6, 8, 1, 1},
-             WgmmaTile{128, 64, bk, 8, 8}};
+             WgmmaTile{128, 64, bk, 8, 8}, WgmmaTile{64, 128, bk, 5, 8, 1, 1}};
     std::erase_if(out, [&](const TileConfig& c) { return shared_bytes(std::get<WgmmaTile>(c), p) > p.device.shared_per_block; });
     return out;
   }
