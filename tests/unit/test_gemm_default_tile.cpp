@@ -44,20 +44,20 @@ TEST_SUITE("unit") {
       CHECK(default_tile(spec, {2048, 16384, 256}, h100) == "h128x128x64s6g8p");
       // 64 tiles of 128x128 against 128 of 128x64: the narrow tile fills the wave.
       CHECK(default_tile(spec, {1024, 1024, 1024}, h100) == "h128x64x64s8g8");
-      CHECK(default_tile(spec, {4096, 256, 4096}, h100) == "h128x64x64s8g8");
       CHECK(default_tile(spec, {128, 4096, 4096}, h100) == "h128x64x64s8g8");
       CHECK(default_tile(spec, {512, 1024, 1024}, h100) == "h128x64x64s8g8");
       // 128 tiles of 128x128 fill a wave as well as 256 of 128x64: the wider one.
       CHECK(default_tile(spec, {256, 8192, 2048}, h100) == "h128x128x64s6g8");
-      // A last row tile at most half full, from K = 2048: 128x128 though 128x64 fills more.
-      CHECK(default_tile(spec, {192, 4096, 4096}, h100) == "h128x128x64s6g8");
-      CHECK(default_tile(spec, {160, 4096, 2048}, h100) == "h128x128x64s6g8");
-      CHECK(default_tile(spec, {192, 4096, 1024}, h100) == "h128x64x64s8g8");  // short K
-      CHECK(default_tile(spec, {224, 4096, 4096}, h100) == "h128x64x64s8g8");  // three quarters full
-      CHECK(default_tile(spec, {256, 4096, 4096}, h100) == "h128x64x64s8g8");  // whole rows
-      // 64 rows under a wave: the ping-pong 64x128 tile; 65 rows and more a 128-row one.
+      // Where the narrow tiles fill more: ping-pong 64x128 with a partial last
+      // row tile, or eight row tiles and more at K >= 4096; else 128x64.
+      CHECK(default_tile(spec, {192, 4096, 4096}, h100) == "h64x128x64s5g8p");
+      CHECK(default_tile(spec, {160, 4096, 2048}, h100) == "h64x128x64s5g8p");
       CHECK(default_tile(spec, {64, 8192, 4096}, h100) == "h64x128x64s5g8p");
-      CHECK(default_tile(spec, {96, 8192, 4096}, h100) == "h128x64x64s8g8");
+      CHECK(default_tile(spec, {1024, 1024, 4096}, h100) == "h64x128x64s5g8p");
+      CHECK(default_tile(spec, {4096, 256, 4096}, h100) == "h64x128x64s5g8p");
+      CHECK(default_tile(spec, {256, 4096, 4096}, h100) == "h128x64x64s8g8");
+      // 96 tiles of 128x128 fill as much as 192 of 128x64: the wider one.
+      CHECK(default_tile(spec, {320, 4096, 4096}, h100) == "h128x128x64s6g8");
       // Fewer than 64 rows: mma.sync's small tiles.
       CHECK(default_tile(spec, {16, 4096, 4096}, h100) == "32x32x64w2x2s4g8");
       // Below 512^2 outputs: mma.sync as before.

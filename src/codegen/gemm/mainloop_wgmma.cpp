@@ -160,13 +160,17 @@ class WgmmaMainloop final : public GemmMainloop {
   // 2048^3 bf16 ran 1.08x cuBLASLt's strided-batched GEMM on it against 1.35x
   // on ping-pong, and 128 x 2048^3 1.11x on ping-pong; at 32 x 2048^3
   // ping-pong ran 0.98x, 128x256 1.01x (H100, in turns, 2026-11-27).
-  // Under a wave two shapes of rows break the fill rule (bf16, H100, in turns,
-  // 2026-11-27; docs/perf/default-tiles.md): a last row tile at most half
-  // full, where the 128x64 tiles of M = 160 and 192 ran 1.33x and 1.22x the
-  // 128x128 tiles' time at N = K = 4096 (1.09x at K = 2048, 0.96x at 1024; at M = 224 the two
-  // tie, at M = 256, a whole second row, 128x64 is 1.5x ahead), and 64 rows,
-  // where the ping-pong 64x128 tile ran 0.68x (N = 4096) and 0.95x (N = 8192)
-  // the 128x64 tile's time.
+  // Under a wave, where the fill rule picks the 128x64 tiles, the ping-pong
+  // 64x128 tile (bf16, H100, in turns, 2026-11-27; docs/perf/default-tiles.md)
+  // ran 0.58x and 0.69x their time with a partial last row tile (M = 160, 192
+  // at N = K = 4096; the 128x128 tiles 0.74x and 0.82x), 0.95x at 64 rows,
+  // 0.78x at 1024x1024x4096 and 0.91x at 4096x256x4096; it lost with one or
+  // two whole row tiles (128 and 256 rows at N = K = 4096: 1.30x and 1.25x)
+  // and tied at K = 1024 (1024^3 1.01x, 512x1024x1024 1.03x). Between one
+  // wave of 128x128 tiles and two the fill rule is not applied: at
+  // 768x3072x768 the ping-pong 128x128 tile (144 tiles, 55% of two waves'
+  // slots) ran 1.11-1.16x the fastest, 128x64 1.00-1.09x, over five chains,
+  // but no other shape there has been measured.
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p) || p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs)
       return std::nullopt;
@@ -187,17 +191,19 @@ class WgmmaMainloop final : public GemmMainloop {
                                                          static_cast<double>(p.shape.k) >= k_large_work;
     if (batched_and_large && !p.dual && t == WgmmaTile{128, 128, bk, 6, 8, 1, 1} && tiles_of(p.shape, 128, 256) >= sms)
       t = WgmmaTile{128, 256, bk, 4, 8};
+    const bool narrow_fills_more = wave_fill(narrow, sms) > wave_fill(wide, sms) + 0.05;
+    // Where the narrow tiles win, the ping-pong 64x128 one (a warpgroup a
+    // tile, 64-row steps) does better with a partial last row tile, or with
+    // eight row tiles and more at K >= 4096.
+    const bool ragged = p.shape.m % 128 != 0;
+    const bool tall_and_deep = p.shape.m >= 8 * 128 && p.shape.k >= 4096;
+    const WgmmaTile narrow_tile = ragged || tall_and_deep ? WgmmaTile{64, 128, bk, 5, 8, 1, 1} : WgmmaTile{128, 64, bk, 8, 8};
     if (wide < sms) {
-      // A last row tile at most half full (M = 160, 192) makes the 128x64
-      // tiles run their wave at half speed, where 128x128 holds its pace
-      // (from K = 2048: at 1024 128x64 stays 4% ahead).
-      const std::int64_t last_rows = p.shape.m % 128;
-      const bool half_empty_last = p.shape.m > 128 && last_rows != 0 && last_rows <= 64 && p.shape.k >= 2048;
-      const bool narrow_fills_more = wave_fill(narrow, sms) > wave_fill(wide, sms) + 0.05 && !half_empty_last;
       if (p.dual) t = narrow_fills_more ? WgmmaTile{128, 64, bk, 6, 8} : WgmmaTile{128, 128, bk, 4, 8};
-      else t = narrow_fills_more ? WgmmaTile{128, 64, bk, 8, 8} : WgmmaTile{128, 128, bk, 6, 8};
-      // 64 rows: a 128-row tile is half idle; the ping-pong 64x128 one is not.
-      if (p.shape.m <= 64) t = WgmmaTile{64, 128, bk, 5, 8, 1, 1};
+      else if (!narrow_fills_more) t = WgmmaTile{128, 128, bk, 6, 8};
+      else t = narrow_tile;
+      // 64 rows: a 128-row tile is half idle.
+      if (p.dual && p.shape.m <= 64) t = WgmmaTile{64, 128, bk, 5, 8, 1, 1};
     }
     // Column sums' colbuf rows take shared memory: the ring gives up stages.
     while (t.stages > 2 && shared_bytes(t, p) > p.device.shared_per_block) --t.stages;
