@@ -95,15 +95,15 @@ TEST_SUITE("unit") {
     CHECK(ks.shared_bytes <= 227u * 1024u);  // one col_sum fits beside the largest ring
     // Two col_sums: the 4-stage 128x256 rings no longer fit. A default of
     // 128x256 (a staged epilogue with the saved input, here its dropout; Note
-    // [Default GEMM tile]) gives up a stage, the tuner leaves them out, a
-    // request is refused.
+    // [Default GEMM tile], from K = 4096) gives up a stage, the tuner leaves
+    // them out, a request is refused.
     KernelSpec two = dgrad(DType::bf16);
     two.graph.output("acc_sum", two.graph.col_sum(two.graph.accumulator(0)), DType::f32);
     CHECK(wgmma_shared_bytes(big, false, 2) > 227u * 1024u);
     KernelSpec two_staged = two;
     two_staged.graph.output("dropped", two_staged.graph.dropout(two_staged.graph.accumulator(0), 0.1), DType::bf16);
     const WgmmaTile two_default =
-        std::get<WgmmaTile>(emit_kernel(two_staged, {4096, 4096, 256}, std::nullopt, KernelPath::fastest, "sm_90a").tile);
+        std::get<WgmmaTile>(emit_kernel(two_staged, {4096, 4096, 4096}, std::nullopt, KernelPath::fastest, "sm_90a").tile);
     CHECK(two_default == WgmmaTile{128, 256, 64, 3, 8});
     // Without dropout the fragment epilogue's default, the ping-pong 128x128, keeps its six stages.
     CHECK(std::get<WgmmaTile>(emit_kernel(two, {4096, 4096, 256}, std::nullopt, KernelPath::fastest, "sm_90a").tile) ==

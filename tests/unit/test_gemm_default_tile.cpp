@@ -58,6 +58,14 @@ TEST_SUITE("unit") {
       CHECK(default_tile(spec, {256, 4096, 4096}, h100) == "h128x64x64s8g8");
       // 96 tiles of 128x128 fill as much as 192 of 128x64: the wider one.
       CHECK(default_tile(spec, {320, 4096, 4096}, h100) == "h128x128x64s6g8");
+      // Between one wave of 128x128 tiles and two, where the narrow tiles fill
+      // more: ping-pong 64x128 up to K = 2048, ping-pong 128x128 beyond.
+      CHECK(default_tile(spec, {768, 3072, 768}, h100) == "h64x128x64s5g8p");     // 144 tiles
+      CHECK(default_tile(spec, {2048, 1536, 2048}, h100) == "h64x128x64s5g8p");   // 192 tiles
+      CHECK(default_tile(spec, {768, 4096, 4096}, h100) == "h128x128x64s6g8p");   // K = 4096
+      // 216 tiles of 128x128 fill as much as 432 of 128x64: ping-pong 128x128.
+      CHECK(default_tile(spec, {1152, 3072, 1536}, h100) == "h128x128x64s6g8p");
+      CHECK(default_tile(spec, {2048, 2048, 2048}, h100) == "h128x128x64s6g8p");
       // Fewer than 64 rows: mma.sync's small tiles.
       CHECK(default_tile(spec, {16, 4096, 4096}, h100) == "32x32x64w2x2s4g8");
       // Below 512^2 outputs: mma.sync as before.
@@ -73,7 +81,7 @@ TEST_SUITE("unit") {
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {512, 1024, 1024}, half) == "h128x64x64s8g8");
   }
 
-  TEST_CASE("GEMM default tile: staged epilogues with more than one [M,N] tensor keep 128x256 where it fills the GPU") {
+  TEST_CASE("GEMM default tile: staged epilogues with more than one [M,N] tensor keep 128x256 from K = 4096 where it fills the GPU") {
     const DeviceInfo h100 = assumed_device("sm_90a");
     // A training forward with dropout: y and the saved pre-activation (staged).
     KernelSpec saved = bias_gelu(DType::bf16, Layout::col);
@@ -86,6 +94,9 @@ TEST_SUITE("unit") {
     }
     CHECK(default_tile(saved, {16384, 16384, 4096}, h100) == "h128x256x64s4g8");
     CHECK(default_tile(saved, {1024, 1024, 1024}, h100) == "h128x64x64s8g8");
+    // Below K = 4096 the ping-pong 128x128.
+    CHECK(default_tile(saved, {3072, 3072, 3072}, h100) == "h128x128x64s6g8p");
+    CHECK(default_tile(saved, {8192, 8192, 2048}, h100) == "h128x128x64s6g8p");
     // Without dropout its two 16-bit outputs take the fragment epilogue: ping-pong.
     KernelSpec saved_plain = saved;
     {
@@ -215,7 +226,7 @@ TEST_SUITE("unit") {
     const DeviceInfo h100 = assumed_device("sm_90a");
     const KernelSpec tf32 = bias_gelu(DType::f32, Layout::row);
     CHECK(default_tile(tf32, {8192, 8192, 8192}, h100) == "128x256x32w2x4s4g8");
-        CHECK(default_tile(tf32, {256, 8192, 2048}, h100) == "128x128x32w2x4s6g8");
+    CHECK(default_tile(tf32, {256, 8192, 2048}, h100) == "128x128x32w2x4s6g8");
     CHECK(default_tile(tf32, {1024, 1024, 1024}, h100) == "128x128x32w2x4s6g8k2");
     CHECK(default_tile(tf32, {128, 4096, 4096}, h100) == "128x128x32w2x4s6g8k4");
     CHECK(default_tile(tf32, {16, 4096, 4096}, h100) == "64x64x64w2x2s3g8k4");
@@ -234,5 +245,7 @@ TEST_SUITE("unit") {
     CHECK(default_tile(tf32, {1024, 1024, 1024}, small, "sm_86") == "128x128x32w2x4s3g8k2");
     // K-major tf32 takes wgmma, with the 16-bit rule.
     CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {8192, 8192, 8192}, h100) == "h128x128x32s6g8p");
+    // tf32 keeps ping-pong 128x128 between one wave and two.
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {768, 3072, 768}, h100) == "h128x128x32s6g8p");
   }
 }

@@ -34,6 +34,12 @@ constexpr double k_large_work = 1099511627776.0;  // 2^40
 // tiles on (Note [Default GEMM tile]).
 constexpr std::int64_t k_cluster_max_k = 2048;
 constexpr std::int64_t k_cluster_min_waves = 16;
+// A staged epilogue with more than one [M,N] tensor takes 128x256 from this
+// K on (Note [Default GEMM tile]).
+constexpr std::int64_t k_staged_deep_k = 4096;
+// Between one wave of 128x128 tiles and two, 16-bit operands up to this K
+// take the ping-pong 64x128 tile where it fills more (Note [Default GEMM tile]).
+constexpr std::int64_t k_short_k = 2048;
 
 // The share of one wave's slots that `tiles` blocks of one tile an SM keep
 // busy over the waves they take: 1 for whole waves.
@@ -170,7 +176,20 @@ class WgmmaMainloop final : public GemmMainloop {
   // wave of 128x128 tiles and two the fill rule is not applied: at
   // 768x3072x768 the ping-pong 128x128 tile (144 tiles, 55% of two waves'
   // slots) ran 1.11-1.16x the fastest, 128x64 1.00-1.09x, over five chains,
-  // but no other shape there has been measured.
+  // Measured there since (bias+GELU, bias+ReLU+dropout and tf32, the four
+  // tiles in turns, H100, 2026-11-27; docs/perf/default-tiles.md): with
+  // 16-bit operands and K <= 2048 (768x3072x768, 1024x2560x1024,
+  // 1280x2048x2048, 1536x2048x1024, 2048x1536x2048) the ping-pong 64x128 tile
+  // was the fastest or within 5.6% of it, where ping-pong 128x128 ran
+  // 1.03-1.15x; at K = 4096 (768x4096x4096) ping-pong 128x128 won and 64x128
+  // ran 1.05-1.14x; tf32 went either way. Where the narrow tiles do not fill
+  // more (1152x3072x1536, 1664x2048x4096) ping-pong 128x128 won.
+  // A staged epilogue with more than one [M,N] tensor (the training forward
+  // with dropout and its saved pre-activation) lost 3-16% on 128x256 to the
+  // ping-pong 128x128 at K = 1536-3072 (validation runs on an H100 and an
+  // H200, 2026-11-27), so it takes 128x256 only from K = 4096: there 128x256
+  // ran level with ping-pong or ahead (16384^2x4096 1.06x against 1.07x, the
+  // cluster-of-two ping-pong 1.00x; 8192^3 1.00x against 1.14x).
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p) || p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs)
       return std::nullopt;
@@ -182,7 +201,8 @@ class WgmmaMainloop final : public GemmMainloop {
                                                             static_cast<double>(p.shape.k) >= k_large_work;
     const int tensors = full_tensors(p.spec);
     const bool fragment = wgmma_fragment_chain(p.spec);
-    if (!p.dual && tensors > 1 && (!fragment || deep_and_large) && tiles_of(p.shape, 128, 256) >= sms)
+    const bool staged_and_deep = !fragment && p.shape.k >= k_staged_deep_k;
+    if (!p.dual && tensors > 1 && (staged_and_deep || deep_and_large) && tiles_of(p.shape, 128, 256) >= sms)
       t = WgmmaTile{128, 256, bk, 4, 8};
     else if (!p.dual && fragment && wide >= k_cluster_min_waves * sms &&
              (tensors > 2 || (tensors == 2 && p.shape.k <= k_cluster_max_k)))
@@ -204,6 +224,9 @@ class WgmmaMainloop final : public GemmMainloop {
       else t = narrow_tile;
       // 64 rows: a 128-row tile is half idle.
       if (p.dual && p.shape.m <= 64) t = WgmmaTile{64, 128, bk, 5, 8, 1, 1};
+    } else if (!p.dual && wide < 2 * sms && narrow_fills_more && p.spec.mainloop.a != DType::f32 &&
+               p.shape.k <= k_short_k && t == WgmmaTile{128, 128, bk, 6, 8, 1, 1}) {
+      t = WgmmaTile{64, 128, bk, 5, 8, 1, 1};
     }
     // Column sums' colbuf rows take shared memory: the ring gives up stages.
     while (t.stages > 2 && shared_bytes(t, p) > p.device.shared_per_block) --t.stages;
