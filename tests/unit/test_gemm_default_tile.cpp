@@ -124,6 +124,13 @@ TEST_SUITE("unit") {
                                                   residual.graph.input("r", DType::bf16)),
                           DType::bf16);
     CHECK(default_tile(residual, {16384, 4096, 11008}, h100) == "h128x256x64s4g8");
+    // Dropout alone (one [M,N] tensor, staged): 128x256 from K = 8192.
+    KernelSpec dropped = residual;
+    dropped.graph = Graph{};
+    dropped.graph.output("y", dropped.graph.dropout(dropped.graph.accumulator(0), 0.1), DType::bf16);
+    CHECK(default_tile(dropped, {12288, 4096, 12288}, h100) == "h128x256x64s4g8");
+    CHECK(default_tile(dropped, {8192, 8192, 8192}, h100) == "h128x256x64s4g8");
+    CHECK(default_tile(dropped, {16384, 16384, 4096}, h100) == "h128x128x64s6g8p");
     // Without dropout the fragment epilogue loads the residual ahead: the ping-pong tile
     // (Note [Prefetched epilogue inputs]), as for a dgrad's saved pre-activation.
     KernelSpec plain = residual;
@@ -234,6 +241,11 @@ TEST_SUITE("unit") {
     CHECK(default_tile(tf32, {512, 1024, 1024}, h100) == "128x128x32w2x4s6g8k4");
     CHECK(default_tile(tf32, {512, 1024, 512}, h100) == "128x128x32w2x4s6g8k2");
     CHECK(default_tile(tf32, {512, 1024, 256}, h100) == "128x128x32w2x4s6g8");
+    // 576 tiles of 128x128 in five waves against 288 of 128x256 in three: 128x128.
+    CHECK(default_tile(tf32, {1536, 6144, 1536}, h100) == "128x128x32w2x4s6g8");
+    CHECK(default_tile(tf32, {3072, 3072, 3072}, h100) == "128x128x32w2x4s6g8");
+    // 1600 in 13 against 800 in 7: within a tenth, 128x256.
+    CHECK(default_tile(tf32, {2560, 10240, 2560}, h100) == "128x256x32w2x4s4g8");
     // GPUs whose shared memory holds less: the largest ring that fits (the
     // 128 KiB of 128x128 in 4 stages once failed on sm_86's 99 KiB).
     DeviceInfo a100 = h100;
@@ -243,9 +255,12 @@ TEST_SUITE("unit") {
     small.shared_per_block = 99 * 1024;
     CHECK(default_tile(tf32, {8192, 8192, 8192}, small, "sm_86") == "128x128x32w2x4s3g8");
     CHECK(default_tile(tf32, {1024, 1024, 1024}, small, "sm_86") == "128x128x32w2x4s3g8k2");
-    // K-major tf32 takes wgmma, with the 16-bit rule.
-    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {8192, 8192, 8192}, h100) == "h128x128x32s6g8p");
-    // tf32 keeps ping-pong 128x128 between one wave and two.
+    // K-major tf32 takes wgmma: ping-pong 128x128 between one wave and two,
+    // and up to K = 3072; from K = 4096 the cooperative 128x256.
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {8192, 8192, 8192}, h100) == "h128x256x32s4g8");
     CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {768, 3072, 768}, h100) == "h128x128x32s6g8p");
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {6144, 12288, 3072}, h100) == "h128x128x32s6g8p");
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {4096, 14336, 4096}, h100) == "h128x256x32s4g8");
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {12288, 4096, 12288}, h100) == "h128x256x32s4g8");
   }
 }

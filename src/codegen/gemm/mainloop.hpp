@@ -51,6 +51,13 @@ const GemmMainloop& wave_mainloop();   // mainloop_wave.cpp, templates/gemm_wave
 inline std::int64_t tiles_of(const Shape& s, std::int64_t bm, std::int64_t bn) {
   return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
 }
+
+// The share of one wave's slots that `tiles` blocks of one tile an SM keep
+// busy over the waves they take: 1 for whole waves.
+inline double wave_fill(std::int64_t tiles, std::int64_t sms) {
+  const std::int64_t waves = (tiles + sms - 1) / sms;
+  return static_cast<double>(tiles) / static_cast<double>(waves * sms);
+}
 /// Note [GEMM column sums]: adds a kernel's col_sum workspace, with tiles of
 /// bm x bn, to `w`: a counter per column tile to `zeroed`, a partial row of N
 /// floats per row tile and output to `scratch` (every output: an upper bound).

@@ -42,6 +42,10 @@ int operand_bytes(const GemmProblem& p) { return static_cast<int>(size_of(p.spec
 // sweep the 128x256 tile (64x64 warp tiles) ran 1.07-1.09x ahead of 128x128
 // wherever the device's shared memory holds its ring; under a wave of tiles,
 // split-K until the splits fill one (1.10-1.48x ahead of the unsplit tiles).
+// Where 128x128 tiles fill their waves by more than a tenth more than 128x256
+// ones (1536x6144x1536 and 3072^3: 576 tiles in five waves against 288 in
+// three), 128x128 ran 1.10-1.11x ahead (H100, 2026-11-27,
+// docs/perf/default-tiles.md).
 // The dual GEMM keeps the rules above tf32's (no sweep of its tf32 tiles yet).
 GemmTile single_heuristic(const GemmProblem& p) {
   const Shape& s = p.shape;
@@ -56,6 +60,9 @@ GemmTile single_heuristic(const GemmProblem& p) {
     GemmTile t = s.m <= 64 ? GemmTile{64, 64, 64, 2, 2, 3, 8}
                            : fitting({GemmTile{128, 128, 32, 2, 4, 6, 8}, GemmTile{128, 128, 32, 2, 4, 3, 8}});
     const std::int64_t tiles = tiles_of(s, t.bm, t.bn);
+    // 128x128 where its tiles fill the waves they take by a tenth more.
+    const bool narrow_fills_more = t.bm == 128 && wave_fill(tiles, sms) > wave_fill(tiles_of(s, 128, 256), sms) + 0.1;
+    if (tiles >= sms && narrow_fills_more) return t;
     if (tiles >= sms)
       return fitting({GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 128, 32, 2, 4, 4, 8},
                       GemmTile{128, 128, 32, 2, 4, 3, 8}});

@@ -41,13 +41,6 @@ constexpr std::int64_t k_staged_deep_k = 4096;
 // take the ping-pong 64x128 tile where it fills more (Note [Default GEMM tile]).
 constexpr std::int64_t k_short_k = 2048;
 
-// The share of one wave's slots that `tiles` blocks of one tile an SM keep
-// busy over the waves they take: 1 for whole waves.
-double wave_fill(std::int64_t tiles, std::int64_t sms) {
-  const std::int64_t waves = (tiles + sms - 1) / sms;
-  return static_cast<double>(tiles) / static_cast<double>(waves * sms);
-}
-
 // The [M,N] tensors an epilogue reads or writes besides the accumulator: its
 // full outputs and full inputs (a residual, a saved pre-activation).
 int full_tensors(const KernelSpec& spec) {
@@ -189,7 +182,16 @@ class WgmmaMainloop final : public GemmMainloop {
   // ping-pong 128x128 at K = 1536-3072 (validation runs on an H100 and an
   // H200, 2026-11-27), so it takes 128x256 only from K = 4096: there 128x256
   // ran level with ping-pong or ahead (16384^2x4096 1.06x against 1.07x, the
-  // cluster-of-two ping-pong 1.00x; 8192^3 1.00x against 1.14x).
+  // cluster-of-two ping-pong 1.00x; 8192^3 1.00x against 1.14x). A staged
+  // epilogue with one [M,N] tensor (bias+ReLU+dropout) takes it from K = 8192:
+  // at 12288x4096x12288 ping-pong ran 1.10-1.15x the 128x256 tile (H100), at
+  // 16384x4096x16384, 8192x2048x8192 and 8192^3 the two were within 2.2%
+  // (H200), and below K = 8192 ping-pong won or came within 4%. tf32 operands
+  // (BK 32, twice the stages a K) take 128x256 from K = 4096: at
+  // 4096x14336x4096, 8192x1536x6144 and 12288x4096x12288 ping-pong ran
+  // 1.03-1.12x, 1.05-1.16x and 1.23-1.27x the fastest, which 128x256 was or
+  // came within 0.4% of (H100, two runs); at K = 3072 and below ping-pong won
+  // or came within 1%, 128x256 1.05-1.20x behind at 1536-3072 rows.
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p) || p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs)
       return std::nullopt;
@@ -201,8 +203,10 @@ class WgmmaMainloop final : public GemmMainloop {
                                                             static_cast<double>(p.shape.k) >= k_large_work;
     const int tensors = full_tensors(p.spec);
     const bool fragment = wgmma_fragment_chain(p.spec);
-    const bool staged_and_deep = !fragment && p.shape.k >= k_staged_deep_k;
-    if (!p.dual && tensors > 1 && (staged_and_deep || deep_and_large) && tiles_of(p.shape, 128, 256) >= sms)
+    const bool staged_and_deep = !fragment && p.shape.k >= (tensors > 1 ? k_staged_deep_k : k_deep_k);
+    const bool tf32_and_deep = p.spec.mainloop.a == DType::f32 && p.shape.k >= k_staged_deep_k;
+    if (!p.dual && ((tensors > 1 && deep_and_large) || staged_and_deep || tf32_and_deep) &&
+        tiles_of(p.shape, 128, 256) >= sms)
       t = WgmmaTile{128, 256, bk, 4, 8};
     else if (!p.dual && fragment && wide >= k_cluster_min_waves * sms &&
              (tensors > 2 || (tensors == 2 && p.shape.k <= k_cluster_max_k)))
