@@ -3,6 +3,7 @@ their --dry-run builds the chains, lists every strided position with its strides
 asks epifuse.batching for each batched configuration's launch plan, which must be one
 batched launch, never folded into M; their arguments are checked. The timed runs need
 a GPU (test_gpu_perf_scripts.py)."""
+import json
 import os
 import subprocess
 import sys
@@ -79,3 +80,34 @@ def test_batched_dry_run_skips_what_exceeds_the_memory_limit():
 def test_batched_refuses_bad_arguments(argv):
     r = run("batched_vs_cublas.py", "--dry-run", *argv)
     assert r.returncode == 2 and "error:" in r.stderr
+
+
+def test_default_vs_tuned_times_the_rule_s_default_not_an_earlier_tune_s_choice(monkeypatch):
+    # A tune keeps its choice in the disk cache and a later bench of the same chain and
+    # shape reads it; the bench of the default must run without the cache, the tune with it.
+    sys.path.insert(0, str(PERF))
+    if not os.environ.get("EPIFUSE_TEST_INSTALLED"):
+        sys.path.insert(0, str(ROOT / "python"))
+    import default_vs_tuned as dvt
+
+    calls = []
+
+    def fake_run(argv, capture_output, text, env=None):
+        calls.append((argv, env))
+        if argv[1] == "bench":
+            doc = {"results": [{"device": "test", "fused": {"tile": "h128x128x64s6g8p"},
+                                "gemm": {"rows": {"fused": {"of_cublas": 1.1}}}}]}
+        else:
+            doc = {"results": [{"tile": "h128x256x64s4g8", "candidates": [
+                {"tile": "h128x128x64s6g8p", "ms": 1.2}, {"tile": "h128x256x64s4g8", "ms": 1.0}]}]}
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps(doc), stderr="")
+
+    monkeypatch.setattr(dvt.subprocess, "run", fake_run)
+    monkeypatch.setenv("EPIFUSE_CACHE", "1")
+    row = dvt.measure("chain.json", (4096, 4096, 4096))
+    (bench_argv, bench_env), (tune_argv, tune_env) = calls
+    assert bench_argv[1:3] == ["bench", "chain.json"] and "--no-tune" in bench_argv
+    assert bench_env is not None and bench_env["EPIFUSE_CACHE"] == "0"
+    assert tune_argv[1] == "tune" and (tune_env is None or tune_env.get("EPIFUSE_CACHE") != "0")
+    assert row["default_tile"] == "h128x128x64s6g8p" and row["fastest_first_round"] == "h128x256x64s4g8"
+    assert abs(row["default_over_best"] - 1.2) < 1e-12

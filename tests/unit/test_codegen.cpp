@@ -371,7 +371,10 @@ TEST_CASE("wgmma tiles: text form, sm_90a only, f16/bf16 only, the default for l
   CHECK_THROWS_WITH_AS(emit_kernel(tf32, big, WgmmaTile{128, 256, 32, 4, 8}), doctest::Contains("col-major"), UserError);
   tf32.mainloop.b_layout = Layout::col;
   const TileConfig tf32_default = emit_kernel(tf32, big, std::nullopt, KernelPath::fastest, "sm_90a").tile;
-  CHECK(tf32_default == TileConfig{WgmmaTile{128, 128, 32, 6, 8, 1, 1}});  // Note [Default GEMM tile]
+  // Note [Default GEMM tile]: from K = 4096 the cooperative 128x256, below it ping-pong.
+  CHECK(tf32_default == TileConfig{WgmmaTile{128, 256, 32, 4, 8}});
+  CHECK(emit_kernel(tf32, {4096, 4096, 2048}, std::nullopt, KernelPath::fastest, "sm_90a").tile ==
+        TileConfig{WgmmaTile{128, 128, 32, 6, 8, 1, 1}});
   const auto tf32_candidates = tile_candidates(tf32, big, "sm_90a");
   CHECK(std::all_of(tf32_candidates.begin(), tf32_candidates.end(),
                     [](const TileConfig& c) { return std::get<WgmmaTile>(c).bk == 32; }));

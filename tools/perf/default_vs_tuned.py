@@ -73,8 +73,8 @@ CONFIGS = {
 }
 
 
-def cli(args):
-    p = subprocess.run([EPIFUSE, *args, "--json"], capture_output=True, text=True)
+def cli(args, env=None):
+    p = subprocess.run([EPIFUSE, *args, "--json"], capture_output=True, text=True, env=env)
     try:
         return json.loads(p.stdout)
     except json.JSONDecodeError:
@@ -83,7 +83,10 @@ def cli(args):
 
 def measure(chain_path, shape):
     s = ",".join(map(str, shape))
-    bench = cli(["bench", chain_path, "--shape", s, "--no-tune", "--no-unfused", "--no-sweep"])
+    # The disk cache keeps what an earlier `tune` chose for this chain and shape, and
+    # a bench reads it: without the cache the bench times the rule's default tile.
+    bench = cli(["bench", chain_path, "--shape", s, "--no-tune", "--no-unfused", "--no-sweep"],
+                env={**os.environ, "EPIFUSE_CACHE": "0"})
     tune = cli(["tune", chain_path, "--shape", s])
     row = {"shape": list(shape)}
     if "error" in bench or "error" in tune:
