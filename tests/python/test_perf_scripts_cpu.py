@@ -2,7 +2,8 @@
 their --dry-run builds the chains, lists every strided position with its strides, and
 asks epifuse.batching for each batched configuration's launch plan, which must be one
 batched launch, never folded into M; their arguments are checked. The timed runs need
-a GPU (test_gpu_perf_scripts.py)."""
+a GPU (test_gpu_perf_scripts.py). tools/perf/default_vs_tuned.py's measurement is
+checked with its epifuse calls stood in for."""
 import json
 import os
 import subprocess
