@@ -58,6 +58,7 @@ inline double wave_fill(std::int64_t tiles, std::int64_t sms) {
   const std::int64_t waves = (tiles + sms - 1) / sms;
   return static_cast<double>(tiles) / static_cast<double>(waves * sms);
 }
+
 /// Note [GEMM column sums]: adds a kernel's col_sum workspace, with tiles of
 /// bm x bn, to `w`: a counter per column tile to `zeroed`, a partial row of N
 /// floats per row tile and output to `scratch` (every output: an upper bound).

@@ -168,7 +168,7 @@ class WgmmaMainloop final : public GemmMainloop {
   // and tied at K = 1024 (1024^3 1.01x, 512x1024x1024 1.03x). Between one
   // wave of 128x128 tiles and two the fill rule is not applied: at
   // 768x3072x768 the ping-pong 128x128 tile (144 tiles, 55% of two waves'
-  // slots) ran 1.11-1.16x the fastest, 128x64 1.00-1.09x, over five chains,
+  // slots) ran 1.11-1.16x the fastest, 128x64 1.00-1.09x, over five chains.
   // Measured there since (bias+GELU, bias+ReLU+dropout and tf32, the four
   // tiles in turns, H100, 2026-11-27; docs/perf/default-tiles.md): with
   // 16-bit operands and K <= 2048 (768x3072x768, 1024x2560x1024,
