@@ -86,9 +86,9 @@ def test_batched_refuses_bad_arguments(argv):
 def test_default_vs_tuned_times_the_rule_s_default_not_an_earlier_tune_s_choice(monkeypatch):
     # A tune keeps its choice in the disk cache and a later bench of the same chain and
     # shape reads it; the bench of the default must run without the cache, the tune with it.
-    sys.path.insert(0, str(PERF))
+    monkeypatch.syspath_prepend(str(PERF))
     if not os.environ.get("EPIFUSE_TEST_INSTALLED"):
-        sys.path.insert(0, str(ROOT / "python"))
+        monkeypatch.syspath_prepend(str(ROOT / "python"))
     import default_vs_tuned as dvt
 
     calls = []

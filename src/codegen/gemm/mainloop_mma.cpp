@@ -62,10 +62,10 @@ GemmTile single_heuristic(const GemmProblem& p) {
     const std::int64_t tiles = tiles_of(s, t.bm, t.bn);
     // 128x128 where its tiles fill the waves they take by a tenth more.
     const bool narrow_fills_more = t.bm == 128 && wave_fill(tiles, sms) > wave_fill(tiles_of(s, 128, 256), sms) + 0.1;
-    if (tiles >= sms && narrow_fills_more) return t;
     if (tiles >= sms)
-      return fitting({GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 128, 32, 2, 4, 4, 8},
-                      GemmTile{128, 128, 32, 2, 4, 3, 8}});
+      return narrow_fills_more ? t
+                               : fitting({GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 128, 32, 2, 4, 4, 8},
+                                          GemmTile{128, 128, 32, 2, 4, 3, 8}});
     // Fill 90% of a wave (64x64 tiles: two), with at least 8 BK steps a split.
     const std::int64_t want = t.bm == 64 ? 2 * sms : sms * 9 / 10;
     while (t.split_k < 4 && tiles * t.split_k < want && s.k >= 16LL * t.bk * t.split_k) t.split_k *= 2;

@@ -198,39 +198,38 @@ class WgmmaMainloop final : public GemmMainloop {
     const int bk = wgmma_bk(p.spec.mainloop);
     const std::int64_t sms = std::max(p.device.multiprocessors, 1);
     const std::int64_t wide = tiles_of(p.shape, 128, 128), narrow = tiles_of(p.shape, 128, 64);
-    WgmmaTile t = p.dual ? WgmmaTile{128, 64, bk, 6, 8, 1, 1} : WgmmaTile{128, 128, bk, 6, 8, 1, 1};
-    const bool deep_and_large = p.shape.k >= k_deep_k && static_cast<double>(p.shape.m) * static_cast<double>(p.shape.n) *
-                                                            static_cast<double>(p.shape.k) >= k_large_work;
+    const WgmmaTile pingpong{128, 128, bk, 6, 8, 1, 1}, pingpong_64{64, 128, bk, 5, 8, 1, 1};
+    WgmmaTile t = p.dual ? WgmmaTile{128, 64, bk, 6, 8, 1, 1} : pingpong;
+    const double work = static_cast<double>(p.shape.m) * static_cast<double>(p.shape.n) * static_cast<double>(p.shape.k);
+    const bool deep_and_large = p.shape.k >= k_deep_k && work >= k_large_work;
+    const bool wide_tiles_fill = tiles_of(p.shape, 128, 256) >= sms;
+    const bool tf32 = p.spec.mainloop.a == DType::f32;
     const int tensors = full_tensors(p.spec);
     const bool fragment = wgmma_fragment_chain(p.spec);
     const bool staged_and_deep = !fragment && p.shape.k >= (tensors > 1 ? k_staged_deep_k : k_deep_k);
-    const bool tf32_and_deep = p.spec.mainloop.a == DType::f32 && p.shape.k >= k_staged_deep_k;
-    if (!p.dual && ((tensors > 1 && deep_and_large) || staged_and_deep || tf32_and_deep) &&
-        tiles_of(p.shape, 128, 256) >= sms)
+    const bool tf32_and_deep = tf32 && p.shape.k >= k_staged_deep_k;
+    if (!p.dual && ((tensors > 1 && deep_and_large) || staged_and_deep || tf32_and_deep) && wide_tiles_fill)
       t = WgmmaTile{128, 256, bk, 4, 8};
     else if (!p.dual && fragment && wide >= k_cluster_min_waves * sms &&
              (tensors > 2 || (tensors == 2 && p.shape.k <= k_cluster_max_k)))
       t = WgmmaTile{128, 128, bk, 6, 8, 2, 1};
-    const bool batched_and_large = p.batches > 1 && static_cast<double>(p.shape.m) * static_cast<double>(p.shape.n) *
-                                                         static_cast<double>(p.shape.k) >= k_large_work;
-    if (batched_and_large && !p.dual && t == WgmmaTile{128, 128, bk, 6, 8, 1, 1} && tiles_of(p.shape, 128, 256) >= sms)
-      t = WgmmaTile{128, 256, bk, 4, 8};
+    const bool batched_and_large = p.batches > 1 && work >= k_large_work;
+    if (batched_and_large && !p.dual && t == pingpong && wide_tiles_fill) t = WgmmaTile{128, 256, bk, 4, 8};
     const bool narrow_fills_more = wave_fill(narrow, sms) > wave_fill(wide, sms) + 0.05;
     // Where the narrow tiles win, the ping-pong 64x128 one (a warpgroup a
     // tile, 64-row steps) does better with a partial last row tile, or with
     // eight row tiles and more at K >= 4096.
     const bool ragged = p.shape.m % 128 != 0;
     const bool tall_and_deep = p.shape.m >= 8 * 128 && p.shape.k >= 4096;
-    const WgmmaTile narrow_tile = ragged || tall_and_deep ? WgmmaTile{64, 128, bk, 5, 8, 1, 1} : WgmmaTile{128, 64, bk, 8, 8};
+    const WgmmaTile narrow_tile = ragged || tall_and_deep ? pingpong_64 : WgmmaTile{128, 64, bk, 8, 8};
     if (wide < sms) {
       if (p.dual) t = narrow_fills_more ? WgmmaTile{128, 64, bk, 6, 8} : WgmmaTile{128, 128, bk, 4, 8};
       else if (!narrow_fills_more) t = WgmmaTile{128, 128, bk, 6, 8};
       else t = narrow_tile;
       // 64 rows: a 128-row tile is half idle.
-      if (p.dual && p.shape.m <= 64) t = WgmmaTile{64, 128, bk, 5, 8, 1, 1};
-    } else if (!p.dual && wide < 2 * sms && narrow_fills_more && p.spec.mainloop.a != DType::f32 &&
-               p.shape.k <= k_short_k && t == WgmmaTile{128, 128, bk, 6, 8, 1, 1}) {
-      t = WgmmaTile{64, 128, bk, 5, 8, 1, 1};
+      if (p.dual && p.shape.m <= 64) t = pingpong_64;
+    } else if (!p.dual && wide < 2 * sms && narrow_fills_more && !tf32 && p.shape.k <= k_short_k && t == pingpong) {
+      t = pingpong_64;
     }
     // Column sums' colbuf rows take shared memory: the ring gives up stages.
     while (t.stages > 2 && shared_bytes(t, p) > p.device.shared_per_block) --t.stages;
