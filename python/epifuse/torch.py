@@ -42,17 +42,25 @@ def _library():
     return _lib
 
 
+def kernel_call(compiled, run=None):
+    """What the op of `compiled` runs on CUDA tensors, as a plain function:
+    (inputs, seed, offset, rng_state) -> list of outputs. `run`: a callable taking
+    what `compiled` takes and giving the same outputs, run instead."""
+    run = compiled if run is None else run
+
+    def impl(inputs, seed, offset, rng_state):
+        out = run(*inputs, seed=seed, offset=offset, rng_state=rng_state)
+        return list(out) if isinstance(out, tuple) else [out]
+    return impl
+
+
 def _register(name, compiled, out_classes, run=None):
     """Defines `epifuse::<name>` running `compiled` (or `run`, a callable taking what
     `compiled` takes and giving the same outputs); returns its OpOverload."""
     out_dtypes = [_DTYPES[d] for _, d in compiled._outputs]
     gemm = compiled._gemm
     full = compiled._full
-    run = compiled if run is None else run
-
-    def impl(inputs, seed, offset, rng_state):
-        out = run(*inputs, seed=seed, offset=offset, rng_state=rng_state)
-        return list(out) if isinstance(out, tuple) else [out]
+    impl = kernel_call(compiled, run)
 
     def fake(inputs, seed, offset, rng_state):
         if gemm:  # [M, N], or [B, M, N] for 3-D operands (Note [Batched calls from Python])
@@ -90,6 +98,83 @@ def rng_state(device):
     return torch.randint(0, 2**62, (2,), dtype=torch.int64, device=device)  # 62 bits each: far from int64 edges
 
 
+# Note [Eager calls skip the dispatcher]
+# An op registered with torch.library.register_autograd costs about 200 us of host
+# time a call in eager mode before its kernel launches: the dispatcher, the Python
+# autograd wrapper (pytree over the arguments, a Function.apply, a redispatch) and
+# the Python implementation behind it. In a small model's training step the GPU waits
+# for it (docs/perf/training.md, "Host time"). So an eager call of plain CUDA tensors
+# runs the op's own implementation, setup_context and backward formula in a
+# torch.autograd.Function (`Direct`), and that backward launches the backward
+# kernels' implementations instead of their ops: the same kernels with the same
+# arguments, so the same bits. Anything the dispatcher must see takes the registered
+# op: torch.compile (Dynamo, AOTAutograd, compiled autograd), tensor subclasses (fake
+# tensors, DTensor), torch-function and dispatch modes (opcheck's included), and
+# functorch transforms. `direct = False` (tests) sends every call to the op.
+direct = True
+_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
+try:
+    _compiling = torch.compiler.is_compiling
+except AttributeError:  # pragma: no cover - torch before 2.3
+    def _compiling():
+        return False
+_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: True)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
+try:
+    _transforms = torch._C._functorch.peek_interpreter_stack
+except AttributeError:  # pragma: no cover - no functorch
+    def _transforms():
+        return True
+
+
+def runs_direct(tensors):
+    """Whether an eager call on `tensors` may skip the dispatcher (Note [Eager calls
+    skip the dispatcher]): plain tensors or parameters, nothing tracing or
+    intercepting."""
+    if not direct or _compiling() or _function_mode() or _dispatch_modes() or _transforms() is not None:
+        return False
+    for t in tensors:
+        if type(t) is not _Tensor and type(t) is not _Parameter:
+            return False
+    return True
+
+
+class Formula:
+    """An op's three parts as torch.library takes them, for `Direct`: `impl(*inputs)`
+    (inputs = (tensors, seed, offset, ...) as the op's schema has them) gives the
+    outputs, `setup_context(ctx, inputs, output)` saves what `backward(ctx, grads)`
+    reads; backward returns the op's gradients, the list for `tensors` first."""
+    __slots__ = ("impl", "setup_context", "backward")
+
+    def __init__(self, impl, setup_context, backward):
+        self.impl, self.setup_context, self.backward = impl, setup_context, backward
+
+
+class Direct(torch.autograd.Function):
+    """An eager op call without the dispatcher (Note [Eager calls skip the
+    dispatcher]): `Direct.apply(formula, rest, *tensors)` runs formula.impl on
+    (tensors, *rest) and its backward on the gradients. ctx.direct tells the backward
+    formula that it too may launch kernels without their ops."""
+
+    @staticmethod
+    def forward(ctx, formula, rest, *tensors):
+        inputs = (list(tensors), *rest)
+        output = formula.impl(*inputs)
+        formula.setup_context(ctx, inputs, output)
+        ctx.formula, ctx.direct = formula, True
+        return tuple(output)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None, *ctx.formula.backward(ctx, grads)[0])
+
+
+def direct_backward(ctx):
+    """Whether a backward formula may launch its kernels without their ops: its
+    forward ran as `Direct`, and nothing traces this backward."""
+    return getattr(ctx, "direct", False) and not _compiling()
+
+
 def op(chain: Chain, target=None, tile=None, tune=None):
     """Registers `chain` once per process as a custom op; returns a callable taking the
     chain's inputs (positional, in binding order) and `seed`, `offset` keywords.
@@ -117,9 +202,10 @@ def op(chain: Chain, target=None, tile=None, tune=None):
     n_out = len(chain.bindings(1, 1, 1)["outputs"])
     custom = _register(name, compiled, _classes(fwd_chain))
     if g is not None:
-        _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, n_out)
+        setup_context, backward = _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, n_out)
     else:
-        _register_no_grad(qualified, chain.name, why)
+        setup_context, backward = _register_no_grad(qualified, chain.name, why)
+    formula = Formula(kernel_call(compiled), setup_context, backward)
 
     draws = _draws(chain)
 
@@ -131,7 +217,10 @@ def op(chain: Chain, target=None, tile=None, tune=None):
             seed = 0
             if draws and inputs and isinstance(inputs[0], torch.Tensor):
                 state = rng_state(inputs[0].device)
-        outs = custom(list(inputs), seed, offset, state)[:n_out]
+        if runs_direct(inputs):
+            outs = Direct.apply(formula, (seed, offset, state), *inputs)[:n_out]
+        else:
+            outs = custom(list(inputs), seed, offset, state)[:n_out]
         return outs[0] if n_out == 1 else tuple(outs)
 
     call.op = custom
@@ -171,6 +260,7 @@ def _register_no_grad(qualified, chain_name, why):
         raise UserError(f"{chain_name}: a gradient flows into this op, which cannot differentiate: {why}")
 
     torch.library.register_autograd(qualified, backward, setup_context=setup_context)
+    return setup_context, backward
 
 
 def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, n_out):
@@ -179,10 +269,11 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, 
     if kernel is not None:
         back = kernel.compile(target, tile, tune)
         back_op = _register(f"{name}_backward", back, _classes(kernel))
+        back_direct = kernel_call(back)
         kernel_names = back.input_names
         grads_out = [o["name"] for o in kernel.bindings(1, 1, 1)["outputs"]]
     else:
-        back_op, kernel_names, grads_out = None, [], []
+        back_op, back_direct, kernel_names, grads_out = None, None, [], []
     back_names = kernel_names + [n for n in passthrough.values() if n not in kernel_names]
     fwd_out_names = [o["name"] for o in g.forward.bindings(1, 1, 1)["outputs"]]
     # The forward's outputs the backward reads: saved tensors and its own outputs.
@@ -227,7 +318,8 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, 
                 args[n] = given[n]
         outs = {o: args[i] for o, i in passthrough.items()}
         if back_op is not None:
-            outs.update(zip(grads_out, back_op([args[n] for n in kernel_names], ctx.seed, ctx.offset, state)))
+            run = back_direct if direct_backward(ctx) else back_op
+            outs.update(zip(grads_out, run([args[n] for n in kernel_names], ctx.seed, ctx.offset, state)))
         result = []
         for n, need in zip(fwd_names, ctx.needs):
             d = outs.get(f"d{n}")
@@ -261,6 +353,7 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, 
         return (result,) + (None,) * (len(ctx.needs_input_grad) - 1)
 
     torch.library.register_autograd(qualified, backward, setup_context=setup_context)
+    return setup_context, backward
 
 
 def _unbatched(grad, operand):

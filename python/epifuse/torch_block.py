@@ -354,17 +354,20 @@ def make_block(lower: Chain, upper: Chain, residual_is_x=False, target=None, tun
     if qualified in _torch._ops:
         return _torch._ops[qualified]
     plan = Plan(lower, upper, residual_is_x, target, tune)
-    kernels = {}
+    kernels, direct = {}, {}  # the backward's kernels as ops, and as plain functions
     if plan.upper_kernel is not None:
+        direct["upper_backward"] = _torch.kernel_call(plan.compiled("upper_backward"))
         kernels["upper_backward"] = _torch._register(f"{name}_upper", plan.compiled("upper_backward"),
                                                      plan.classes(plan.upper_kernel))
     if plan.lower_kernel is not None:
+        direct["lower_backward"] = _torch.kernel_call(plan.compiled("lower_backward"))
         kernels["lower_backward"] = _torch._register(f"{name}_lower", plan.compiled("lower_backward"),
                                                      plan.classes(plan.lower_kernel))
     if plan.dgrad is not None:
+        direct["dgrad"] = _torch.kernel_call(plan.compiled("dgrad"), plan.run_dgrad)
         kernels["dgrad"] = _torch._register(f"{name}_dgrad", plan.compiled("dgrad"), plan.classes(plan.dgrad),
                                             run=plan.run_dgrad)
-    custom = _register_block(name, plan, kernels)
+    custom, formula = _register_block(name, plan, kernels, direct)
     chains = {"lower": lower, "upper": upper}
     # Full [..., N] epilogue inputs (a residual) fold into [M, N] as x does.
     full = [i for i, (side, n) in enumerate(plan.names) if n not in _OPERANDS and _full(chains[side], n)]
@@ -387,7 +390,10 @@ def make_block(lower: Chain, upper: Chain, residual_is_x=False, target=None, tun
             if plan.draws:
                 state = _torch.rng_state(x.device)
         fused = fused_default if fused_dgrad is None else bool(fused_dgrad)
-        y = custom(tensors, seed, offset, state, fused)[0]
+        if _torch.runs_direct(tensors):
+            y = _torch.Direct.apply(formula, (seed, offset, state, fused), *tensors)[0]
+        else:
+            y = custom(tensors, seed, offset, state, fused)[0]
         return y.reshape(*lead, y.shape[-1])
 
     call.op = custom
@@ -402,9 +408,11 @@ def _full(chain, name):
     return isinstance(decl, dict) and decl.get("broadcast", "full") == "full"
 
 
-def _register_block(name, plan, kernels):
+def _register_block(name, plan, kernels, direct):
     """Defines `epifuse::<name>` (the forward) with its fake and its autograd formula
-    (Note [The block's backward]); returns its OpOverload."""
+    (Note [The block's backward]); returns its OpOverload and its torch.Formula.
+    `kernels`, `direct`: the backward's kernels as ops, and as plain functions for a
+    backward whose forward ran without the dispatcher."""
     lib = _torch._library()
     lib.define(f"{name}(Tensor[] inputs, int seed, int offset, Tensor? rng_state, bool fused_dgrad) -> Tensor[]")
 
@@ -434,10 +442,10 @@ def _register_block(name, plan, kernels):
         if grads[0] is None:
             result = [None] * ctx.n_inputs
         else:
-            result = plan.backward(kernels, tensors, kept, grads[0], ctx.seed, ctx.offset, state, ctx.fused,
-                                   ctx.needs)
+            result = plan.backward(direct if _torch.direct_backward(ctx) else kernels, tensors, kept, grads[0],
+                                   ctx.seed, ctx.offset, state, ctx.fused, ctx.needs)
         # One entry per argument of the op: the list for `inputs`, None for the rest.
         return (result,) + (None,) * (len(ctx.needs_input_grad) - 1)
 
     torch.library.register_autograd(f"epifuse::{name}", backward, setup_context=setup_context)
-    return getattr(torch.ops.epifuse, name).default
+    return getattr(torch.ops.epifuse, name).default, _torch.Formula(impl, setup_context, backward)
