@@ -23,6 +23,7 @@ lower chain's backward runs in the epilogue of the upper chain's dgrad GEMM.
 """
 import hashlib
 import json
+import os
 import re
 
 import torch
@@ -110,8 +111,9 @@ def rng_state(device):
 # arguments, so the same bits. Anything the dispatcher must see takes the registered
 # op: torch.compile (Dynamo, AOTAutograd, compiled autograd), tensor subclasses (fake
 # tensors, DTensor), torch-function and dispatch modes (opcheck's included), and
-# functorch transforms. `direct = False` (tests) sends every call to the op.
-direct = True
+# functorch transforms. `direct = False`, or EPIFUSE_TORCH_DIRECT=0 in the
+# environment at import, sends every call to the op.
+direct = os.environ.get("EPIFUSE_TORCH_DIRECT", "1") != "0"
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 try:
     _compiling = torch.compiler.is_compiling

@@ -1,6 +1,6 @@
 """GPU tier: tools/perf/mlp_block.py run tiny as a subprocess, both blocks: it must check
-epifuse against eager (--check), time every row and write them all to its JSON
-(skipped without torch >= 2.4 and a CUDA GPU)."""
+epifuse against eager (--check), time every row per step and in loops (--loop), and
+write them all to its JSON (skipped without torch >= 2.4 and a CUDA GPU)."""
 import json
 import os
 import subprocess
@@ -17,14 +17,14 @@ if not hasattr(torch.library, "register_autograd"):
     pytest.skip(f"torch {torch.__version__} has no torch.library.register_autograd (2.4+)", allow_module_level=True)
 
 SCRIPT = ROOT / "tools" / "perf" / "mlp_block.py"
-ROWS = {"gemms", "eager", "compile", "epifuse", "efused"}
+ROWS = {"gemms", "eager", "compile", "epifuse", "efused", "epiop"}
 
 
 def test_tiny_run_checks_and_times_every_row(tmp_path):
     out = tmp_path / "mlp_block.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, str(SCRIPT), "--shape", "256,128,512", "--rounds", "3", "--warmup", "1",
-                        "--check", "--json", str(out)], capture_output=True, text=True, env=env, timeout=900)
+                        "--loop", "2", "--check", "--json", str(out)], capture_output=True, text=True, env=env, timeout=900)
     print(r.stdout[-4000:], r.stderr[-4000:])
     assert r.returncode == 0
     record = json.loads(out.read_text())
@@ -43,4 +43,5 @@ def test_tiny_run_checks_and_times_every_row(tmp_path):
             assert row["failed"] is None, (c["block"], name, row["failed"])
             assert len(row["rounds_ms"]) == 3 and all(t > 0 for t in row["rounds_ms"])
             assert row["ms"] > 0 and row["ratio_to_gemms"] > 0
-        assert c["rows"]["gemms"]["ratio_to_gemms"] == 1.0
+            assert len(row["loop_rounds_ms"]) == 3 and row["loop_ms"] > 0 and row["loop_ratio_to_gemms"] > 0
+        assert c["rows"]["gemms"]["ratio_to_gemms"] == 1.0 and c["rows"]["gemms"]["loop_ratio_to_gemms"] == 1.0

@@ -21,12 +21,19 @@ Rows, each one training step: forward, then backward(dy) into x and every parame
            layer's backward as its own kernel
   efused   the same module with fused_dgrad=True: the lower layer's backward in the
            epilogue of the upper layer's dgrad GEMM
+  epiop    the epifuse row with every call through the registered torch.library op
+           (epifuse.torch.direct = False): what eager calls cost before they skipped
+           the dispatcher (Note [Eager calls skip the dispatcher])
 Each row's median over --rounds rounds after --warmup rounds; every round times each
 row once, in turns, the first row rotating from round to round. A step is timed with a
 torch.cuda.Event pair and a torch.cuda.synchronize before and after it; the gradients
 are set to None before the synchronize, outside the events, in every row (the gemms
 row writes into its preallocated outputs). Printed: ms, the ratio to the gemms row's
 median, and TFLOP/s of the GEMMs' operations (2·M·N·K each) over the row's time.
+That per-step time counts the host's time to the first kernel and any stretch where
+the GPU waits for the host. --loop N adds a second time per row: N steps back to back
+between one event pair with no synchronize inside (as a training loop that does not
+read its loss every step runs), ms a step and its ratio to the gemms row's own.
 
 Before timing, each block and shape is checked once with dropout 0 on fresh random
 x and dy: the output and every gradient of epifuse and of eager are compared with an
@@ -34,7 +41,7 @@ f32 run of the same weights by ‖got − ref‖ / ‖ref‖ (CHECK_RULE below).
 is printed and recorded; --check makes it exit status 1.
 
     python3 tools/perf/mlp_block.py [--block gpt|llama|both] [--shape T,H,F ...]
-        [--dropout 0.1] [--rounds 30] [--warmup 3] [--check] [--json PATH]
+        [--dropout 0.1] [--rounds 30] [--warmup 3] [--loop N] [--check] [--json PATH]
 Default shapes (tokens, hidden, ffn): gpt 16384,4096,16384 and 8192,2048,8192; llama
 16384,4096,11008 and 8192,2048,5504; --shape (repeatable) sets them for every block.
 Exit status 1 when a row other than compile fails, or with --check on a mismatch.
@@ -59,7 +66,7 @@ DEVICE = "cuda"
 DTYPE = torch.bfloat16
 SHAPES = {"gpt": [(16384, 4096, 16384), (8192, 2048, 8192)],
           "llama": [(16384, 4096, 11008), (8192, 2048, 5504)]}
-ROWS = ("gemms", "eager", "compile", "epifuse", "efused")
+ROWS = ("gemms", "eager", "compile", "epifuse", "efused", "epiop")
 MAY_FAIL = {"compile"}  # rows whose failure is reported without failing the run
 
 # CHECK_RULE: a tensor passes when epifuse's error against the f32 run is at most
@@ -174,6 +181,20 @@ def module_row(forward, params, x, dy):
     return prep, step
 
 
+def through_op(row):
+    """(prep, step) of `row` with epifuse.torch.direct off during the step."""
+    import epifuse.torch as et
+    prep, step = row
+
+    def step_op():
+        et.direct = False
+        try:
+            step()
+        finally:
+            et.direct = True
+    return prep, step_op
+
+
 def first_line(e):
     """The exception's type and the first line of its message."""
     lines = str(e).strip().splitlines()
@@ -191,11 +212,30 @@ def time_step(prep, step):
     return start.elapsed_time(end)
 
 
-def time_rows(rows, warmup, rounds, failed):
+def time_loop(prep, step, n):
+    """ms a step of n steps run back to back between one event pair, with no
+    synchronize between them: a training loop's view, where the host queues the next
+    step while the GPU runs this one, so host time shows only where it exceeds the GPU's."""
+    prep()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        prep()
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / n
+
+
+def time_rows(rows, warmup, rounds, failed, loop=0):
     """Per-round ms of each row (the warm-up rounds left out), rows timed in turns with
-    the first rotating; a row that raises is recorded in `failed` and left out after."""
+    the first rotating; a row that raises is recorded in `failed` and left out after.
+    With loop > 0 each round also times `loop` steps back to back (time_loop). Returns
+    (times, loop times), each {row: [ms]}."""
     names = list(rows)
     times = {n: [] for n in names}
+    loops = {n: [] for n in names}
     for r in range(warmup + rounds):
         for i in range(len(names)):
             name = names[(r + i) % len(names)]
@@ -203,12 +243,15 @@ def time_rows(rows, warmup, rounds, failed):
                 continue
             try:
                 ms = time_step(*rows[name])
+                looped = time_loop(*rows[name], loop) if loop else None
             except Exception as e:  # noqa: BLE001 - a row's failure is reported, not fatal
                 failed[name] = first_line(e)
                 continue
             if r >= warmup:
                 times[name].append(ms)
-    return times
+                if looped is not None:
+                    loops[name].append(looped)
+    return times, loops
 
 
 def profile_rows(rows, failed, top):
@@ -326,18 +369,19 @@ def run_config(block, tokens, hidden, ffn, args):
 
     makers = {"gemms": lambda: gemm_row(plan), "eager": lambda: module_row(ref, list(ref.parameters()), x, dy),
               "compile": compiled, "epifuse": fused,
-              "efused": lambda: fused(True)}
+              "efused": lambda: fused(True), "epiop": lambda: through_op(fused())}
     rows, failed = {}, {}
     for name in ROWS:
         try:
             rows[name] = makers[name]()
         except Exception as e:  # noqa: BLE001 - a row's failure is reported, not fatal
             failed[name] = first_line(e)
-    times = time_rows(rows, args.warmup, args.rounds, failed)
+    times, loops = time_rows(rows, args.warmup, args.rounds, failed, args.loop)
     if args.profile:
         profile_rows(rows, failed, args.profile)
 
     base = statistics.median(times["gemms"]) if times.get("gemms") and "gemms" not in failed else None
+    loop_base = statistics.median(loops["gemms"]) if loops.get("gemms") and "gemms" not in failed else None
     results = {}
     for name in ROWS:
         ms = times.get(name) or []
@@ -349,19 +393,29 @@ def run_config(block, tokens, hidden, ffn, args):
         q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [med, med, med]
         results[name] = {"failed": None, "ms": med, "ratio_to_gemms": med / base if base else None,
                          "tflops": flops / med / 1e9, "iqr_pct": 100 * (q[2] - q[0]) / med, "rounds_ms": ms}
+        if loops.get(name):
+            lm = statistics.median(loops[name])
+            results[name].update({"loop_ms": lm, "loop_ratio_to_gemms": lm / loop_base if loop_base else None,
+                                  "loop_rounds_ms": loops[name]})
     return {"block": block, "tokens": tokens, "hidden": hidden, "ffn": ffn, "dropout": p, "gemm_flops": flops,
             "gemms": gemms, "check": checked, "rows": results}
 
 
 def table(res):
-    lines = [f"  {'row':8} {'ms':>9} {'x gemms':>8} {'TFLOP/s':>8} {'IQR':>6}"]
+    looped = any("loop_ms" in r for r in res["rows"].values())
+    lines = [f"  {'row':8} {'ms':>9} {'x gemms':>8} {'TFLOP/s':>8} {'IQR':>6}"
+             + (f" {'loop ms':>9} {'x gemms':>8}" if looped else "")]
     for name in ROWS:
         r = res["rows"][name]
         if r["failed"]:
             lines.append(f"  {name:8} failed: {r['failed']}")
             continue
         ratio = f"{r['ratio_to_gemms']:8.3f}" if r["ratio_to_gemms"] is not None else f"{'-':>8}"
-        lines.append(f"  {name:8} {r['ms']:9.3f} {ratio} {r['tflops']:8.1f} {r['iqr_pct']:5.1f}%")
+        line = f"  {name:8} {r['ms']:9.3f} {ratio} {r['tflops']:8.1f} {r['iqr_pct']:5.1f}%"
+        if "loop_ms" in r:
+            lr = r["loop_ratio_to_gemms"]
+            line += f" {r['loop_ms']:9.3f} " + (f"{lr:8.3f}" if lr is not None else f"{'-':>8}")
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -412,10 +466,15 @@ def parse(argv=None):
     ap.add_argument("--check", action="store_true", help="exit 1 when epifuse's output or a gradient mismatches")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="after timing, print each row's N kernels by GPU time (torch.profiler)")
+    ap.add_argument("--loop", type=int, default=0, metavar="N",
+                    help="each round also times N steps back to back with no synchronize between them (a "
+                         "training loop's view); 0: off")
     ap.add_argument("--json", default=None, metavar="PATH", help="write every number here, per-round times too")
     args = ap.parse_args(argv)
     if not 0.0 <= args.dropout < 1.0:
         ap.error(f"--dropout must be in [0, 1), got {args.dropout}")
+    if args.loop < 0:
+        ap.error(f"--loop must be 0 or more, got {args.loop}")
     if args.rounds < 1 or args.warmup < 1:
         ap.error("--rounds and --warmup must be at least 1 (the first round compiles)")
     if not torch.cuda.is_available():
@@ -445,7 +504,7 @@ def main(argv=None):
             results.append(res)
 
     print(f"\n# {gpu}, commit {at}: ms of a forward + backward step, x = ratio to the gemms row")
-    print(f"{'block':6} {'T,H,F':>18} {'gemms':>9} {'eager':>8} {'compile':>8} {'epifuse':>8} {'efused':>8} {'check':>9}")
+    print(f"{'block':6} {'T,H,F':>18} {'gemms':>9} {'eager':>8} {'compile':>8} {'epifuse':>8} {'efused':>8} {'epiop':>8} {'check':>9}")
     for res in results:
         cells = []
         for name in ROWS[1:]:
@@ -457,6 +516,18 @@ def main(argv=None):
         shape = f"{res['tokens']},{res['hidden']},{res['ffn']}"
         verdict = "passed" if res["check"]["passed"] else "not run" if res["check"]["error"] else "MISMATCH"
         print(f"{res['block']:6} {shape:>18} {gms} {' '.join(cells)} {verdict:>9}")
+    if args.loop:
+        print(f"\n# the same in loops of {args.loop} steps with no synchronize inside: ms a step, x = ratio to the "
+              "gemms row's loop")
+        print(f"{'block':6} {'T,H,F':>18} {'gemms':>9} {'eager':>8} {'compile':>8} {'epifuse':>8} {'efused':>8} {'epiop':>8}")
+        for res in results:
+            rows = res["rows"]
+            cells = [f"{'-':>8}" if rows[n].get("loop_ratio_to_gemms") is None else
+                     f"{rows[n]['loop_ratio_to_gemms']:7.3f}x" for n in ROWS[1:]]
+            g = rows["gemms"].get("loop_ms")
+            gms = f"{g:9.3f}" if g is not None else f"{'-':>9}"
+            shape = f"{res['tokens']},{res['hidden']},{res['ffn']}"
+            print(f"{res['block']:6} {shape:>18} {gms} {' '.join(cells)}")
 
     if args.json:
         record = {
@@ -465,7 +536,8 @@ def main(argv=None):
             "bf16_reduced_precision_reduction": reduced_precision_reduction(),
             "timing": "median of rounds; each round times every row once in turns (first row rotating); "
                       "torch.cuda.Event pair per step, synchronize before and after; grads set to None "
-                      "outside the events in every row",
+                      "outside the events in every row; loop_ms (--loop N): N steps between one event pair, "
+                      "no synchronize inside, ms a step",
             "config": vars(args), "check_rule": "epifuse <= max(2 * eager, 2^-7), errors norm(got - f32) / norm(f32)",
             "results": results,
         }

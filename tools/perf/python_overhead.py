@@ -8,7 +8,9 @@ Times, on one small elementwise chain (add_mul, f32, 256 x 256: the GPU time is 
 few microseconds, so the host side is what is measured): the C++ Jit::launch host
 time that `epifuse bench` reports (the median of five bench processes); the Python
 callable with `out=` and with outputs from torch.empty; the torch.library custom op;
-torch's own `(x + y) * 0.5` (two eager ops) for scale; and the parts of the hot path
+torch's own `(x + y) * 0.5` (two eager ops) for scale; the op and torch's ops again on
+inputs that require grad (the op as an eager call runs it, and through the registered
+op); and the parts of the hot path
 alone on this GPU host (ef_launch_record through ctypes with the record prepared, the
 current-stream query, a tensor's metadata). Each Python row is the median of 21 rounds
 of 200 back-to-back calls (fewer than the driver queue holds, as bench times the C++
@@ -82,6 +84,14 @@ def main():
             ("epifuse.torch.op (torch.library.Library)", host_us(lambda: op(x, y))),
             ("the same through torch.library.custom_op", host_us(lambda: via_custom_op([x, y], 0, 0))),
             ("torch eager (x + y) * 0.5, two ops", host_us(lambda: (x + y) * 0.5))]
+    # With inputs that require grad: the autograd formula's path (Note [Eager calls
+    # skip the dispatcher]), as a training step calls it, and the registered op's.
+    xg, yg = x.detach().requires_grad_(True), y.detach().requires_grad_(True)
+    rows.append(("epifuse.torch.op, inputs requiring grad", host_us(lambda: op(xg, yg))))
+    epifuse.torch.direct = False
+    rows.append(("the same through the registered op", host_us(lambda: op(xg, yg))))
+    epifuse.torch.direct = True
+    rows.append(("torch eager (x + y) * 0.5, requiring grad", host_us(lambda: (xg + yg) * 0.5)))
     # The hot path's parts alone: the prepared record launched again as the last
     # call left it (x, y and z: valid pointers), and what the hot path asks torch.
     fn(x, y, out=z)
