@@ -7,9 +7,9 @@ epifuse.nn with the same initial weights) and compares their step times and loss
 
 gpt is y = x + fc2(dropout(gelu_tanh(fc1(LayerNorm(x))))); llama is
 y = x + down_proj(silu(gate_proj(h)) * up_proj(h)), h = RMSNorm(x), with no dropout
-(LLaMA's MLP has none). The epifuse block runs fc1's bias, GELU and dropout in its
-GEMM's epilogue and the residual add in fc2's (llama: gate and up as one dual GEMM, the
-residual in down_proj's). Step times are the median over the steps after `--warmup`,
+(LLaMA's MLP has none). The epifuse block (epifuse.nn.MLP, one op) runs fc1's bias, GELU
+and dropout in its GEMM's epilogue and the residual add in fc2's (llama: GatedMLP, gate
+and up as one dual GEMM, the residual in down_proj's). Step times are the median over the steps after `--warmup`,
 from torch.cuda.Event pairs read after one synchronize. With no dropout the three runs
 compute the same function from the same weights on the same batches, so their loss
 curves differ by rounding only; `--check` exits 1 when epifuse's departs from eager's
@@ -61,19 +61,30 @@ LOSS_BOUND = {"bf16": 2e-2, "f32": 1e-4}
 
 
 # ---- the blocks, as torch.nn modules
-class GPTBlock(nn.Module):
-    """y = x + fc2(dropout(gelu_tanh(fc1(LayerNorm(x))))): GPT-2's MLP half, pre-norm."""
+class GPTMLP(nn.Module):
+    """fc2(dropout(gelu_tanh(fc1(h)))): GPT-2's MLP."""
 
     def __init__(self, hidden, ffn, dropout):
         super().__init__()
-        self.norm = nn.LayerNorm(hidden)
         self.fc1 = nn.Linear(hidden, ffn)
         self.act = nn.GELU(approximate="tanh")
         self.drop = nn.Dropout(dropout)
         self.fc2 = nn.Linear(ffn, hidden)
 
+    def forward(self, h):
+        return self.fc2(self.drop(self.act(self.fc1(h))))
+
+
+class GPTBlock(nn.Module):
+    """y = x + mlp(LayerNorm(x)): GPT-2's MLP half, pre-norm."""
+
+    def __init__(self, hidden, ffn, dropout):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+        self.mlp = GPTMLP(hidden, ffn, dropout)
+
     def forward(self, x):
-        return x + self.fc2(self.drop(self.act(self.fc1(self.norm(x)))))
+        return x + self.mlp(self.norm(x))
 
 
 class LlamaMLP(nn.Module):
@@ -128,18 +139,17 @@ def _enn():
 
 
 class EpifuseGPTBlock(nn.Module):
-    """GPTBlock from epifuse.nn: fc1's GEMM runs bias, GELU and dropout in its epilogue,
-    fc2's its bias and the residual add of x."""
+    """GPTBlock from epifuse.nn: one MLP op, whose fc1 GEMM runs bias, GELU and dropout
+    in its epilogue and fc2's its bias and the residual add of x."""
 
     def __init__(self, hidden, ffn, dropout):
         super().__init__()
         enn = _enn()
         self.norm = enn.LayerNorm(hidden)
-        self.fc1 = enn.Linear(hidden, ffn, activation="gelu_tanh", dropout=dropout)
-        self.fc2 = enn.Linear(ffn, hidden, residual=True)
+        self.mlp = enn.MLP(hidden, ffn, "gelu_tanh", dropout=dropout)
 
     def forward(self, x):
-        return self.fc2(self.fc1(self.norm(x)), x)
+        return self.mlp(self.norm(x), x)
 
 
 class EpifuseLlamaBlock(nn.Module):

@@ -150,7 +150,9 @@ def _cast(cast, *tensors):
 
 
 class MLP(nn.Module):
-    """The transformer MLP with its residual: y = x + fc2(dropout(act(fc1(x)))).
+    """The transformer MLP with its residual: y = residual + fc2(dropout(act(fc1(x)))),
+    the residual x itself unless forward is given another (a pre-norm block's stream:
+    forward(norm(x), x)).
 
     One `epifuse.torch.block` op: fc1 (hidden → ffn) runs bias, activation and
     dropout in its GEMM's epilogue, fc2 (ffn → hidden) bias and the residual add in
@@ -168,19 +170,31 @@ class MLP(nn.Module):
         self.fc2 = Linear(ffn, hidden, bias, residual=True, device=device, dtype=dtype)
         self.fused_dgrad = fused_dgrad
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x + fc2(dropout(act(fc1(x)))): two GEMM kernels forward, one op."""
+    def forward(self, x: torch.Tensor, residual: torch.Tensor = None) -> torch.Tensor:
+        """residual + fc2(dropout(act(fc1(x)))), residual x when not given: two GEMM
+        kernels forward, one op."""
         fc1, fc2 = self.fc1, self.fc2
-        x, w1, b1, w2, b2 = _cast(_autocast_dtype(x.device), x, fc1.weight, fc1.bias, fc2.weight, fc2.bias)
+        residual_is_x = residual is None or residual is x
+        cast = _autocast_dtype(x.device)
+        x, w1, b1, w2, b2 = _cast(cast, x, fc1.weight, fc1.bias, fc2.weight, fc2.bias)
+        if residual_is_x:
+            residual = x
+        else:
+            if residual.shape != x.shape[:-1] + (fc2.out_features,):
+                raise UserError(f"epifuse.nn.MLP: residual has shape {list(residual.shape)}, the output "
+                                f"{list(x.shape[:-1]) + [fc2.out_features]}")
+            (residual,) = _cast(cast, residual)
         dt = _dtype(w1, "fc1.weight")
         if _dtype(w2, "fc2.weight") != dt or (self.training and fc2.p > 0):
-            return fc2(fc1(x), x)  # what one block cannot run: a Linear each
+            return fc2(fc1(x), residual)  # what one block cannot run: a Linear each
         p = fc1.p if self.training and fc1.p > 0 else 0.0
-        key = ("mlp", dt, b1 is not None, b2 is not None, fc1.activation, p, fc2.activation, _tf32(dt))
+        key = ("mlp", dt, b1 is not None, b2 is not None, fc1.activation, p, fc2.activation, _tf32(dt), residual_is_x)
         f = _op(key, lambda: (linear_chain(dt, b1 is not None, fc1.activation, p, False, key[7]),
-                              linear_chain(dt, b2 is not None, fc2.activation, 0.0, True, key[7]), True), "block")
+                              linear_chain(dt, b2 is not None, fc2.activation, 0.0, True, key[7]), residual_is_x),
+                "block")
         args = [x.contiguous(), w1.contiguous()] + ([b1] if b1 is not None else []) + [w2.contiguous()]
-        return f(*args, *([b2] if b2 is not None else []), fused_dgrad=self.fused_dgrad)
+        args += ([b2] if b2 is not None else []) + ([] if residual_is_x else [residual.contiguous()])
+        return f(*args, fused_dgrad=self.fused_dgrad)
 
 
 class GatedMLP(nn.Module):

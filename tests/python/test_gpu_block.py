@@ -4,8 +4,8 @@ GEMM. Forward and every gradient against plain-torch modules with the same weigh
 (f32 within 1e-4 of the largest value, tf32 off; bf16 no further from a float64 run
 than twice torch's own bf16 run), fused and unfused (fused_dgrad=False) alike; with
 dropout, fused and unfused gradients agree and dacc is zero where the forward
-dropped; the dgrad op's own fallback equals the unfused path bit for bit; opcheck;
-torch.compile(fullgraph=True); a captured CUDA graph; bias gradients bit-equal over
+dropped; an MLP whose residual is another tensor (a pre-norm block); the dgrad op's
+own fallback equals the unfused path bit for bit; opcheck; torch.compile(fullgraph=True); a captured CUDA graph; bias gradients bit-equal over
 two backward calls; autocast; a second GPU. Skipped without torch 2.4+ and a GPU."""
 import copy
 
@@ -52,8 +52,8 @@ class RefMLP(nn.Module):
         super().__init__()
         self.fc1, self.fc2, self.act = nn.Linear(hidden, ffn, bias), nn.Linear(ffn, hidden, bias), ACT[activation]
 
-    def forward(self, x):
-        return x + self.fc2(self.act(self.fc1(x)))
+    def forward(self, x, residual=None):
+        return (x if residual is None else residual) + self.fc2(self.act(self.fc1(x)))
 
 
 class RefGated(nn.Module):
@@ -143,6 +143,23 @@ def test_gated_mlp_with_a_residual_that_is_x_or_another_tensor(dtype, same):
     x = randn(96, 128, dtype=dtype)
     compare(enn.GatedMLP(128, 256, residual=True), RefGated(128, 256), [x, randn(96, 128, dtype=dtype)], dtype,
             same)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("same", [(1,), ()])
+def test_mlp_with_a_residual_that_is_x_or_another_tensor(dtype, fused, same):
+    """A pre-norm block's MLP: forward(norm(x), x) adds the stream, not its own input."""
+    torch.manual_seed(13)
+    x = randn(2, 48, 128, dtype=dtype)
+    compare(enn.MLP(128, 384, fused_dgrad=fused), RefMLP(128, 384), [x, randn(2, 48, 128, dtype=dtype)], dtype,
+            same)
+
+
+def test_mlp_residual_of_another_shape_is_refused():
+    m = enn.MLP(64, 128).cuda()
+    with pytest.raises(epifuse.UserError, match="residual has shape"):
+        m(torch.randn(8, 64, device="cuda"), torch.randn(8, 32, device="cuda"))
 
 
 # ---- dropout
