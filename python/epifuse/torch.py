@@ -55,13 +55,12 @@ def kernel_call(compiled, run=None):
     return impl
 
 
-def _register(name, compiled, out_classes, run=None):
-    """Defines `epifuse::<name>` running `compiled` (or `run`, a callable taking what
-    `compiled` takes and giving the same outputs); returns its OpOverload."""
+def _register(name, compiled, out_classes, impl):
+    """Defines `epifuse::<name>` running `impl` (kernel_call's function of `compiled`,
+    which the eager path calls directly too); returns its OpOverload."""
     out_dtypes = [_DTYPES[d] for _, d in compiled._outputs]
     gemm = compiled._gemm
     full = compiled._full
-    impl = kernel_call(compiled, run)
 
     def fake(inputs, seed, offset, rng_state):
         if gemm:  # [M, N], or [B, M, N] for 3-D operands (Note [Batched calls from Python])
@@ -202,12 +201,13 @@ def op(chain: Chain, target=None, tile=None, tune=None):
     fwd_chain = g.forward if g is not None else chain
     compiled = fwd_chain.compile(target, tile, tune)
     n_out = len(chain.bindings(1, 1, 1)["outputs"])
-    custom = _register(name, compiled, _classes(fwd_chain))
+    forward = kernel_call(compiled)
+    custom = _register(name, compiled, _classes(fwd_chain), forward)
     if g is not None:
         setup_context, backward = _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, n_out)
     else:
         setup_context, backward = _register_no_grad(qualified, chain.name, why)
-    formula = Formula(kernel_call(compiled), setup_context, backward)
+    formula = Formula(forward, setup_context, backward)
 
     draws = _draws(chain)
 
@@ -270,8 +270,8 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, 
     kernel, passthrough = _without_passthrough(g.backward)
     if kernel is not None:
         back = kernel.compile(target, tile, tune)
-        back_op = _register(f"{name}_backward", back, _classes(kernel))
         back_direct = kernel_call(back)
+        back_op = _register(f"{name}_backward", back, _classes(kernel), back_direct)
         kernel_names = back.input_names
         grads_out = [o["name"] for o in kernel.bindings(1, 1, 1)["outputs"]]
     else:

@@ -355,18 +355,14 @@ def make_block(lower: Chain, upper: Chain, residual_is_x=False, target=None, tun
         return _torch._ops[qualified]
     plan = Plan(lower, upper, residual_is_x, target, tune)
     kernels, direct = {}, {}  # the backward's kernels as ops, and as plain functions
-    if plan.upper_kernel is not None:
-        direct["upper_backward"] = _torch.kernel_call(plan.compiled("upper_backward"))
-        kernels["upper_backward"] = _torch._register(f"{name}_upper", plan.compiled("upper_backward"),
-                                                     plan.classes(plan.upper_kernel))
-    if plan.lower_kernel is not None:
-        direct["lower_backward"] = _torch.kernel_call(plan.compiled("lower_backward"))
-        kernels["lower_backward"] = _torch._register(f"{name}_lower", plan.compiled("lower_backward"),
-                                                     plan.classes(plan.lower_kernel))
-    if plan.dgrad is not None:
-        direct["dgrad"] = _torch.kernel_call(plan.compiled("dgrad"), plan.run_dgrad)
-        kernels["dgrad"] = _torch._register(f"{name}_dgrad", plan.compiled("dgrad"), plan.classes(plan.dgrad),
-                                            run=plan.run_dgrad)
+    for role, suffix, chain, run in (("upper_backward", "upper", plan.upper_kernel, None),
+                                     ("lower_backward", "lower", plan.lower_kernel, None),
+                                     ("dgrad", "dgrad", plan.dgrad, plan.run_dgrad)):
+        if chain is None:
+            continue
+        compiled = plan.compiled(role)
+        direct[role] = _torch.kernel_call(compiled, run)
+        kernels[role] = _torch._register(f"{name}_{suffix}", compiled, plan.classes(chain), direct[role])
     custom, formula = _register_block(name, plan, kernels, direct)
     chains = {"lower": lower, "upper": upper}
     # Full [..., N] epilogue inputs (a residual) fold into [M, N] as x does.

@@ -53,6 +53,11 @@ void bind_graph_tensors(const KernelPlan& plan, KernelSource& ks,
 // (op-table names and dtypes only, no user text).
 std::string describe_chain(const KernelPlan& plan);
 
+// The line that reads a drawing kernel's seed and offset once, into `rng`
+// (Note [Seeds on the device], templates/common/philox.cuh); every draw the
+// families emit takes rng.seed and rng.offset. A comment where nothing draws.
+std::string rng_state_setup(const KernelPlan& plan, std::string_view pad);
+
 // Kernel spelling of a storage dtype: float, ef_half, ef_bf16 (common/numeric.cuh).
 std::string_view storage_type_name(DType t);
 

@@ -22,6 +22,11 @@ void bind_graph_tensors(const KernelPlan& plan, KernelSource& ks,
   for (Value v : plan.scales) ks.scalars.push_back(static_cast<float>(plan.spec->graph.node(v).alpha));
 }
 
+std::string rng_state_setup(const KernelPlan& plan, std::string_view pad) {
+  if (plan.dropouts.empty()) return fmt::format("{}// no dropout draws: no seed to read", pad);
+  return fmt::format("{}const ef_rng_state rng = ef_rng_read(p);  // read once (Note [Seeds on the device])", pad);
+}
+
 std::string describe_chain(const KernelPlan& plan) {
   std::string s;
   for (const Node& n : plan.spec->graph.nodes())

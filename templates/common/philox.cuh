@@ -140,16 +140,23 @@ EPIFUSE_HD unsigned int ef_philox4_draw(unsigned long long seed, unsigned long l
 // the device, seed = rng_state[0] and offset = rng_state[1] + the launch's
 // offset, so a launch recorded in a CUDA graph draws fresh masks on every
 // replay when the graph refills rng_state (PyTorch fills it from its
-// generator: docs/python.md). Every read is of read-only memory, so the
-// compiler loads each word once.
+// generator: docs/python.md). A kernel reads them into `rng` before its
+// loops (the GEMM and row kernels at their start, the wgmma kernel's
+// consumers at theirs, the column-sum kernel before its walk of the rows;
+// the flat kernel, whose default grid runs its loop once, at each step), and
+// every draw takes rng.seed and rng.offset. Read where each draw is, the
+// loads and the null test were repeated for every quad of every epilogue
+// chunk (NVVM does not move a global load across the epilogue's barriers and
+// stores): 2-8% of a dropout GEMM's time (docs/perf/gemm.md, "Seed and
+// offset read once").
+struct ef_rng_state {
+  unsigned long long seed, offset;
+};
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(__HIPCC__) || defined(__HIPCC_RTC__)
 template <class Params>
-__device__ __forceinline__ unsigned long long ef_seed(const Params& p) {
-  return p.rng_state ? __ldg(p.rng_state) : p.seed;
-}
-template <class Params>
-__device__ __forceinline__ unsigned long long ef_offset(const Params& p) {
-  return p.rng_state ? __ldg(p.rng_state + 1) + p.offset : p.offset;
+__device__ __forceinline__ ef_rng_state ef_rng_read(const Params& p) {
+  if (!p.rng_state) return {p.seed, p.offset};
+  return {__ldg(p.rng_state), __ldg(p.rng_state + 1) + p.offset};
 }
 #endif
 

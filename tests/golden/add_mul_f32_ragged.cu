@@ -51,6 +51,7 @@ extern "C" __global__ void __launch_bounds__(256) ef_acea25a6a8e86d35(const ef_a
 #pragma unroll
       for (int j = 0; j < VEC; ++j) in1_v[j] = e0 + j < total ? ef_to_float(p.in1[e0 + j]) : 0.0f;
     }
+    // no dropout draws: no seed to read
     // no dropout: no draws
     float out0_v[VEC];
 #pragma unroll

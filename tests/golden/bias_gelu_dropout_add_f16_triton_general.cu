@@ -64,9 +64,10 @@ extern "C" __global__ void __launch_bounds__(256) ef_42956066b3252711(const ef_4
 #pragma unroll
       for (int j = 0; j < VEC; ++j) in2_v[j] = e0 + j < total ? ef_to_float(p.in2[e0 + j]) : 0.0f;
     }
+    const ef_rng_state rng = ef_rng_read(p);  // read once (Note [Seeds on the device])
     unsigned d0[VEC];  // dropout stream 0 (triton)
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) d0[j] = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long)(e0 + j));
+    for (int j = 0; j < VEC; ++j) d0[j] = ef_triton_draw(rng.seed, rng.offset, (unsigned long long)(e0 + j));
     float out0_v[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; ++j)

@@ -51,10 +51,11 @@ extern "C" __global__ void __launch_bounds__(256) ef_5a433797a4e5ee40(const ef_5
       ef_load_vec<float, VEC>(p.in1 + c0, in1_v);
       ef_load_vec<float, VEC>(p.in2 + e0, in2_v);
     }
+    const ef_rng_state rng = ef_rng_read(p);  // read once (Note [Seeds on the device])
     unsigned d0[VEC];  // dropout stream 0 (philox4)
 #pragma unroll
     for (int j = 0; j < VEC; j += 4) {  // one Philox call, four draws
-      const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)((unsigned)(e0 + j)) >> 2);
+      const ef_u32x4 w = ef_philox4_draws(rng.seed, rng.offset, 0u, (unsigned long long)((unsigned)(e0 + j)) >> 2);
       d0[j] = w.x;
       d0[j + 1] = w.y;
       d0[j + 2] = w.z;

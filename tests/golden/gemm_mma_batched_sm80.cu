@@ -314,6 +314,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ef_e2a1a33ae96514f0(const 
   extern __shared__ __align__(128) char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wm = (warp % WARPS_M) * WTM, wn = (warp / WARPS_M) * WTN;
+  const ef_rng_state rng = ef_rng_read(p);  // read once (Note [Seeds on the device])
   // Grouped raster: GROUP_M row tiles share each column tile, for L2 reuse of B.
   const long long tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
   constexpr int GROUP_M = 8;
@@ -393,7 +394,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ef_e2a1a33ae96514f0(const 
     for (int ni = 0; ni < NI; ++ni) {
       const long long row_g = m0 + wm + mi * 16 + (lane >> 2);
       const long long col0 = n0 + wn + ni * 8 + (lane & 3) * 2;
-      ef_mma_philox4_draws(dd0[mi][ni], ef_seed(p), ef_offset(p), 0u, (unsigned long long)(batch_base + row_g * p.n + (col0 & ~3LL)),
+      ef_mma_philox4_draws(dd0[mi][ni], rng.seed, rng.offset, 0u, (unsigned long long)(batch_base + row_g * p.n + (col0 & ~3LL)),
                            (unsigned long long)(batch_base + (row_g + 8) * p.n + (col0 & ~3LL)));
     }
   // Note [Fragments cross the barrier]: the fragments of k16 step s + 1 are

@@ -313,6 +313,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) ef_3c1822dd11c713ae(const 
   extern __shared__ __align__(128) char smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wm = (warp % WARPS_M) * WTM, wn = (warp / WARPS_M) * WTN;
+  // no dropout draws: no seed to read
   // Grouped raster: GROUP_M row tiles share each column tile, for L2 reuse of B.
   const long long tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
   constexpr int GROUP_M = 8;

@@ -132,6 +132,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) ef_03fbe65b93a877ec(con
   __shared__ __align__(16) float Bs[2][BK][BN + PAD];
   __shared__ __align__(16) float Bs1[DUAL ? 2 : 1][DUAL ? BK : 1][BN + PAD];
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  // no dropout draws: no seed to read
   const long long tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
   constexpr int GROUP_M = 8;
   const long long id = blockIdx.x, per_group = (long long)GROUP_M * tiles_n;

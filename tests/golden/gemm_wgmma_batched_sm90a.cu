@@ -260,6 +260,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)  ef_938cc3b3b20fe689(co
   } else {
   // Consumers.
   ef_setmaxnreg_inc<232>();
+  const ef_rng_state rng = ef_rng_read(p);  // read once (Note [Seeds on the device])
   // Warp-uniform to the compiler (a shuffle), so what derives from it can live
   // in uniform registers (Note [Uniform descriptors]).
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0) - 1;
@@ -386,7 +387,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)  ef_938cc3b3b20fe689(co
           const long long row = m0 + wm + mi * 64 + warp * 16 + r, col0 = n0 + c * CHUNK + c4;
     unsigned d0[4];  // dropout stream 0: one Philox call per four elements
     {
-      const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(batch_base + row * p.n + col0) >> 2);
+      const ef_u32x4 w = ef_philox4_draws(rng.seed, rng.offset, 0u, (unsigned long long)(batch_base + row * p.n + col0) >> 2);
       d0[0] = w.x;
       d0[1] = w.y;
       d0[2] = w.z;

@@ -266,6 +266,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)  ef_2f3ce90de10a9a24(co
   } else {
   // Consumers.
   ef_setmaxnreg_inc<232>();
+  // no dropout draws: no seed to read
   // Warp-uniform to the compiler (a shuffle), so what derives from it can live
   // in uniform registers (Note [Uniform descriptors]).
   const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0) - 1;

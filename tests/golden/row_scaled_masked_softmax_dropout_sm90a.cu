@@ -67,6 +67,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)  ef_86e9262ff1685bce(const
   EfRowReducer<THREADS, GROUP, CLUSTER, RED_VALUES> red{scratch, cluster_slots, cluster_bars};
   red.start();
   const int lane = red.lane();
+  const ef_rng_state rng = ef_rng_read(p);  // read once (Note [Seeds on the device])
   // no shared-memory ring
   for (long long first = red.unit() * ROWS; first < p.m; first += red.units() * ROWS) {
     const long long row = first + (ROWS > 1 ? (int)threadIdx.x / GROUP : 0);
@@ -129,7 +130,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)  ef_86e9262ff1685bce(const
       unsigned d0[VEC];  // dropout stream 0 (philox4)
 #pragma unroll
       for (int j = 0; j < VEC; j += 4) {  // one Philox call, four draws
-        const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(base + c0 + j) >> 2);
+        const ef_u32x4 w = ef_philox4_draws(rng.seed, rng.offset, 0u, (unsigned long long)(base + c0 + j) >> 2);
         d0[j] = w.x;
         d0[j + 1] = w.y;
         d0[j + 2] = w.z;
@@ -152,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)  ef_86e9262ff1685bce(const
       unsigned d0[VEC];  // dropout stream 0 (philox4)
 #pragma unroll
       for (int j = 0; j < VEC; j += 4) {  // one Philox call, four draws
-        const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(base + c0 + j) >> 2);
+        const ef_u32x4 w = ef_philox4_draws(rng.seed, rng.offset, 0u, (unsigned long long)(base + c0 + j) >> 2);
         d0[j] = w.x;
         d0[j + 1] = w.y;
         d0[j + 2] = w.z;

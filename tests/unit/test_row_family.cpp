@@ -191,7 +191,7 @@ TEST_SUITE("unit") {
     CHECK(a.find("ef_philox4_draws(") > a.find("// stage 2"));
     // N % 4 != 0: one Philox call per element, at the element's own index.
     const std::string odd = emit_kernel(att, {8, 1002, 0}).text;
-    CHECK(odd.find("ef_philox4_draw(ef_seed(p)") != std::string::npos);
+    CHECK(odd.find("ef_philox4_draw(rng.seed") != std::string::npos);
   }
 
   TEST_CASE("row family: keep (k) computes a value once and reads it in later stages") {

@@ -231,7 +231,7 @@ TEST_SUITE("unit") {
       CHECK(has(ks.text, "ef_load_vec<float, VEC>(p.in3 + e0, in3_v);"));  // dense: r0 * N + c0
       CHECK(has(ks.text, "ef_store_vec<float, VEC>(p.out0 + r0 * (int)p.ld_out0 + c0, out0_v);"));
       // The draws' index is the [M,N] place, never the strided address.
-      CHECK(has(ks.text, "ef_philox4_draws(ef_seed(p), ef_offset(p), 0u, (unsigned long long)((unsigned)(e0 + j)) >> 2)"));
+      CHECK(has(ks.text, "ef_philox4_draws(rng.seed, rng.offset, 0u, (unsigned long long)((unsigned)(e0 + j)) >> 2)"));
       // Only the strided tensors' addresses differ from the dense kernel.
       CHECK(as_dense(ks) == without_name(emit(spec, Shape{96, 128, 0}, std::nullopt, "sm_80", path)));
       if (path == KernelPath::fastest) {
@@ -284,7 +284,7 @@ TEST_SUITE("unit") {
     CHECK(has(ks.text, "p.in3[e0 + j]"));
     CHECK(has(ks.text, "if (c0 + j < n) p.out0[r * p.ld_out0 + c0 + j] = ef_from_float<float>(out0_v[j]);"));
     // The draws' index is the [M,N] place, never the strided address.
-    CHECK(has(ks.text, "ef_philox4_draw(ef_seed(p), ef_offset(p), 0u, (unsigned long long)(e0 + j))"));
+    CHECK(has(ks.text, "ef_philox4_draw(rng.seed, rng.offset, 0u, (unsigned long long)(e0 + j))"));
     CHECK_FALSE(has(ks.text, "ld_in0 + c0 + j) >> 2"));
   }
 

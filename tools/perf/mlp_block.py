@@ -420,6 +420,24 @@ def table(res):
 
 
 # ---- reporting
+def summary(results, ms_key, ratio_key, checked):
+    """One line a block: the gemms row's time and every other row's ratio to it (ms_key, ratio_key: the
+    per-step or the loop numbers), and with `checked` the gradient check's verdict."""
+    print(f"{'block':6} {'T,H,F':>18} {'gemms':>9} " + " ".join(f"{n:>8}" for n in ROWS[1:])
+          + (f" {'check':>9}" if checked else ""))
+    for res in results:
+        rows = res["rows"]
+        cells = [f"{'failed':>8}" if rows[n]["failed"] else f"{'-':>8}" if rows[n].get(ratio_key) is None else
+                 f"{rows[n][ratio_key]:7.3f}x" for n in ROWS[1:]]
+        g = rows["gemms"]
+        gms = f"{'failed':>9}" if g["failed"] else f"{'-':>9}" if g.get(ms_key) is None else f"{g[ms_key]:9.3f}"
+        shape = f"{res['tokens']},{res['hidden']},{res['ffn']}"
+        line = f"{res['block']:6} {shape:>18} {gms} {' '.join(cells)}"
+        if checked:
+            line += f" {'passed' if res['check']['passed'] else 'not run' if res['check']['error'] else 'MISMATCH':>9}"
+        print(line)
+
+
 def git_commit():
     """HEAD of the checkout holding this script and whether its tracked files have changes, or None. A tree
     copied without its git history names its commit in EPIFUSE_COMMIT instead."""
@@ -504,30 +522,11 @@ def main(argv=None):
             results.append(res)
 
     print(f"\n# {gpu}, commit {at}: ms of a forward + backward step, x = ratio to the gemms row")
-    print(f"{'block':6} {'T,H,F':>18} {'gemms':>9} {'eager':>8} {'compile':>8} {'epifuse':>8} {'efused':>8} {'epiop':>8} {'check':>9}")
-    for res in results:
-        cells = []
-        for name in ROWS[1:]:
-            r = res["rows"][name]
-            cells.append(f"{'failed':>8}" if r["failed"] else f"{'-':>8}" if r["ratio_to_gemms"] is None else
-                         f"{r['ratio_to_gemms']:7.3f}x")
-        g = res["rows"]["gemms"]
-        gms = f"{g['ms']:9.3f}" if not g["failed"] else f"{'failed':>9}"
-        shape = f"{res['tokens']},{res['hidden']},{res['ffn']}"
-        verdict = "passed" if res["check"]["passed"] else "not run" if res["check"]["error"] else "MISMATCH"
-        print(f"{res['block']:6} {shape:>18} {gms} {' '.join(cells)} {verdict:>9}")
+    summary(results, "ms", "ratio_to_gemms", checked=True)
     if args.loop:
         print(f"\n# the same in loops of {args.loop} steps with no synchronize inside: ms a step, x = ratio to the "
               "gemms row's loop")
-        print(f"{'block':6} {'T,H,F':>18} {'gemms':>9} {'eager':>8} {'compile':>8} {'epifuse':>8} {'efused':>8} {'epiop':>8}")
-        for res in results:
-            rows = res["rows"]
-            cells = [f"{'-':>8}" if rows[n].get("loop_ratio_to_gemms") is None else
-                     f"{rows[n]['loop_ratio_to_gemms']:7.3f}x" for n in ROWS[1:]]
-            g = rows["gemms"].get("loop_ms")
-            gms = f"{g:9.3f}" if g is not None else f"{'-':>9}"
-            shape = f"{res['tokens']},{res['hidden']},{res['ffn']}"
-            print(f"{res['block']:6} {shape:>18} {gms} {' '.join(cells)}")
+        summary(results, "loop_ms", "loop_ratio_to_gemms", checked=False)
 
     if args.json:
         record = {

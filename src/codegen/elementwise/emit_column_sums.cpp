@@ -114,18 +114,18 @@ std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c) {
     if (n.rng == RngMode::philox4) {
       vec += fmt::format(
           "#pragma unroll\n        for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
-          "          const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), {0}u, (unsigned long long)(e0 + j) >> 2);\n"
+          "          const ef_u32x4 w = ef_philox4_draws(rng.seed, rng.offset, {0}u, (unsigned long long)(e0 + j) >> 2);\n"
           "          d{1}[j] = w.x;\n          d{1}[j + 1] = w.y;\n          d{1}[j + 2] = w.z;\n          d{1}[j + 3] = w.w;\n"
           "        }}\n",
           n.stream, k);
       scalar += fmt::format(
           "#pragma unroll\n        for (int j = 0; j < VEC; ++j) "
-          "d{}[j] = ef_philox4_draw(ef_seed(p), ef_offset(p), {}u, (unsigned long long)(e0 + j));\n",
+          "d{}[j] = ef_philox4_draw(rng.seed, rng.offset, {}u, (unsigned long long)(e0 + j));\n",
           k, n.stream);
     } else {
       const std::string line = fmt::format(
           "#pragma unroll\n        for (int j = 0; j < VEC; ++j) "
-          "d{}[j] = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long)(e0 + j));\n",
+          "d{}[j] = ef_triton_draw(rng.seed, rng.offset, (unsigned long long)(e0 + j));\n",
           k);
       vec += line;
       scalar += line;
@@ -241,6 +241,7 @@ KernelSource emit_column_sums(const ElementwisePlan& e) {
   TemplateVars vars{
       {"kernel", plan.kernel_name},
       {"description", describe_chain(plan)},
+      {"rng_state", rng_state_setup(plan, "    ")},
       {"param_fields", layout.fields_text()},
       {"epilogue_signature", epilogue_signature(plan, contract)},
       {"epilogue_body", epilogue_body(plan)},

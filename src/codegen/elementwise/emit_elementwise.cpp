@@ -131,7 +131,7 @@ std::string emit_draws(const ElementwisePlan& plan) {
     if (n.rng == RngMode::philox4) {
       s += fmt::format(
           "#pragma unroll\n    for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
-          "      const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), {}u, "
+          "      const ef_u32x4 w = ef_philox4_draws(rng.seed, rng.offset, {}u, "
           "(unsigned long long)({}(e0 + j)) >> 2);\n"
           "      d{}[j] = w.x;\n      d{}[j + 1] = w.y;\n      d{}[j + 2] = w.z;\n      d{}[j + 3] = w.w;\n"
           "    }}\n",
@@ -139,7 +139,7 @@ std::string emit_draws(const ElementwisePlan& plan) {
     } else {
       s += fmt::format(
           "#pragma unroll\n    for (int j = 0; j < VEC; ++j) "
-          "d{}[j] = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long)(e0 + j));\n",
+          "d{}[j] = ef_triton_draw(rng.seed, rng.offset, (unsigned long long)(e0 + j));\n",
           k);
     }
   }
@@ -203,6 +203,7 @@ KernelSource emit_elementwise(const ElementwisePlan& e) {
   TemplateVars vars{
       {"kernel", plan.kernel_name},
       {"description", describe_chain(plan)},
+      {"rng_state", rng_state_setup(plan, "    ")},
       {"param_fields", layout.fields_text()},
       {"epilogue_signature", epilogue_signature(plan, contract)},
       {"epilogue_body", epilogue_body(plan)},

@@ -71,6 +71,7 @@ KernelSource emit_elementwise_rows(const ElementwisePlan& e) {
   TemplateVars vars{
       {"kernel", plan.kernel_name},
       {"description", describe_chain(plan)},
+      {"rng_state", rng_state_setup(plan, "      ")},
       {"param_fields", layout.fields_text()},
       {"epilogue_signature", epilogue_signature(plan, contract)},
       {"epilogue_body", epilogue_body(plan)},

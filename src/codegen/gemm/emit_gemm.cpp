@@ -164,7 +164,7 @@ bool staged_epilogue(const GemmPlan& g) { return !g.simt && (g.wgmma || g.wave |
 std::string row_quad_draws(const GemmPlan& g, std::size_t k, std::uint32_t stream, const std::string& pad) {
   return fmt::format(
       "{0}unsigned d{1}[4];  // dropout stream {2}: one Philox call per four elements\n"
-      "{0}{{\n{0}  const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), {2}u, "
+      "{0}{{\n{0}  const ef_u32x4 w = ef_philox4_draws(rng.seed, rng.offset, {2}u, "
       "(unsigned long long)({3}) >> 2);\n"
       "{0}  d{1}[0] = w.x;\n{0}  d{1}[1] = w.y;\n{0}  d{1}[2] = w.z;\n{0}  d{1}[3] = w.w;\n{0}}}\n",
       pad, k, stream, draw_index(g, "row * p.n + col0"));
@@ -216,7 +216,7 @@ std::string emit_early_draws(const GemmPlan& g) {
     const Node& n = plan.spec->graph.node(plan.dropouts[k]);
     if (!shared_draws(g, n)) continue;
     s += fmt::format(
-        "      ef_mma_philox4_draws(dd{0}[mi][ni], ef_seed(p), ef_offset(p), {1}u, (unsigned long long)({2}),\n"
+        "      ef_mma_philox4_draws(dd{0}[mi][ni], rng.seed, rng.offset, {1}u, (unsigned long long)({2}),\n"
         "                           (unsigned long long)({3}));\n",
         k, n.stream, draw_index(g, "row_g * p.n + (col0 & ~3LL)"), draw_index(g, "(row_g + 8) * p.n + (col0 & ~3LL)"));
   }
@@ -243,7 +243,7 @@ std::string emit_fragment_draws(const GemmPlan& g) {
     }
     s += fmt::format(
         "      unsigned d{0}[4];  // dropout stream {1}: one Philox call per four elements, shared by a lane pair\n"
-        "      ef_mma_philox4_draws(d{0}, ef_seed(p), ef_offset(p), {1}u, (unsigned long long)({2}),\n"
+        "      ef_mma_philox4_draws(d{0}, rng.seed, rng.offset, {1}u, (unsigned long long)({2}),\n"
         "                           (unsigned long long)({3}));\n",
         k, n.stream, draw_index(g, "row_g * p.n + (col0 & ~3LL)"), draw_index(g, "(row_g + 8) * p.n + (col0 & ~3LL)"));
   }
@@ -383,9 +383,9 @@ std::string emit_element(const GemmPlan& g, const EpilogueContract& contract, st
     const Node& n = graph.node(plan.dropouts[k]);
     if (shared_draws(g, n)) continue;
     s += n.rng == RngMode::philox4
-             ? fmt::format("{}const unsigned d{}e = ef_philox4_draw(ef_seed(p), ef_offset(p), {}u, (unsigned long long){});\n",
+             ? fmt::format("{}const unsigned d{}e = ef_philox4_draw(rng.seed, rng.offset, {}u, (unsigned long long){});\n",
                            pad, k, n.stream, at)
-             : fmt::format("{}const unsigned d{}e = ef_triton_draw(ef_seed(p), ef_offset(p), (unsigned long long){});\n", pad,
+             : fmt::format("{}const unsigned d{}e = ef_triton_draw(rng.seed, rng.offset, (unsigned long long){});\n", pad,
                            k, at);
   }
   s += pad + "float";
@@ -506,6 +506,7 @@ std::string describe(const KernelPlan& plan) {
 TemplateVars common_vars(const KernelPlan& plan, const EpilogueContract& contract, const ParamLayout& layout) {
   return {{"kernel", plan.kernel_name},
           {"description", describe(plan)},
+          {"rng_state", rng_state_setup(plan, "  ")},
           {"param_fields", layout.fields_text()},
           {"epilogue_signature", epilogue_signature(plan, contract)},
           {"epilogue_body", epilogue_body(plan)}};

@@ -203,7 +203,7 @@ std::string emit_early_draws(const RowPlan& r) {
         "#pragma unroll\n    for (int it = 0; it < ITEMS; ++it) {{\n"
         "      const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n      if (c >= chunk) continue;\n"
         "#pragma unroll\n      for (int j = 0; j < VEC; j += 4) {{\n"
-        "        const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), {1}u, (unsigned long long)(base + col0 + c + j) >> 2);\n"
+        "        const ef_u32x4 w = ef_philox4_draws(rng.seed, rng.offset, {1}u, (unsigned long long)(base + col0 + c + j) >> 2);\n"
         "        const unsigned q = (unsigned)ef_dropout_keep_scaled(w.x, {2}u) | (unsigned)ef_dropout_keep_scaled(w.y, {2}u) << 1 |\n"
         "                           (unsigned)ef_dropout_keep_scaled(w.z, {2}u) << 2 | (unsigned)ef_dropout_keep_scaled(w.w, {2}u) << 3;\n"
         "        d{0}_bits[(it * VEC + j) / 32] |= q << ((it * VEC + j) % 32);\n"
@@ -337,18 +337,18 @@ std::string emit_stage(const RowPlan& r, std::size_t s) {
     else if (n.rng == RngMode::philox4 && r.quad_draws)
       out += fmt::format(
           "#pragma unroll\n      for (int j = 0; j < VEC; j += 4) {{  // one Philox call, four draws\n"
-          "        const ef_u32x4 w = ef_philox4_draws(ef_seed(p), ef_offset(p), {1}u, (unsigned long long)(base + c0 + j) >> 2);\n"
+          "        const ef_u32x4 w = ef_philox4_draws(rng.seed, rng.offset, {1}u, (unsigned long long)(base + c0 + j) >> 2);\n"
           "        d{0}[j] = w.x;\n        d{0}[j + 1] = w.y;\n        d{0}[j + 2] = w.z;\n        d{0}[j + 3] = w.w;\n"
           "      }}\n",
           k, n.stream);
     else if (n.rng == RngMode::philox4)
       out += fmt::format(
-          "#pragma unroll\n      for (int j = 0; j < VEC; ++j) d{0}[j] = ef_philox4_draw(ef_seed(p), ef_offset(p), {1}u, "
+          "#pragma unroll\n      for (int j = 0; j < VEC; ++j) d{0}[j] = ef_philox4_draw(rng.seed, rng.offset, {1}u, "
           "(unsigned long long)(base + c0 + j));\n",
           k, n.stream);
     else
       out += fmt::format(
-          "#pragma unroll\n      for (int j = 0; j < VEC; ++j) d{}[j] = ef_triton_draw(ef_seed(p), ef_offset(p), "
+          "#pragma unroll\n      for (int j = 0; j < VEC; ++j) d{}[j] = ef_triton_draw(rng.seed, rng.offset, "
           "(unsigned long long)(base + c0 + j));\n",
           k);
   }
@@ -485,6 +485,7 @@ KernelSource emit_row(const RowPlan& r) {
       {"ring_setup", ring_setup.empty() ? "  // no shared-memory ring" : ring_setup.substr(0, ring_setup.size() - 1)},
       {"extra_includes", r.ring > 0 ? "#include \"common/hopper.cuh\"" : ""},
       {"description", describe_chain(plan)},
+      {"rng_state", rng_state_setup(plan, "  ")},
       {"param_fields", layout.fields_text()},
       {"stage_functions", stage_functions},
       {"threads", std::to_string(r.tile.threads)},
