@@ -15,6 +15,13 @@
 //     round-tripped spec; the launch geometry and workspace
 //   emit_kernel with one of tile_candidates, general path: must be accepted
 //   emit_kernel with an arbitrary tile (as `--tile` may give): accepted or a UserError
+// and, for a chain grad() differentiates (a UserError where nothing is):
+//   the forward with its saved tensors and the backward: they print and
+//     round-trip, and the round-tripped chain's grad has the same signatures
+//   each emitted with its family's default tile where the generator supports
+//     it (what the torch ops compile), with its launch geometry and workspace
+//   for a single GEMM, the backward as the GEMM's dgrad epilogue (as_gemm_epilogue,
+//     the upstream gradient of the first output): a UserError, or emitted likewise
 // The tiles are picked by a hash of the input, so each input is deterministic
 // and a run covers them all.
 #include <cstddef>
@@ -35,7 +42,9 @@
 
 #include "codegen/family.hpp"
 #include "codegen/row/row.hpp"
+#include "epifuse/autodiff.hpp"
 #include "epifuse/codegen.hpp"
+#include "epifuse/dgrad.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
 #include "epifuse/spec.hpp"
@@ -154,11 +163,55 @@ void check_launch(const KernelSpec& spec, const KernelSource& source, const Shap
   (void)family.workspace(source, shape);
 }
 
+// A spec grad() made, as the torch ops compile it: the default tile, at the
+// forward's shape. A UserError is a chain the generator does not run (a dual
+// GEMM's [N] outputs, a row family without the reduction it needs); past
+// emission nothing may throw.
+void check_derived(const KernelSpec& spec, const Shape& shape) {
+  (void)print(spec);
+  (void)check_round_trip(spec);
+  std::optional<KernelSource> source;
+  try {
+    source = emit_kernel(spec, shape);
+  } catch (const UserError&) {
+    return;
+  }
+  check_launch(spec, *source, shape);
+}
+
+// grad(spec) of an accepted chain: a UserError (nothing to differentiate, a
+// gradient zero by construction), or a forward and a backward that are
+// ordinary chains (docs/autodiff.md), the same for the round-tripped chain.
+void check_grad(const KernelSpec& spec, const KernelSpec& again, const Shape& shape) {
+  std::optional<GradResult> g;
+  try {
+    g = grad(spec);
+  } catch (const UserError&) {
+    return;
+  }
+  const GradResult g2 = grad(again);  // the same chain: must differentiate too
+  if (signature_bytes(g2.forward) != signature_bytes(g->forward)) fail("grad of the round-tripped chain: another forward");
+  if (signature_bytes(g2.backward) != signature_bytes(g->backward)) fail("grad of the round-tripped chain: another backward");
+  if (g->forward.graph.outputs().size() < spec.graph.outputs().size()) fail("grad's forward lost an output");
+  check_derived(g->forward, shape);
+  const Shape flat{shape.m, shape.n, 0};  // the backward is elementwise (or rows) at [M,N]
+  check_derived(g->backward, flat);
+  if (spec.mainloop.kind != MainloopKind::gemm || spec.graph.outputs().empty()) return;
+  KernelSpec dgrad;
+  try {
+    dgrad = as_gemm_epilogue(g->backward, "d" + spec.graph.outputs().front().name, spec.mainloop);
+  } catch (const UserError&) {
+    return;  // an upstream gradient the backward does not read as a full input
+  }
+  check_derived(dgrad, shape);
+}
+
 void check_chain(std::string_view text) {
   const std::optional<KernelSpec> spec = parse(text);
   if (!spec) return;
   (void)print(*spec);
   const KernelSpec again = check_round_trip(*spec);
+  check_grad(*spec, again, shape_of(*spec));
 
   const Shape shape = shape_of(*spec);
   std::optional<KernelSource> source;
