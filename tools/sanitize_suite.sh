@@ -25,39 +25,38 @@ tools=${TOOLS:-"memcheck racecheck"} limit=${LIMIT:-540}
 mkdir -p "$out"
 command -v compute-sanitizer >/dev/null || { echo "sanitize_suite: compute-sanitizer not found" >&2; exit 1; }
 source tools/gpu_groups.sh
-groups=("${gpu_groups[@]}")
 exclude="gemm: 4096^3 checked on sampled rows*,gemm col_sum: 4096^2*,gemm col_sum sm90: more than 256 row tiles*,*bit-equal to one block per row (long rows)"
-if [[ -n ${ONLY:-} ]]; then
-  picked=(); for i in $ONLY; do picked+=("${groups[$i]}"); done; groups=("${picked[@]}")
-fi
+picked=(${ONLY:-${!gpu_groups[@]}})
 # One process per group, or with SPLIT=1 one per test case (at most JOBS at once,
 # default 12): racecheck over the row family's tile sweep runs longer than a
 # device call in one process.
-run_one() {  # TOOL FILTER-ARGS... > log: the sanitizer's exit status, 124 on a timeout
+run_one() {  # TOOL DOCTEST-ARGS... > log: the sanitizer's exit status, 124 on a timeout
   local tool=$1; shift
   # --report-api-errors no: "driver: errors name the call" provokes driver errors on
   # purpose (a 2^60-byte allocation, a junk module, a missing symbol); device-side
   # errors and hazards are what is checked.
   timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 --report-api-errors no \
-    "$bin" -ts="gpu*" -tce="$exclude" "$@"
+    "$bin" "$@"
 }
 jobs_=() pids=()  # "tool|label|log" and the process id of each process, in order
 for tool in $tools; do
-  for i in "${!groups[@]}"; do
+  for i in "${picked[@]}"; do
+    mapfile -t args < <(gpu_group_args "$i" "$exclude")
+    label=${gpu_groups[$i]}${gpu_group_only[$i]:+ (${gpu_group_only[$i]})}${gpu_group_skip[$i]:+ (all but ${gpu_group_skip[$i]})}
     if [[ ${SPLIT:-0} == 1 ]]; then
       while IFS= read -r name; do
         # doctest filters split at commas: a comma in a name becomes the '?' wildcard.
         n=${#jobs_[@]}
         while (( $(jobs -rp | wc -l) >= ${JOBS:-12} )); do sleep 1; done
-        run_one "$tool" -sf="${groups[$i]}" -tc="${name//,/?}" > "$out/$tool.case$n.txt" 2>&1 &
+        run_one "$tool" -ts="gpu*" -sf="${gpu_groups[$i]}" -tc="${name//,/?}" > "$out/$tool.case$n.txt" 2>&1 &
         pids[$n]=$!
         jobs_+=("$tool|$name|$out/$tool.case$n.txt")
-      done < <("$bin" -ts="gpu*" -sf="${groups[$i]}" -tce="$exclude" -ltc | sed -n '/^=====/,/^=====/p' | grep -v '^=====')
+      done < <("$bin" "${args[@]}" -ltc | sed -n '/^=====/,/^=====/p' | grep -v '^=====')
     else
       n=${#jobs_[@]}
-      run_one "$tool" -sf="${groups[$i]}" > "$out/$tool.group$i.txt" 2>&1 &
+      run_one "$tool" "${args[@]}" > "$out/$tool.group$i.txt" 2>&1 &
       pids[$n]=$!
-      jobs_+=("$tool|${groups[$i]}|$out/$tool.group$i.txt")
+      jobs_+=("$tool|$label|$out/$tool.group$i.txt")
     fi
   done
 done
