@@ -28,3 +28,7 @@ gpu_group_args() {
   [[ -n $skip ]] && printf '%s\n' -tce="$skip"
   return 0
 }
+# How group i is named in the suites' summaries: its files, and its part of them.
+gpu_group_label() {
+  printf '%s' "${gpu_groups[$1]}${gpu_group_only[$1]:+ (${gpu_group_only[$1]})}${gpu_group_skip[$1]:+ (all but ${gpu_group_skip[$1]})}"
+}

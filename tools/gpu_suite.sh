@@ -19,7 +19,7 @@ done
 status=0
 for i in "${!gpu_groups[@]}"; do
   wait "${pids[$i]}" || status=1
-  label=${gpu_groups[$i]}${gpu_group_only[$i]:+ (${gpu_group_only[$i]})}${gpu_group_skip[$i]:+ (all but ${gpu_group_skip[$i]})}
+  label=$(gpu_group_label "$i")
   echo "$label: $(grep -E '^\[doctest\] (test cases|assertions)' "$out/group$i.txt" | tr -s ' ' | tr '\n' ' ')"
 done
 [[ $status == 0 ]] || grep -h -B2 -A8 "ERROR\|FATAL" "$out"/group*.txt | head -60

@@ -42,7 +42,7 @@ jobs_=() pids=()  # "tool|label|log" and the process id of each process, in orde
 for tool in $tools; do
   for i in "${picked[@]}"; do
     mapfile -t args < <(gpu_group_args "$i" "$exclude")
-    label=${gpu_groups[$i]}${gpu_group_only[$i]:+ (${gpu_group_only[$i]})}${gpu_group_skip[$i]:+ (all but ${gpu_group_skip[$i]})}
+    label=$(gpu_group_label "$i")
     if [[ ${SPLIT:-0} == 1 ]]; then
       while IFS= read -r name; do
         # doctest filters split at commas: a comma in a name becomes the '?' wildcard.
