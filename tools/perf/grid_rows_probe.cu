@@ -17,7 +17,8 @@
 // to slots in global memory, a counter of the unit counts the blocks in, and
 // every block adds the G partials in rank order (the same bits in every block).
 // The next batch's x and dy are loaded before the exchange, so the wait
-// overlaps their copies. Column sums stay in registers (a block owns its
+// overlaps their copies. Measured on an H200 it reached 42-60% of copy where the
+// cluster tiles reach 63-89%: the exchange costs 4-5 us (docs/grid-rows.md). Column sums stay in registers (a block owns its
 // columns); a second kernel adds the units' partial rows in unit order.
 // The grid is launched cooperatively: the driver refuses a grid whose blocks
 // cannot all be resident, instead of the wait never ending.
@@ -92,13 +93,19 @@ struct Args {
   int units, g;
 };
 
+constexpr int k_max_g = 160;  // blocks a row
+
+__device__ __forceinline__ void arrive_release(unsigned* p) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" : : "l"(p) : "memory");
+}
+
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 
-template <class E, int THREADS, int J, int R>
+template <class E, int THREADS, int J, int R, bool SYNC_WARP>
 struct Block {
   static constexpr int WARPS = THREADS / 32, VEC = E::VEC;
   const Args& a;
@@ -109,7 +116,11 @@ struct Block {
   float* red;  // [WARPS][2R]
   float* tot;  // [2R]
 
-  __device__ bool has(int j) const { return threadIdx.x + (long long)j * THREADS < nvb; }
+  // With SYNC_WARP the block has one more warp, without data: it does the exchange's
+  // arrival and wait, so its release has none of the prefetched loads to wait for
+  // (at the price of registers: 17 warps leave 96 a thread where 16 leave 128).
+  // Without it, thread 0 does.
+  __device__ bool has(int j) const { return threadIdx.x < THREADS && threadIdx.x + (long long)j * THREADS < nvb; }
   __device__ long long vec(int j) const { return v0 + threadIdx.x + (long long)j * THREADS; }
   __device__ long long row_of(long long batch, int k) const { return unit + (batch * R + k) * a.units; }
 
@@ -156,7 +167,7 @@ struct Block {
     for (int k = 0; k < 2 * R; ++k)
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) part[k] += __shfl_xor_sync(0xffffffffu, part[k], o);
-    if (lane == 0)
+    if (lane == 0 && warp < WARPS)
 #pragma unroll
       for (int k = 0; k < 2 * R; ++k) red[warp * 2 * R + k] = part[k];
     __syncthreads();
@@ -168,12 +179,11 @@ struct Block {
       for (int w_ = 0; w_ < WARPS; ++w_) s += red[w_ * 2 * R + threadIdx.x];
       __stcg(slots + threadIdx.x * a.g + rank, s);
     }
-    // Cooperative groups' grid barrier in one unit: the block's stores, a
-    // barrier, then one thread's fence and arrival, and its acquire spin.
+    // A grid barrier in one unit: the block's stores, a barrier, then the sync
+    // warp's release arrival and its acquire spin.
     __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(counter, 1u);
+    if (threadIdx.x == (SYNC_WARP ? THREADS : 0)) {
+      arrive_release(counter);
       const unsigned target = (unsigned)((batch + 1) * a.g);
       long long spins = 0;
       while (ld_acquire(counter) < target)
@@ -181,18 +191,24 @@ struct Block {
           printf("grid_rows_probe: block %d waited too long at batch %lld\n", blockIdx.x, batch);
           __trap();
         }
-      __threadfence();
     }
     __syncthreads();
-    // Every block adds the G partials in the same order (strided by lane, then a fixed tree).
-    if (warp == 0)
-      for (int k = 0; k < 2 * R; ++k) {
-        float s = 0.f;
-        for (int r = lane; r < a.g; r += 32) s += __ldcg(slots + k * a.g + r);
+    // Every block adds the G partials of each sum in the same order (a warp a sum,
+    // all its loads issued at once, then a fixed tree): the same bits in every block.
+    for (int k = warp; k < 2 * R; k += WARPS + SYNC_WARP) {
+      float v[k_max_g / 32];
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0) tot[k] = s;
+      for (int q = 0; q < k_max_g / 32; ++q) {
+        const int r = lane + 32 * q;
+        v[q] = r < a.g ? __ldcg(slots + k * a.g + r) : 0.f;
       }
+      float s = 0.f;
+#pragma unroll
+      for (int q = 0; q < k_max_g / 32; ++q) s += v[q];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (lane == 0) tot[k] = s;
+    }
     __syncthreads();
     const float inv_n = 1.0f / (float)a.n;
 #pragma unroll
@@ -218,12 +234,12 @@ struct Block {
   }
 };
 
-template <class E, int THREADS, int J, int R>
-__global__ void __launch_bounds__(THREADS, 1) ln_backward_grid(Args a) {
+template <class E, int THREADS, int J, int R, bool SYNC_WARP>
+__global__ void __launch_bounds__(THREADS + 32 * SYNC_WARP, 1) ln_backward_grid(Args a) {
   __shared__ float red[(THREADS / 32) * 2 * R];
   __shared__ float tot[2 * R];
   constexpr int VEC = E::VEC;
-  Block<E, THREADS, J, R> b{a};
+  Block<E, THREADS, J, R, SYNC_WARP> b{a};
   b.unit = blockIdx.x / a.g;
   b.rank = blockIdx.x % a.g;
   b.v0 = a.nv * b.rank / a.g;
@@ -327,11 +343,12 @@ struct Problem {
 };
 constexpr int k_max_units = 8;
 
-template <class E, int THREADS, int J, int R>
+template <class E, int THREADS, int J, int R, bool SYNC_WARP = false>
 void run_config(Problem& p, int units, int g) {
+  constexpr int BLOCK = THREADS + 32 * SYNC_WARP;
   constexpr int VEC = E::VEC;
   const long long nv = p.n / VEC, per_block = (nv + g - 1) / g;
-  std::printf("  %-4s U=%-2d G=%-3d t%-4d j%d r%d: ", E::name, units, g, THREADS, J, R);
+  std::printf("  %-4s U=%-2d G=%-3d t%-4d j%d r%d%s: ", E::name, units, g, THREADS, J, R, SYNC_WARP ? " +sync warp" : "");
   if (per_block > (long long)THREADS * J) {
     std::printf("a block's %lld vectors exceed %d\n", per_block, THREADS * J);
     return;
@@ -339,8 +356,8 @@ void run_config(Problem& p, int units, int g) {
   int dev = 0, sms = 0, per_sm = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_backward_grid<E, THREADS, J, R>, THREADS, 0));
-  if (units > k_max_units || 2 * R > 16 || (long long)units * g > (long long)sms * per_sm) {
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_backward_grid<E, THREADS, J, R, SYNC_WARP>, BLOCK, 0));
+  if (units > k_max_units || 2 * R > 16 || g > k_max_g || (long long)units * g > (long long)sms * per_sm) {
     std::printf("%d blocks do not fit (%d SMs x %d resident, at most %d units and 8 rows a batch)\n", units * g, sms,
                 per_sm, k_max_units);
     return;
@@ -350,7 +367,7 @@ void run_config(Problem& p, int units, int g) {
   CK(cudaMemset(p.counters, 0, (k_max_units + 1) * sizeof(unsigned)));
   auto launch = [&] {
     void* params[] = {&a};
-    CK(cudaLaunchCooperativeKernel((const void*)ln_backward_grid<E, THREADS, J, R>, dim3(units * g), dim3(THREADS),
+    CK(cudaLaunchCooperativeKernel((const void*)ln_backward_grid<E, THREADS, J, R, SYNC_WARP>, dim3(units * g), dim3(BLOCK),
                                    params, 0, 0));
     add_units<<<sms * 4, 256>>>(p.dw_part, p.db_part, p.dw, p.db, p.n, units);
   };
@@ -499,6 +516,10 @@ int main() {
     run_config<F32, 512, 2, 4>(p, 2, sms / 2);
     run_config<F32, 512, 4, 1>(p, 4, sms / 4);
     run_config<F32, 512, 4, 2>(p, 4, sms / 4);
+    run_config<F32, 512, 1, 2, true>(p, 1, sms);
+    run_config<F32, 512, 1, 4, true>(p, 1, sms);
+    run_config<F32, 512, 2, 2, true>(p, 2, sms / 2);
+    run_config<F32, 512, 4, 1, true>(p, 4, sms / 4);
     free_problem(p);
   }
   {
@@ -509,6 +530,9 @@ int main() {
     run_config<F32, 256, 1, 8>(p, 2, sms / 2);
     run_config<F32, 512, 1, 2>(p, 4, sms / 4);
     run_config<F32, 512, 1, 4>(p, 4, sms / 4);
+    run_config<F32, 128, 1, 8, true>(p, 1, sms);
+    run_config<F32, 256, 1, 8, true>(p, 2, sms / 2);
+    run_config<F32, 512, 1, 4, true>(p, 4, sms / 4);
     free_problem(p);
   }
   {
@@ -518,6 +542,9 @@ int main() {
     run_config<BF16, 512, 1, 2>(p, 2, sms / 2);
     run_config<BF16, 512, 1, 4>(p, 2, sms / 2);
     run_config<BF16, 512, 2, 2>(p, 4, sms / 4);
+    run_config<BF16, 256, 1, 8, true>(p, 1, sms);
+    run_config<BF16, 512, 1, 4, true>(p, 2, sms / 2);
+    run_config<BF16, 512, 2, 2, true>(p, 4, sms / 4);
     free_problem(p);
   }
   {
@@ -527,6 +554,9 @@ int main() {
     run_config<BF16, 128, 1, 8>(p, 2, sms / 2);
     run_config<BF16, 256, 1, 4>(p, 4, sms / 4);
     run_config<BF16, 256, 1, 8>(p, 4, sms / 4);
+    run_config<BF16, 64, 1, 8, true>(p, 1, sms);
+    run_config<BF16, 128, 1, 8, true>(p, 2, sms / 2);
+    run_config<BF16, 256, 1, 8, true>(p, 4, sms / 4);
     free_problem(p);
   }
   return 0;
