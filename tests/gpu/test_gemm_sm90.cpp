@@ -141,6 +141,28 @@ TEST_SUITE("gpu_sm90") {
     check(*jit, spec, {96, 128, 64}, ++seed, tiles[2], 1);
   }
 
+  TEST_CASE("gemm sm90: the default tiles under 64 rows (Note [Default GEMM tile]) against the reference") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9600;
+    // tf32: the ping-pong 64x128, most of its rows idle; N and K ragged in the second.
+    const KernelSpec tf32 = gemm_spec(DType::f32, Layout::row, Layout::col, 0.0, RngMode::philox4, Broadcast::row,
+                                      GemmMath::tf32);
+    for (const Shape& s : {Shape{16, 4096, 1024}, Shape{40, 1040, 520}}) {
+      const TileConfig tile = jit->compile(tf32, s)->source().tile;
+      REQUIRE(std::holds_alternative<WgmmaTile>(tile));
+      CHECK(std::get<WgmmaTile>(tile).bm == 64);
+      check(*jit, tf32, s, ++seed);
+    }
+    // A staged 16-bit epilogue (dropout) at 64 rows and K = 4096: mma.sync's 64x64 in six stages.
+    const KernelSpec dropped = gemm_spec(DType::bf16, Layout::row, Layout::col, 0.1);
+    const Shape deep{64, 4160, 4096};
+    const TileConfig tile = jit->compile(dropped, deep)->source().tile;
+    REQUIRE(std::holds_alternative<GemmTile>(tile));
+    CHECK(std::get<GemmTile>(tile).stages == 6);
+    check(*jit, dropped, deep, ++seed);
+  }
+
   TEST_CASE("gemm sm90: tf32 operands are rounded as the reference rounds them, on wgmma and mma.sync") {
     Jit* jit = hopper_jit();
     if (!jit) return;

@@ -157,6 +157,38 @@ TEST_SUITE("unit") {
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {16384, 4096, 11008}, h100) == "h128x128x64s6g8p");
   }
 
+  TEST_CASE("GEMM default tile: staged epilogues between one wave and two, and at 64 rows") {
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    KernelSpec dropped = bias_gelu(DType::bf16, Layout::col);
+    dropped.graph = Graph{};
+    {
+      Graph& g = dropped.graph;
+      g.output("y", g.dropout(g.relu(g.add(g.accumulator(0), g.input("bias", DType::bf16, Broadcast::row))), 0.1),
+               DType::bf16);
+    }
+    // Where the narrow tiles fill more: 128x64 up to K = 1024, the ping-pong 64x128 to K = 2048.
+    CHECK(default_tile(dropped, {768, 3072, 768}, h100) == "h128x64x64s8g8");
+    CHECK(default_tile(dropped, {1024, 2560, 1024}, h100) == "h128x64x64s8g8");
+    CHECK(default_tile(dropped, {1536, 2048, 1024}, h100) == "h128x64x64s8g8");
+    CHECK(default_tile(dropped, {1280, 2048, 2048}, h100) == "h64x128x64s5g8p");
+    CHECK(default_tile(dropped, {768, 4096, 4096}, h100) == "h128x128x64s6g8p");
+    CHECK(default_tile(dropped, {1152, 3072, 1536}, h100) == "h128x128x64s6g8p");
+    // The fragment epilogue keeps the ping-pong 64x128 there.
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {1024, 2560, 1024}, h100) == "h64x128x64s5g8p");
+    // 64 rows and K >= 4096: mma.sync's 64x64 tile in six stages; a fragment
+    // epilogue, a shallower K or more rows keep wgmma's ping-pong 64x128.
+    CHECK(default_tile(dropped, {64, 8192, 4096}, h100) == "64x64x64w2x2s6g8");
+    CHECK(default_tile(dropped, {64, 8192, 2048}, h100) == "h64x128x64s5g8p");
+    CHECK(default_tile(dropped, {192, 4096, 4096}, h100) == "h64x128x64s5g8p");
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {64, 8192, 4096}, h100) == "h64x128x64s5g8p");
+    // mma.sync's own default there (any architecture): six stages where they fit.
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {64, 8192, 4096}, h100, "sm_80") == "64x64x64w2x2s6g8");
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {64, 8192, 1024}, h100, "sm_80") == "64x64x64w2x2s3g8");
+    DeviceInfo small = h100;
+    small.shared_per_block = 48 * 1024;
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {64, 8192, 4096}, small, "sm_80") == "64x64x64w2x2s3g8");
+  }
+
   TEST_CASE("GEMM default tile: fragment epilogues with more [M,N] tensors take a cluster of two from 16 waves") {
     const DeviceInfo h100 = assumed_device("sm_90a");
     KernelSpec saved = bias_gelu(DType::bf16, Layout::col);
@@ -237,8 +269,11 @@ TEST_SUITE("unit") {
     CHECK(default_tile(tf32, {1024, 1024, 1024}, h100) == "128x128x32w2x4s6g8k2");
     CHECK(default_tile(tf32, {128, 4096, 4096}, h100) == "128x128x32w2x4s6g8k4");
     CHECK(default_tile(tf32, {16, 4096, 4096}, h100) == "64x64x64w2x2s3g8k4");
-    // 32 tiles split in 4 where K leaves 8 BK steps a split, else in 2 or not at all.
-    CHECK(default_tile(tf32, {512, 1024, 1024}, h100) == "128x128x32w2x4s6g8k4");
+    // 32 tiles split in 4 where K leaves 16 BK steps a split (else 64x128 tiles
+    // split in 2), in 2 where it leaves 8, or not at all.
+    CHECK(default_tile(tf32, {512, 1024, 2048}, h100) == "128x128x32w2x4s6g8k4");
+    CHECK(default_tile(tf32, {512, 1024, 1024}, h100) == "64x128x32w2x2s6g8k2");
+    CHECK(default_tile(tf32, {512, 1024, 1536}, h100) == "64x128x32w2x2s6g8k2");
     CHECK(default_tile(tf32, {512, 1024, 512}, h100) == "128x128x32w2x4s6g8k2");
     CHECK(default_tile(tf32, {512, 1024, 256}, h100) == "128x128x32w2x4s6g8");
     // 576 tiles of 128x128 in five waves against 288 of 128x256 in three: 128x128.
@@ -246,6 +281,13 @@ TEST_SUITE("unit") {
     CHECK(default_tile(tf32, {3072, 3072, 3072}, h100) == "128x128x32w2x4s6g8");
     // 1600 in 13 against 800 in 7: within a tenth, 128x256.
     CHECK(default_tile(tf32, {2560, 10240, 2560}, h100) == "128x256x32w2x4s4g8");
+    // 144 or 160 tiles of 128x128 (a second wave mostly idle): 64x64; from 176, as before.
+    CHECK(default_tile(tf32, {768, 3072, 768}, h100) == "64x64x32w2x2s4g8");
+    CHECK(default_tile(tf32, {1280, 2048, 2048}, h100) == "64x64x32w2x2s4g8");
+    CHECK(default_tile(tf32, {2048, 1536, 2048}, h100) == "128x256x32w2x4s4g8");
+    CHECK(default_tile(tf32, {2048, 2048, 2048}, h100) == "128x256x32w2x4s4g8");
+    // Up to 64 rows the 64-row tile, unsplit where its tiles fill a wave.
+    CHECK(default_tile(tf32, {16, 14336, 4096}, h100) == "64x64x64w2x2s3g8");
     // GPUs whose shared memory holds less: the largest ring that fits (the
     // 128 KiB of 128x128 in 4 stages once failed on sm_86's 99 KiB).
     DeviceInfo a100 = h100;
@@ -254,11 +296,20 @@ TEST_SUITE("unit") {
     DeviceInfo small = h100;
     small.shared_per_block = 99 * 1024;
     CHECK(default_tile(tf32, {8192, 8192, 8192}, small, "sm_86") == "128x128x32w2x4s3g8");
+    CHECK(default_tile(tf32, {512, 1024, 1024}, small, "sm_86") == "64x128x32w2x2s3g8k2");
     CHECK(default_tile(tf32, {1024, 1024, 1024}, small, "sm_86") == "128x128x32w2x4s3g8k2");
     // K-major tf32 takes wgmma: ping-pong 128x128 between one wave and two,
     // and up to K = 3072; from K = 4096 the cooperative 128x256.
     CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {8192, 8192, 8192}, h100) == "h128x256x32s4g8");
-    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {768, 3072, 768}, h100) == "h128x128x32s6g8p");
+    // Between one wave of 128x128 tiles and two, where the narrow tiles fill
+    // more: the ping-pong 64x128 up to K = 1024, ping-pong 128x128 beyond.
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {768, 3072, 768}, h100) == "h64x128x32s5g8p");
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {1024, 2560, 1024}, h100) == "h64x128x32s5g8p");
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {2048, 1536, 2048}, h100) == "h128x128x32s6g8p");
+    // Under 64 rows as well, from 32K outputs.
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {16, 4096, 4096}, h100) == "h64x128x32s5g8p");
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {32, 1024, 1024}, h100) == "h64x128x32s5g8p");
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {16, 1024, 1024}, h100) == "64x64x64w2x2s3g8k2");
     CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {6144, 12288, 3072}, h100) == "h128x128x32s6g8p");
     CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {4096, 14336, 4096}, h100) == "h128x256x32s4g8");
     CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {12288, 4096, 12288}, h100) == "h128x256x32s4g8");

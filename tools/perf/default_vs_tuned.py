@@ -2,7 +2,7 @@
 """The default tile against the tuned one and cuBLAS, over a sweep of GEMM shapes
 (docs/perf/default-tiles.md).
 
-    python3 tools/perf/default_vs_tuned.py [--configs NAME,...] [--out DIR] [--quick]
+    python3 tools/perf/default_vs_tuned.py [--configs NAME,...] [--out DIR] [--quick | --validation | --shapes M,N,K ...]
 
 For each chain configuration (the chains `epifuse.nn` builds: nn.Linear's column-major
 weight unless the name says `brow`) and each shape M,N,K:
@@ -125,7 +125,17 @@ def main():
     ap.add_argument("--out", default="default_vs_tuned", help="output folder")
     ap.add_argument("--quick", action="store_true", help="three shapes a configuration")
     ap.add_argument("--validation", action="store_true", help="the shapes no default rule was fitted to")
+    ap.add_argument("--shapes", nargs="+", metavar="M,N,K", help="these shapes instead of a sweep (every configuration)")
     opt = ap.parse_args()
+    given = []
+    for s in opt.shapes or []:
+        try:
+            shape = tuple(int(v) for v in s.split(","))
+        except ValueError:
+            shape = ()
+        if len(shape) != 3 or min(shape) < 1:
+            sys.exit(f"default_vs_tuned: --shapes takes M,N,K of positive integers, got {s!r}")
+        given.append(shape)
     out = Path(opt.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = []
@@ -136,7 +146,9 @@ def main():
             path = f"{tmp}/{cfg}.json"
             Path(path).write_text(CONFIGS[cfg]())
             dual = "swiglu" in cfg
-            if opt.quick:
+            if given:
+                shapes = given
+            elif opt.quick:
                 shapes = QUICK
             elif opt.validation:
                 shapes = DUAL_VALIDATION if dual else VALIDATION

@@ -59,6 +59,11 @@ inline double wave_fill(std::int64_t tiles, std::int64_t sms) {
   return static_cast<double>(tiles) / static_cast<double>(waves * sms);
 }
 
+// A few rows against a deep K, within mma.sync's 64x64 tiles (up to 2048^2
+// outputs): mma.sync takes its 64x64 tile with a six-stage ring there, and
+// sm_90a sends a staged 16-bit epilogue to it (Note [Default GEMM tile]).
+inline bool few_rows_deep_k(const Shape& s) { return s.m <= 64 && s.k >= 4096 && s.m * s.n <= 2048 * 2048; }
+
 /// Note [GEMM column sums]: adds a kernel's col_sum workspace, with tiles of
 /// bm x bn, to `w`: a counter per column tile to `zeroed`, a partial row of N
 /// floats per row tile and output to `scratch` (every output: an upper bound).

@@ -45,7 +45,16 @@ int operand_bytes(const GemmProblem& p) { return static_cast<int>(size_of(p.spec
 // Where 128x128 tiles fill their waves by more than a tenth more than 128x256
 // ones (1536x6144x1536 and 3072^3: 576 tiles in five waves against 288 in
 // three), 128x128 ran 1.10-1.11x ahead (H100, 2026-11-27,
-// docs/perf/default-tiles.md).
+// docs/perf/default-tiles.md). From one wave of 128x128 tiles to a third
+// more, where the second wave is mostly idle, 64x64: the fastest at
+// 768x3072x768 (144 tiles on 132 SMs; 128x256 1.09-1.10x behind, H100 and
+// H200), 1024x2560x1024 and 1280x2048x2048 (160 tiles); at 192 tiles
+// (1536x2048x1024, 2048x1536x2048) 128x256 won and 64x64 ran 1.07x (H200,
+// 2026-11-28). At 64 rows and fewer the 64-row tile stays where it fills the
+// GPU: at 16x14336x4096 128x256 ran 3.3x the fastest, 64x64 1.27x (H200).
+// Split in four at K = 1024 (8 BK steps a split), 128x128 ran 1.11-1.13x
+// 64x128 split in two at 512x1024x1024 (H100 and H200), and 1.12-1.13x its
+// own split in two at 1024^3.
 // The dual GEMM keeps the rules above tf32's (no sweep of its tf32 tiles yet).
 GemmTile single_heuristic(const GemmProblem& p) {
   const Shape& s = p.shape;
@@ -62,18 +71,38 @@ GemmTile single_heuristic(const GemmProblem& p) {
     const std::int64_t tiles = tiles_of(s, t.bm, t.bn);
     // 128x128 where its tiles fill the waves they take by a tenth more.
     const bool narrow_fills_more = t.bm == 128 && wave_fill(tiles, sms) > wave_fill(tiles_of(s, 128, 256), sms) + 0.1;
+    // From one wave of 128x128 tiles to a third more (the second wave mostly idle), 64x64.
+    if (t.bm == 128 && tiles >= sms && 3 * tiles < 4 * sms) return GemmTile{64, 64, 32, 2, 2, 4, 8};
+    // 64 rows and fewer keep their 64-row tile (128x256 ran 3.3x its time at 16x14336x4096).
     if (tiles >= sms)
-      return narrow_fills_more ? t
-                               : fitting({GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 128, 32, 2, 4, 4, 8},
-                                          GemmTile{128, 128, 32, 2, 4, 3, 8}});
+      return t.bm == 64 || narrow_fills_more
+                 ? t
+                 : fitting({GemmTile{128, 256, 32, 2, 4, 4, 8}, GemmTile{128, 128, 32, 2, 4, 4, 8},
+                            GemmTile{128, 128, 32, 2, 4, 3, 8}});
     // Fill 90% of a wave (64x64 tiles: two), with at least 8 BK steps a split.
     const std::int64_t want = t.bm == 64 ? 2 * sms : sms * 9 / 10;
+    // Where 128x128 tiles would split in four with under 16 BK steps a split,
+    // 64x128 tiles split in two.
+    if (t.bm == 128 && tiles * 2 < want && s.k >= 32LL * t.bk && s.k < 64LL * t.bk) {
+      t = fitting({GemmTile{64, 128, 32, 2, 2, 6, 8}, GemmTile{64, 128, 32, 2, 2, 3, 8}});
+      const std::int64_t narrow = tiles_of(s, t.bm, t.bn);
+      if (narrow < want && s.k >= 16LL * t.bk) t.split_k = 2;
+      return t;
+    }
     while (t.split_k < 4 && tiles * t.split_k < want && s.k >= 16LL * t.bk * t.split_k) t.split_k *= 2;
     return t;
   }
   if (s.m * s.n <= 256 * 256) return {32, 32, 64, 2, 2, 4, 8};
   if (s.m * s.n <= 512 * 512) return {64, 64, 32, 2, 4, 4, 8};
-  if (s.m * s.n <= 2048 * 2048) return {64, 64, 64, 2, 2, 3, 8};
+  if (s.m * s.n <= 2048 * 2048) {
+    // Few rows and a deep K: the ring wants depth. At 64x8192x4096 six stages
+    // ran 1.24-1.39x ahead of three over four chains (H100 and H200,
+    // 2026-11-27, docs/perf/default-tiles.md).
+    const GemmTile deep{64, 64, 64, 2, 2, 6, 8};
+    if (!p.dual && few_rows_deep_k(s) && gemm_block_shared_bytes(deep, operand_bytes(p), false) <= p.device.shared_per_block)
+      return deep;
+    return {64, 64, 64, 2, 2, 3, 8};
+  }
   if (p.spec.mainloop.math == GemmMath::tf32) return {128, 128, 32, 2, 4, 4, 8};
   return {128, 256, 32, 2, 4, 4, 8};
 }

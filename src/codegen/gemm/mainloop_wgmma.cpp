@@ -25,6 +25,9 @@ constexpr std::int64_t k_wgmma_only_outputs = 2048 * 2048;
 // Fewer rows leave most of a 128-row tile idle: mma.sync's 16- and 32-row
 // tiles win there (M = 16: 32x32 mma.sync tiles fastest, Note [Default GEMM tile]).
 constexpr std::int64_t k_wgmma_min_rows = 64;
+// Except tf32 (K-major): under 64 rows, from this many outputs, the ping-pong
+// 64x128 tile ran 1.12-5.2x ahead of mma.sync's default (Note [Default GEMM tile]).
+constexpr std::int64_t k_tf32_few_rows_min_outputs = 32 * 1024;
 // A fragment epilogue that reads an [M,N] input takes 128x256 from this K and
 // this many multiply-adds on (Note [Default GEMM tile]).
 constexpr std::int64_t k_deep_k = 8192;
@@ -38,8 +41,10 @@ constexpr std::int64_t k_cluster_min_waves = 16;
 // K on (Note [Default GEMM tile]).
 constexpr std::int64_t k_staged_deep_k = 4096;
 // Between one wave of 128x128 tiles and two, 16-bit operands up to this K
-// take the ping-pong 64x128 tile where it fills more (Note [Default GEMM tile]).
+// take the ping-pong 64x128 tile where it fills more (Note [Default GEMM tile]);
+// up to the second, a staged epilogue takes 128x64 and tf32 the ping-pong 64x128.
 constexpr std::int64_t k_short_k = 2048;
+constexpr std::int64_t k_shorter_k = 1024;
 
 // The [M,N] tensors an epilogue reads or writes besides the accumulator: its
 // full outputs and full inputs (a residual, a saved pre-activation).
@@ -176,7 +181,26 @@ class WgmmaMainloop final : public GemmMainloop {
   // was the fastest or within 5.6% of it, where ping-pong 128x128 ran
   // 1.03-1.15x; at K = 4096 (768x4096x4096) ping-pong 128x128 won and 64x128
   // ran 1.05-1.14x; tf32 went either way. Where the narrow tiles do not fill
-  // more (1152x3072x1536, 1664x2048x4096) ping-pong 128x128 won.
+  // more (1152x3072x1536, 1664x2048x4096) ping-pong 128x128 won. Up to
+  // K = 1024 a staged epilogue (bias+ReLU+dropout, a training forward) ran
+  // fastest on 128x64 at 768x3072x768, 1024x2560x1024 and 1536x2048x1024
+  // (64x128 1.01-1.06x behind, H100; 1.04-1.05x, H200), and at K = 2048 on
+  // 64x128 (128x64 1.09-1.20x behind). tf32 up to K = 1024 takes the ping-pong
+  // 64x128: 1.00x and 1.08x the fastest at 1024x2560x1024 and 768x3072x768
+  // where 128x64 ran 1.18x and 1.00x and ping-pong 128x128 1.02x and 1.11x
+  // (H100; 768x3072x768 on an H200: 1.06x, 1.00x, 1.13x); at K = 2048
+  // ping-pong 128x128 won (2048x1536x2048, 64x128 1.14x behind).
+  // At 64 rows a staged epilogue with 16-bit operands goes to mma.sync, whose
+  // 64x64 tile in six stages ran 1.05x ahead of the ping-pong 64x128 with
+  // bias+ReLU+dropout and 1.00-1.03x with a training forward at 64x8192x4096
+  // (three H100 runs and one H200 run, 2026-11-27); a fragment epilogue ran
+  // level or ahead on 64x128 (bias+GELU 1.00-1.07x ahead).
+  // tf32 (K-major) under 64 rows takes the ping-pong 64x128 too: it was the
+  // fastest candidate at every shape tried (16, 32 and 48 x 4096 x 4096,
+  // 16x8192x2048, 32x1024x1024, 16x14336x4096, 32x2048x8192; H200,
+  // 2026-11-28), where mma.sync's default ran 1.12-2.17x its time, and 5.2x
+  // at 16x14336x4096 (its 128x256 tile). With 16-bit operands the same tile
+  // ran 1.21-1.29x mma.sync's 32x32 at 16x4096x4096: theirs stays mma.sync.
   // A staged epilogue with more than one [M,N] tensor (the training forward
   // with dropout and its saved pre-activation) lost 3-16% on 128x256 to the
   // ping-pong 128x128 at K = 1536-3072 (validation runs on an H100 and an
@@ -193,19 +217,31 @@ class WgmmaMainloop final : public GemmMainloop {
   // came within 0.4% of (H100, two runs); at K = 3072 and below ping-pong won
   // or came within 1%, 128x256 1.05-1.20x behind at 1536-3072 rows.
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
-    if (!wgmma_applies(p) || p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs)
-      return std::nullopt;
+    if (!wgmma_applies(p)) return std::nullopt;
     const int bk = wgmma_bk(p.spec.mainloop);
+    const WgmmaTile pingpong{128, 128, bk, 6, 8, 1, 1}, pingpong_64{64, 128, bk, 5, 8, 1, 1};
+    // Column sums' colbuf rows take shared memory: the ring gives up stages.
+    const auto fitted = [&](WgmmaTile t) -> std::optional<TileConfig> {
+      while (t.stages > 2 && shared_bytes(t, p) > p.device.shared_per_block) --t.stages;
+      if (shared_bytes(t, p) > p.device.shared_per_block) return std::nullopt;
+      return t;
+    };
+    const bool tf32 = p.spec.mainloop.a == DType::f32;
+    // tf32 under 64 rows: the ping-pong 64x128 tile, not mma.sync's.
+    if (tf32 && !p.dual && p.shape.m < k_wgmma_min_rows && p.shape.m * p.shape.n >= k_tf32_few_rows_min_outputs)
+      return fitted(pingpong_64);
+    if (p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs) return std::nullopt;
+    const bool fragment = wgmma_fragment_chain(p.spec);
+    // 64 rows, a deep K and a staged epilogue with 16-bit operands: mma.sync's
+    // 64x64 tile in six stages.
+    if (!p.dual && !tf32 && !fragment && few_rows_deep_k(p.shape)) return std::nullopt;
     const std::int64_t sms = std::max(p.device.multiprocessors, 1);
     const std::int64_t wide = tiles_of(p.shape, 128, 128), narrow = tiles_of(p.shape, 128, 64);
-    const WgmmaTile pingpong{128, 128, bk, 6, 8, 1, 1}, pingpong_64{64, 128, bk, 5, 8, 1, 1};
     WgmmaTile t = p.dual ? WgmmaTile{128, 64, bk, 6, 8, 1, 1} : pingpong;
     const double work = static_cast<double>(p.shape.m) * static_cast<double>(p.shape.n) * static_cast<double>(p.shape.k);
     const bool deep_and_large = p.shape.k >= k_deep_k && work >= k_large_work;
     const bool wide_tiles_fill = tiles_of(p.shape, 128, 256) >= sms;
-    const bool tf32 = p.spec.mainloop.a == DType::f32;
     const int tensors = full_tensors(p.spec);
-    const bool fragment = wgmma_fragment_chain(p.spec);
     const bool staged_and_deep = !fragment && p.shape.k >= (tensors > 1 ? k_staged_deep_k : k_deep_k);
     const bool tf32_and_deep = tf32 && p.shape.k >= k_staged_deep_k;
     if (!p.dual && ((tensors > 1 && deep_and_large) || staged_and_deep || tf32_and_deep) && wide_tiles_fill)
@@ -228,13 +264,13 @@ class WgmmaMainloop final : public GemmMainloop {
       else t = narrow_tile;
       // 64 rows: a 128-row tile is half idle.
       if (p.dual && p.shape.m <= 64) t = pingpong_64;
-    } else if (!p.dual && wide < 2 * sms && narrow_fills_more && !tf32 && p.shape.k <= k_short_k && t == pingpong) {
-      t = pingpong_64;
+    } else if (!p.dual && wide < 2 * sms && narrow_fills_more && t == pingpong) {
+      if (!tf32 && p.shape.k <= k_short_k)
+        t = fragment || p.shape.k > k_shorter_k ? pingpong_64 : WgmmaTile{128, 64, bk, 8, 8};
+      else if (tf32 && p.shape.k <= k_shorter_k)
+        t = pingpong_64;
     }
-    // Column sums' colbuf rows take shared memory: the ring gives up stages.
-    while (t.stages > 2 && shared_bytes(t, p) > p.device.shared_per_block) --t.stages;
-    if (shared_bytes(t, p) > p.device.shared_per_block) return std::nullopt;
-    return t;
+    return fitted(t);
   }
 
   // The dual GEMM's hold two accumulators a thread: 64 + 64 a consumer thread.
