@@ -68,6 +68,11 @@ def _contiguous(shape):
 
 
 def run(compiled, arrays, seed, offset, out):
+    """Launches `compiled` on arrays of another framework (anything with `__dlpack__`)
+    in place: the inputs and the caller's `out=` arrays are read through their DLPack
+    capsules, on the CUDA device they live on; returns `out` (one array, or a tuple).
+    `Compiled.__call__` takes this path when its inputs are neither torch tensors nor
+    NumPy arrays but have `__dlpack__`."""
     seed, offset = _lib.u64(seed, "seed"), _lib.u64(offset, "offset")
     name = compiled.chain.name
     if out is None:

@@ -159,6 +159,7 @@ class Direct(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, formula, rest, *tensors):
+        """Runs formula.impl on (tensors, *rest) and saves what its backward reads."""
         inputs = (list(tensors), *rest)
         output = formula.impl(*inputs)
         formula.setup_context(ctx, inputs, output)
@@ -167,6 +168,7 @@ class Direct(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        """The gradients of the tensors (none for formula and rest), from the formula's backward."""
         return (None, None, *ctx.formula.backward(ctx, grads)[0])
 
 
