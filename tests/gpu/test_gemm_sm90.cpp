@@ -33,7 +33,8 @@ const WgmmaTile k_tiles[] = {{128, 256, 64, 4, 8}, {256, 128, 64, 4, 8},    {128
                              {128, 64, 64, 8, 8},  {128, 128, 64, 2, 1},    {128, 256, 64, 4, 8, 2},
                              {256, 128, 64, 4, 8, 2}, {128, 128, 64, 3, 1, 2}, {128, 128, 64, 6, 8, 1, 1},
                              {128, 64, 64, 3, 1, 1, 1}, {128, 128, 64, 5, 8, 2, 1},  // these and the one before: ping-pong
-                             {128, 64, 64, 8, 8, 2}};  // BN 64 in a cluster: B row-major splits its k rows
+                             {128, 64, 64, 8, 8, 2},  // BN 64 in a cluster: B row-major splits its k rows
+                             {128, 192, 64, 4, 8}, {64, 192, 64, 5, 8, 1, 1}};  // BN 192: three 64-column blocks
 
 // The same tiles for f32 operands through tf32: a stage row is 128 bytes of K, 32 elements.
 std::vector<WgmmaTile> tf32_tiles() {

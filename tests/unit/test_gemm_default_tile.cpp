@@ -8,6 +8,8 @@
 #include "codegen/family.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/device_info.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/tile.hpp"
 
 using namespace epifuse;
 
@@ -23,6 +25,16 @@ KernelSpec bias_gelu(DType t, Layout b, MainloopKind kind = MainloopKind::gemm) 
   } else {
     g.output("y", g.gelu_tanh(g.add(g.accumulator(0), g.input("bias", t, Broadcast::row))), t);
   }
+  return spec;
+}
+
+// bias + ReLU + dropout: a staged epilogue with one [M,N] tensor.
+KernelSpec bias_relu_dropout() {
+  KernelSpec spec = bias_gelu(DType::bf16, Layout::col);
+  spec.graph = Graph{};
+  Graph& g = spec.graph;
+  g.output("y", g.dropout(g.relu(g.add(g.accumulator(0), g.input("bias", DType::bf16, Broadcast::row))), 0.1),
+           DType::bf16);
   return spec;
 }
 
@@ -59,10 +71,13 @@ TEST_SUITE("unit") {
       // 96 tiles of 128x128 fill as much as 192 of 128x64: the wider one.
       CHECK(default_tile(spec, {320, 4096, 4096}, h100) == "h128x128x64s6g8");
       // Between one wave of 128x128 tiles and two, where the narrow tiles fill
-      // more: ping-pong 64x128 up to K = 2048, ping-pong 128x128 beyond.
-      CHECK(default_tile(spec, {768, 3072, 768}, h100) == "h64x128x64s5g8p");     // 144 tiles
-      CHECK(default_tile(spec, {2048, 1536, 2048}, h100) == "h64x128x64s5g8p");   // 192 tiles
-      CHECK(default_tile(spec, {768, 4096, 4096}, h100) == "h128x128x64s6g8p");   // K = 4096
+      // more: ping-pong 64x128 up to K = 2048, ping-pong 128x128 beyond; where
+      // 192-column tiles fill more still, those (their own test case below).
+      CHECK(default_tile(spec, {896, 3520, 2048}, h100) == "h64x128x64s5g8p");    // 196 tiles
+      CHECK(default_tile(spec, {1536, 2304, 4096}, h100) == "h128x128x64s6g8p");  // 216 tiles, K = 4096
+      CHECK(default_tile(spec, {768, 3072, 768}, h100) == "h64x192x64s5g8p");     // 144 tiles
+      CHECK(default_tile(spec, {2048, 1536, 2048}, h100) == "h64x192x64s5g8p");   // 192 tiles
+      CHECK(default_tile(spec, {768, 4096, 4096}, h100) == "h128x192x64s5g8");    // K = 4096
       // 216 tiles of 128x128 fill as much as 432 of 128x64: ping-pong 128x128.
       CHECK(default_tile(spec, {1152, 3072, 1536}, h100) == "h128x128x64s6g8p");
       CHECK(default_tile(spec, {2048, 2048, 2048}, h100) == "h128x128x64s6g8p");
@@ -94,8 +109,9 @@ TEST_SUITE("unit") {
     }
     CHECK(default_tile(saved, {16384, 16384, 4096}, h100) == "h128x256x64s4g8");
     CHECK(default_tile(saved, {1024, 1024, 1024}, h100) == "h128x64x64s8g8");
-    // Below K = 4096 the ping-pong 128x128.
-    CHECK(default_tile(saved, {3072, 3072, 3072}, h100) == "h128x128x64s6g8p");
+    // Below K = 4096 the ping-pong 128x128 (at 3072^3 the 192-column tiles fill the waves better).
+    CHECK(default_tile(saved, {2560, 10240, 2560}, h100) == "h128x128x64s6g8p");
+    CHECK(default_tile(saved, {3072, 3072, 3072}, h100) == "h128x192x64s5g8");
     CHECK(default_tile(saved, {8192, 8192, 2048}, h100) == "h128x128x64s6g8p");
     // Without dropout its two 16-bit outputs take the fragment epilogue: ping-pong.
     KernelSpec saved_plain = saved;
@@ -159,22 +175,20 @@ TEST_SUITE("unit") {
 
   TEST_CASE("GEMM default tile: staged epilogues between one wave and two, and at 64 rows") {
     const DeviceInfo h100 = assumed_device("sm_90a");
-    KernelSpec dropped = bias_gelu(DType::bf16, Layout::col);
-    dropped.graph = Graph{};
-    {
-      Graph& g = dropped.graph;
-      g.output("y", g.dropout(g.relu(g.add(g.accumulator(0), g.input("bias", DType::bf16, Broadcast::row))), 0.1),
-               DType::bf16);
-    }
-    // Where the narrow tiles fill more: 128x64 up to K = 1024, the ping-pong 64x128 to K = 2048.
-    CHECK(default_tile(dropped, {768, 3072, 768}, h100) == "h128x64x64s8g8");
-    CHECK(default_tile(dropped, {1024, 2560, 1024}, h100) == "h128x64x64s8g8");
-    CHECK(default_tile(dropped, {1536, 2048, 1024}, h100) == "h128x64x64s8g8");
-    CHECK(default_tile(dropped, {1280, 2048, 2048}, h100) == "h64x128x64s5g8p");
-    CHECK(default_tile(dropped, {768, 4096, 4096}, h100) == "h128x128x64s6g8p");
+    const KernelSpec dropped = bias_relu_dropout();
+    // Where the narrow tiles fill more: 128x64 up to K = 1024, the ping-pong 64x128
+    // to K = 2048; where 192-column tiles fill more still, the cooperative 128x192.
+    CHECK(default_tile(dropped, {896, 3520, 1024}, h100) == "h128x64x64s8g8");
+    CHECK(default_tile(dropped, {896, 3520, 2048}, h100) == "h64x128x64s5g8p");
+    CHECK(default_tile(dropped, {768, 3072, 768}, h100) == "h128x192x64s5g8");
+    CHECK(default_tile(dropped, {1024, 2560, 1024}, h100) == "h128x192x64s5g8");
+    CHECK(default_tile(dropped, {1536, 2048, 1024}, h100) == "h128x192x64s5g8");
+    CHECK(default_tile(dropped, {1280, 2048, 2048}, h100) == "h128x192x64s5g8");
+    CHECK(default_tile(dropped, {768, 4096, 4096}, h100) == "h128x192x64s5g8");
     CHECK(default_tile(dropped, {1152, 3072, 1536}, h100) == "h128x128x64s6g8p");
-    // The fragment epilogue keeps the ping-pong 64x128 there.
-    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {1024, 2560, 1024}, h100) == "h64x128x64s5g8p");
+    // The fragment epilogue keeps the ping-pong 64x128 there, or takes the ping-pong 64x192.
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {896, 3520, 1024}, h100) == "h64x128x64s5g8p");
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {1024, 2560, 1024}, h100) == "h64x192x64s5g8p");
     // 64 rows and K >= 4096: mma.sync's 64x64 tile in six stages; a fragment
     // epilogue, a shallower K or more rows keep wgmma's ping-pong 64x128.
     CHECK(default_tile(dropped, {64, 8192, 4096}, h100) == "64x64x64w2x2s6g8");
@@ -233,6 +247,56 @@ TEST_SUITE("unit") {
     CHECK(default_tile(gated, {2048, 5504, 2048}, h100) == "h128x128x64s6g8p");      // 688 tiles
     // Deep and large keeps 128x256.
     CHECK(default_tile(gated, {16384, 32768, 8192}, h100).starts_with("h128x256x64"));
+  }
+
+  TEST_CASE("GEMM default tile: 192-column tiles where their waves hold more of the outputs than 128x128's") {
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    const KernelSpec fragment = bias_gelu(DType::bf16, Layout::col);
+    const KernelSpec staged = bias_relu_dropout();
+    // 3072^3: 576 tiles of 128x128 hold 87% of 4.4 waves' slots, 384 of 128x192 97% of 2.9.
+    CHECK(default_tile(staged, {3072, 3072, 3072}, h100) == "h128x192x64s5g8");
+    CHECK(default_tile(fragment, {3072, 3072, 3072}, h100) == "h64x192x64s5g8p");
+    CHECK(default_tile(fragment, {1536, 6144, 1536}, h100) == "h64x192x64s5g8p");
+    // Both B layouts.
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::row), {3072, 3072, 3072}, h100) == "h64x192x64s5g8p");
+    // A fragment epilogue with few rows and a deep K: the cooperative 128x192.
+    CHECK(default_tile(fragment, {768, 12288, 2048}, h100) == "h128x192x64s5g8");
+    CHECK(default_tile(fragment, {768, 12288, 1024}, h100) == "h64x192x64s5g8p");
+    CHECK(default_tile(fragment, {1536, 6144, 2048}, h100) == "h64x192x64s5g8p");
+    // 93% against 97%: enough for a staged epilogue, not for a fragment one.
+    CHECK(default_tile(staged, {14336, 1536, 2048}, h100) == "h128x192x64s5g8");
+    CHECK(default_tile(fragment, {14336, 1536, 2048}, h100) == "h128x128x64s6g8p");
+    // Where 128x128 tiles fill their waves: unchanged.
+    for (const Shape& s : {Shape{4096, 4096, 4096}, Shape{8192, 8192, 2048}, Shape{2048, 8192, 2048}})
+      CHECK(default_tile(fragment, s, h100) == "h128x128x64s6g8p");
+    CHECK(default_tile(staged, {8192, 8192, 8192}, h100) == "h128x256x64s4g8");
+    // tf32 (f32 outputs: a staged epilogue) takes the cooperative 128x192, also from K = 4096.
+    const KernelSpec tf32 = bias_gelu(DType::f32, Layout::col);
+    CHECK(default_tile(tf32, {3072, 3072, 3072}, h100) == "h128x192x32s5g8");
+    CHECK(default_tile(tf32, {6144, 1536, 4096}, h100) == "h128x192x32s5g8");
+    CHECK(default_tile(tf32, {4096, 4096, 4096}, h100) == "h128x256x32s4g8");
+    // Not measured, so not taken: a batched launch, a dual GEMM, a fragment
+    // epilogue with more than one [M,N] tensor or with column sums.
+    Shape batched{3072, 3072, 3072};
+    batched.batch = 4;
+    CHECK(default_tile(fragment, batched, h100) == "h128x128x64s6g8p");
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col, MainloopKind::dual_gemm), {3072, 3072, 3072}, h100)
+              .find("x192") == std::string::npos);
+    KernelSpec residual = fragment;
+    residual.graph = Graph{};
+    residual.graph.output("y", residual.graph.add(residual.graph.accumulator(0), residual.graph.input("r", DType::bf16)),
+                          DType::bf16);
+    CHECK(default_tile(residual, {3072, 3072, 3072}, h100) == "h128x128x64s6g8p");
+    KernelSpec summed = fragment;
+    summed.graph.output("ysum", summed.graph.col_sum(summed.graph.accumulator(0)), DType::f32);
+    CHECK(default_tile(summed, {3072, 3072, 3072}, h100) == "h128x128x64s6g8p");
+    // A smaller GPU's waves: 108 SMs (3072^3: 576 tiles in 5.3 waves, 384 in 3.6) - no gain.
+    DeviceInfo a100 = h100;
+    a100.multiprocessors = 108;
+    CHECK(default_tile(fragment, {3072, 3072, 3072}, a100) == "h128x128x64s6g8p");
+    // Bad BN 192 tiles are user errors.
+    CHECK_THROWS_WITH_AS(emit_kernel(fragment, {3072, 3072, 3072}, parse_tile("h128x192x64s4g8c2"), KernelPath::fastest, "sm_90a"),
+                         doctest::Contains("BN 192 runs without a cluster"), UserError);
   }
 
   TEST_CASE("GEMM default tile: a batched launch of 2^40 multiply-adds and more takes the cooperative 128x256") {
@@ -302,10 +366,13 @@ TEST_SUITE("unit") {
     // and up to K = 3072; from K = 4096 the cooperative 128x256.
     CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {8192, 8192, 8192}, h100) == "h128x256x32s4g8");
     // Between one wave of 128x128 tiles and two, where the narrow tiles fill
-    // more: the ping-pong 64x128 up to K = 1024, ping-pong 128x128 beyond.
-    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {768, 3072, 768}, h100) == "h64x128x32s5g8p");
-    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {1024, 2560, 1024}, h100) == "h64x128x32s5g8p");
-    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {2048, 1536, 2048}, h100) == "h128x128x32s6g8p");
+    // more: the ping-pong 64x128 up to K = 1024, ping-pong 128x128 beyond;
+    // where 192-column tiles fill more still, the cooperative 128x192.
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {896, 3520, 1024}, h100) == "h64x128x32s5g8p");
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {896, 3520, 2048}, h100) == "h128x128x32s6g8p");
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {768, 3072, 768}, h100) == "h128x192x32s5g8");
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {1024, 2560, 1024}, h100) == "h128x192x32s5g8");
+    CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {2048, 1536, 2048}, h100) == "h128x192x32s5g8");
     // Under 64 rows as well, from 32K outputs.
     CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {16, 4096, 4096}, h100) == "h64x128x32s5g8p");
     CHECK(default_tile(bias_gelu(DType::f32, Layout::col), {32, 1024, 1024}, h100) == "h64x128x32s5g8p");

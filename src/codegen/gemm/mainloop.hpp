@@ -59,6 +59,13 @@ inline double wave_fill(std::int64_t tiles, std::int64_t sms) {
   return static_cast<double>(tiles) / static_cast<double>(waves * sms);
 }
 
+// The share of the waves' slots that M x N outputs fill in tiles of bm x bn:
+// wave_fill, less what the partial last row and column tiles leave idle.
+inline double output_fill(const Shape& s, std::int64_t bm, std::int64_t bn, std::int64_t sms) {
+  const std::int64_t tiles = tiles_of(s, bm, bn), waves = (tiles + sms - 1) / sms;
+  return static_cast<double>(s.m) * static_cast<double>(s.n) / (static_cast<double>(bm * bn) * static_cast<double>(waves * sms));
+}
+
 // A few rows against a deep K, within mma.sync's 64x64 tiles (up to 2048^2
 // outputs): mma.sync takes its 64x64 tile with a six-stage ring there, and
 // sm_90a sends a staged 16-bit epilogue to it (Note [Default GEMM tile]).

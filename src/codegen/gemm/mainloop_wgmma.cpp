@@ -45,6 +45,14 @@ constexpr std::int64_t k_staged_deep_k = 4096;
 // up to the second, a staged epilogue takes 128x64 and tf32 the ping-pong 64x128.
 constexpr std::int64_t k_short_k = 2048;
 constexpr std::int64_t k_shorter_k = 1024;
+// 192-column tiles where their waves hold this much more of the outputs than
+// 128x128's: a staged epilogue, a fragment epilogue with one [M,N] tensor; and
+// the fragment epilogue's cooperative 128x192 up to this many rows from this K
+// (Note [Default GEMM tile]).
+constexpr double k_fill_gain_staged = 0.04;
+constexpr double k_fill_gain_fragment = 0.06;
+constexpr std::int64_t k_192_few_rows = 1024;
+constexpr std::int64_t k_192_deep_k = 2048;
 
 // The [M,N] tensors an epilogue reads or writes besides the accumulator: its
 // full outputs and full inputs (a residual, a saved pre-activation).
@@ -100,11 +108,15 @@ class WgmmaMainloop final : public GemmMainloop {
     EPIFUSE_CHECK(s.m <= 0x7fffffff && s.n <= 0x7fffffff && s.k <= 0x7fffffff && tiles_of(s, t.bm, t.bn) <= 0x7fffffff,
                   "gemm tile {}: the copy engine's coordinates are 32-bit: M, N, K and the tile count must be below 2^31",
                   t.str());
-    EPIFUSE_CHECK((t.bm == 128 || t.bm == 256 || (t.bm == 64 && t.pingpong)) && (t.bn == 64 || t.bn == 128 || t.bn == 256) &&
-                      t.bk == wgmma_bk(ml),
-                  "gemm tile {}: a wgmma tile has BM 128 or 256 (or 64 ping-pong), BN 64, 128 or 256, and BK {} ({} "
+    EPIFUSE_CHECK((t.bm == 128 || t.bm == 256 || (t.bm == 64 && t.pingpong)) &&
+                      (t.bn == 64 || t.bn == 128 || t.bn == 192 || t.bn == 256) && t.bk == wgmma_bk(ml),
+                  "gemm tile {}: a wgmma tile has BM 128 or 256 (or 64 ping-pong), BN 64, 128, 192 or 256, and BK {} ({} "
                   "operands: 128 bytes of K a row)",
                   t.str(), wgmma_bk(ml), to_string(ml.a));
+    // BN 192: three 64-column blocks, which a cluster of two cannot halve; a
+    // dual GEMM's two products would be one m64n384 wgmma, past n256.
+    EPIFUSE_CHECK(t.bn != 192 || (t.cluster == 1 && !p.dual),
+                  "gemm tile {}: BN 192 runs without a cluster and on a single GEMM only", t.str());
     // A consumer warpgroup's rows: BM/2 cooperative, BM ping-pong; a thread holds rows x BN / 128 accumulators.
     // A dual GEMM holds two accumulators per element.
     const int rows = t.pingpong ? t.bm : t.bm / 2, per_thread = rows * t.bn / 128 * (p.dual ? 2 : 1);
@@ -216,6 +228,25 @@ class WgmmaMainloop final : public GemmMainloop {
   // 1.03-1.12x, 1.05-1.16x and 1.23-1.27x the fastest, which 128x256 was or
   // came within 0.4% of (H100, two runs); at K = 3072 and below ping-pong won
   // or came within 1%, 128x256 1.05-1.20x behind at 1536-3072 rows.
+  // 192 columns (H200, every candidate in turns, 2026-11-28; docs/perf/
+  // default-tiles.md): where the 128x128 tiles leave a wave mostly idle and
+  // 128x192 ones do not (3072^3: 576 tiles, 4.4 waves, against 384 in 2.9),
+  // a staged epilogue ran fastest on the cooperative 128x192 tile, or within
+  // 0.5% of it, at all 15 such shapes of bias+ReLU+dropout and of a training
+  // forward, from 512 to 14336 rows and K = 768 to 5120; the default had run
+  // 1.04-1.33x behind (a forward's 128x256 at 6144x1536x4096 1.28x). A
+  // fragment epilogue (bias+GELU) ran fastest on the ping-pong 64x192 or
+  // within 1.6%, where 128x128 ran 1.00-1.08x and the narrow tiles between one
+  // wave and two 1.06-1.13x, except with few rows and a deep K (768x12288x2048,
+  // 768x4096x4096, 512x6144x2048), where 64x192 ran 1.01-1.14x and the
+  // cooperative 128x192 0-1.9% from the fastest. The gain needs a margin:
+  // where 128x128's waves hold 93% of the outputs against 97% for 128x192
+  // (14336x1536x2048, 1536x14336x4096, 2560x11008x4096) the staged epilogue
+  // still gained 4-8% but the fragment one lost 4% on 64x192. Where the
+  // 128x128 tiles fill their waves (4096^3, 8192^3, 2048x8192x2048) 192
+  // columns ran 1.01-1.25x behind. Not measured, so not taken: tf32, a dual
+  // GEMM (BN 192 does not fit its one wgmma), a batched launch, and fragment
+  // epilogues with column sums or more than one [M,N] tensor (a dgrad).
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p)) return std::nullopt;
     const int bk = wgmma_bk(p.spec.mainloop);
@@ -270,6 +301,14 @@ class WgmmaMainloop final : public GemmMainloop {
       else if (tf32 && p.shape.k <= k_shorter_k)
         t = pingpong_64;
     }
+    // Where 192-column tiles fill the waves better than 128x128 ones.
+    if (!p.dual && p.batches == 1 && wide >= sms && (!fragment || (!tf32 && tensors == 1 && !has_column_sums(p.spec)))) {
+      const double gain = output_fill(p.shape, 128, 192, sms) - output_fill(p.shape, 128, 128, sms);
+      if (gain >= (fragment ? k_fill_gain_fragment : k_fill_gain_staged)) {
+        const bool few_rows_deep_k = p.shape.m <= k_192_few_rows && p.shape.k >= k_192_deep_k;
+        t = fragment && !few_rows_deep_k ? WgmmaTile{64, 192, bk, 5, 8, 1, 1} : WgmmaTile{128, 192, bk, 5, 8};
+      }
+    }
     return fitted(t);
   }
 
@@ -288,7 +327,8 @@ class WgmmaMainloop final : public GemmMainloop {
     else
       out = {WgmmaTile{128, 256, bk, 4, 8}, WgmmaTile{128, 256, bk, 4, 8, 2}, WgmmaTile{256, 128, bk, 4, 8},
              WgmmaTile{256, 128, bk, 4, 8, 2}, WgmmaTile{128, 128, bk, 6, 8}, WgmmaTile{128, 128, bk, 6, 8, 1, 1},
-             WgmmaTile{128, 64, bk, 8, 8}, WgmmaTile{64, 128, bk, 5, 8, 1, 1}};
+             WgmmaTile{128, 64, bk, 8, 8}, WgmmaTile{64, 128, bk, 5, 8, 1, 1}, WgmmaTile{128, 192, bk, 5, 8},
+             WgmmaTile{64, 192, bk, 5, 8, 1, 1}};
     std::erase_if(out, [&](const TileConfig& c) { return shared_bytes(std::get<WgmmaTile>(c), p) > p.device.shared_per_block; });
     return out;
   }
