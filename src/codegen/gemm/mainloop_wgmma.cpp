@@ -244,9 +244,11 @@ class WgmmaMainloop final : public GemmMainloop {
   // (14336x1536x2048, 1536x14336x4096, 2560x11008x4096) the staged epilogue
   // still gained 4-8% but the fragment one lost 4% on 64x192. Where the
   // 128x128 tiles fill their waves (4096^3, 8192^3, 2048x8192x2048) 192
-  // columns ran 1.01-1.25x behind. Not measured, so not taken: tf32, a dual
-  // GEMM (BN 192 does not fit its one wgmma), a batched launch, and fragment
-  // epilogues with column sums or more than one [M,N] tensor (a dgrad).
+  // columns ran 1.01-1.25x behind. tf32 (f32 outputs: staged) took the
+  // cooperative 128x192 as well: the fastest at 8 of 9 shapes, 1.015x at the
+  // ninth. Not measured, so not taken: a dual GEMM (BN 192 does not fit its
+  // one wgmma), a batched launch, and fragment epilogues with column sums or
+  // more than one [M,N] tensor (a dgrad, a residual).
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p)) return std::nullopt;
     const int bk = wgmma_bk(p.spec.mainloop);
