@@ -112,3 +112,40 @@ def test_default_vs_tuned_times_the_rule_s_default_not_an_earlier_tune_s_choice(
     assert tune_argv[1] == "tune" and (tune_env is None or tune_env.get("EPIFUSE_CACHE") != "0")
     assert row["default_tile"] == "h128x128x64s6g8p" and row["fastest_first_round"] == "h128x256x64s4g8"
     assert abs(row["default_over_best"] - 1.2) < 1e-12
+
+
+def test_default_vs_tuned_rescore_scores_today_s_default_against_recorded_candidates(monkeypatch, tmp_path, capsys):
+    # --rescore asks `epifuse emit` for today's default at each recorded shape and takes
+    # its time from the recorded candidates; a default that was not a candidate is n/a
+    # and left out of the summary.
+    monkeypatch.syspath_prepend(str(PERF))
+    if not os.environ.get("EPIFUSE_TEST_INSTALLED"):
+        monkeypatch.syspath_prepend(str(ROOT / "python"))
+    import default_vs_tuned as dvt
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    chain = {"epifuse": 1, "name": "c", "ops": []}
+    (run_dir / "cfg.json").write_text(json.dumps({"config": "cfg", "chain": chain, "results": [
+        {"shape": [3072, 3072, 3072], "default_tile": "old", "candidates": {"old": 1.2, "new": 1.0, "other": 1.1}},
+        {"shape": [4096, 4096, 4096], "default_tile": "old", "candidates": {"old": 1.0, "other": 1.04}},
+        {"shape": [768, 3072, 768], "default_tile": "old", "candidates": {"old": 1.0}},
+        {"shape": [64, 64, 64], "error": {"message": "no candidates"}}]}))
+    (run_dir / "summary.txt").write_text("not a config\n")
+    emitted = {"3072,3072,3072": "new", "4096,4096,4096": "other", "768,3072,768": "unseen"}
+    calls = []
+
+    def fake_run(argv, capture_output, text, env=None):
+        calls.append(argv)
+        assert argv[1] == "emit" and argv[argv.index("--target") + 1] == "sm_90a" and env["EPIFUSE_CACHE"] == "0"
+        assert json.loads(open(argv[2]).read()) == chain
+        tile = emitted[argv[argv.index("--shape") + 1]]
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps({"tile": tile}), stderr="")
+
+    monkeypatch.setattr(dvt.subprocess, "run", fake_run)
+    lines = dvt.rescore([str(run_dir)], "sm_90a")
+    assert len(calls) == 3
+    assert "default/best 1.000" in lines[0] and "(recorded old)" in lines[0]
+    assert "default/best 1.040" in lines[1]
+    assert "n/a" in lines[2]
+    assert lines[-1] == "shapes 2: default within 5% of the fastest at 2 (100%), within 10% at 2; worst 1.040"

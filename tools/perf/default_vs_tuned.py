@@ -13,6 +13,14 @@ weight unless the name says `brow`) and each shape M,N,K:
 Prints one line per shape as it goes and writes DIR/<config>.json (whole, after each
 config) and DIR/summary.txt. Needs a GPU, build/epifuse and the Python module
 (EPIFUSE_LIBRARY or build/).
+
+    python3 tools/perf/default_vs_tuned.py --rescore DIR [DIR ...] [--target sm_90a]
+
+scores this build's default rule against recorded runs, without a GPU: for every
+<config>.json in the folders, `epifuse emit --json` of the recorded chain gives today's
+default at each shape, and the recorded candidate times (one process, in turns) give its
+time over the fastest. `emit` assumes the target's reference device (132 SMs for sm_90a,
+as the H100 SXM and the H200 have); a default that was not a candidate then prints n/a.
 """
 import argparse
 import json
@@ -119,6 +127,55 @@ def line(cfg, r):
             + (f"  cuBLASLt epi {lt:.3f}x" if lt else ""))
 
 
+def emitted_tile(chain_path, shape, target):
+    p = subprocess.run([EPIFUSE, "emit", chain_path, "--shape", ",".join(map(str, shape)), "--target", target, "--json"],
+                       capture_output=True, text=True, env={**os.environ, "EPIFUSE_CACHE": "0"})
+    try:
+        return json.loads(p.stdout)["tile"]
+    except (json.JSONDecodeError, KeyError):
+        sys.exit(f"default_vs_tuned: epifuse emit failed for {chain_path} at {shape}: {(p.stderr or p.stdout)[-500:]}")
+
+
+def summary_line(ratios):
+    within5 = sum(r <= 1.05 for r in ratios)
+    within10 = sum(r <= 1.10 for r in ratios)
+    return (f"shapes {len(ratios)}: default within 5% of the fastest at {within5} "
+            f"({100 * within5 / len(ratios):.0f}%), within 10% at {within10}; worst {max(ratios):.3f}")
+
+
+def rescore(folders, target):
+    """This build's defaults against the candidate times recorded in `folders`."""
+    lines, ratios = [], []
+    files = sorted(f for d in folders for f in Path(d).glob("*.json"))
+    if not files:
+        sys.exit(f"default_vs_tuned: no <config>.json in {', '.join(folders)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in files:
+            doc = json.loads(f.read_text())
+            if not {"config", "chain", "results"} <= doc.keys():
+                continue
+            chain_path = f"{tmp}/{doc['config']}.json"
+            Path(chain_path).write_text(json.dumps(doc["chain"]))
+            for r in doc["results"]:
+                cands = r.get("candidates")
+                if not cands:
+                    continue
+                now = emitted_tile(chain_path, r["shape"], target)
+                best = min(cands.values())
+                ratio = cands[now] / best if now in cands else None
+                if ratio is not None:
+                    ratios.append(ratio)
+                was = r.get("default_tile", "?")
+                lines.append(f"{doc['config']:24} {str(tuple(r['shape'])):22} default {now:20}"
+                             f"{'' if now == was else f' (recorded {was})':30} default/best "
+                             f"{'  n/a' if ratio is None else f'{ratio:.3f}'} (best {min(cands, key=cands.get)})")
+                print(lines[-1], flush=True)
+    if ratios:
+        lines.append(summary_line(ratios))
+        print(lines[-1])
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated: " + ", ".join(CONFIGS))
@@ -126,7 +183,13 @@ def main():
     ap.add_argument("--quick", action="store_true", help="three shapes a configuration")
     ap.add_argument("--validation", action="store_true", help="the shapes no default rule was fitted to")
     ap.add_argument("--shapes", nargs="+", metavar="M,N,K", help="these shapes instead of a sweep (every configuration)")
+    ap.add_argument("--rescore", nargs="+", metavar="DIR",
+                    help="no GPU: this build's defaults against the candidate times recorded in these folders")
+    ap.add_argument("--target", default="sm_90a", help="--rescore: the target whose default rule to apply")
     opt = ap.parse_args()
+    if opt.rescore:
+        rescore(opt.rescore, opt.target)
+        return
     given = []
     for s in opt.shapes or []:
         try:
@@ -168,10 +231,7 @@ def main():
     ratios = [float(s.split("default/best ")[1].split()[0]) for s in summary if "default/best " in s
               and "n/a" not in s.split("default/best ")[1][:5]]
     if ratios:
-        within5 = sum(r <= 1.05 for r in ratios)
-        within10 = sum(r <= 1.10 for r in ratios)
-        summary.append(f"shapes {len(ratios)}: default within 5% of the fastest at {within5} "
-                       f"({100 * within5 / len(ratios):.0f}%), within 10% at {within10}; worst {max(ratios):.3f}")
+        summary.append(summary_line(ratios))
         print(summary[-1])
     (out / "summary.txt").write_text("\n".join(summary) + "\n")
 
