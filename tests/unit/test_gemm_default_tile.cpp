@@ -290,6 +290,13 @@ TEST_SUITE("unit") {
     KernelSpec summed = fragment;
     summed.graph.output("ysum", summed.graph.col_sum(summed.graph.accumulator(0)), DType::f32);
     CHECK(default_tile(summed, {3072, 3072, 3072}, h100) == "h128x128x64s6g8p");
+    // A staged epilogue with column sums keeps the clause; their rows take shared
+    // memory, and with two the ring gives up a stage.
+    KernelSpec staged_sum = staged;
+    staged_sum.graph.output("ysum", staged_sum.graph.col_sum(staged_sum.graph.accumulator(0)), DType::f32);
+    CHECK(default_tile(staged_sum, {3072, 3072, 3072}, h100) == "h128x192x64s5g8");
+    staged_sum.graph.output("ysum2", staged_sum.graph.col_sum(staged_sum.graph.accumulator(0)), DType::f32);
+    CHECK(default_tile(staged_sum, {3072, 3072, 3072}, h100) == "h128x192x64s4g8");
     // A smaller GPU's waves: 108 SMs (3072^3: 576 tiles in 5.3 waves, 384 in 3.6) - no gain.
     DeviceInfo a100 = h100;
     a100.multiprocessors = 108;
