@@ -132,6 +132,8 @@ def test_default_vs_tuned_rescore_scores_today_s_default_against_recorded_candid
         {"shape": [768, 3072, 768], "default_tile": "old", "candidates": {"old": 1.0}},
         {"shape": [64, 64, 64], "error": {"message": "no candidates"}}]}))
     (run_dir / "summary.txt").write_text("not a config\n")
+    (run_dir / "broken.json").write_text("{")
+    (run_dir / "other.json").write_text("[1, 2]")
     emitted = {"3072,3072,3072": "new", "4096,4096,4096": "other", "768,3072,768": "unseen"}
     calls = []
 
@@ -149,3 +151,9 @@ def test_default_vs_tuned_rescore_scores_today_s_default_against_recorded_candid
     assert "default/best 1.040" in lines[1]
     assert "n/a" in lines[2]
     assert lines[-1] == "shapes 2: default within 5% of the fastest at 2 (100%), within 10% at 2; worst 1.040"
+    err = capsys.readouterr().err
+    assert "broken.json: skipped, not readable JSON" in err and "other.json: skipped, not a run's" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SystemExit, match="no <config>.json"):
+        dvt.rescore([str(empty)], "sm_90a")

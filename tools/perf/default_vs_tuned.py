@@ -151,8 +151,13 @@ def rescore(folders, target):
         sys.exit(f"default_vs_tuned: no <config>.json in {', '.join(folders)}")
     with tempfile.TemporaryDirectory() as tmp:
         for f in files:
-            doc = json.loads(f.read_text())
-            if not {"config", "chain", "results"} <= doc.keys():
+            try:
+                doc = json.loads(f.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                print(f"default_vs_tuned: {f}: skipped, not readable JSON ({e})", file=sys.stderr)
+                continue
+            if not isinstance(doc, dict) or not {"config", "chain", "results"} <= doc.keys():
+                print(f"default_vs_tuned: {f}: skipped, not a run's <config>.json", file=sys.stderr)
                 continue
             chain_path = f"{tmp}/{doc['config']}.json"
             Path(chain_path).write_text(json.dumps(doc["chain"]))
@@ -173,6 +178,8 @@ def rescore(folders, target):
     if ratios:
         lines.append(summary_line(ratios))
         print(lines[-1])
+    elif not lines:
+        sys.exit(f"default_vs_tuned: no recorded candidate times in {', '.join(folders)}")
     return lines
 
 
