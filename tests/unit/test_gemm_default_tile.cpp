@@ -277,9 +277,24 @@ TEST_SUITE("unit") {
     CHECK(default_tile(tf32, {4096, 4096, 4096}, h100) == "h128x256x32s4g8");
     // Not measured, so not taken: a batched launch, a dual GEMM, a fragment
     // epilogue with more than one [M,N] tensor or with column sums.
+    // Nor a batched or strided problem: no GPU test has run one on them yet, so
+    // they are not among its candidates either, and asking for one is an error.
     Shape batched{3072, 3072, 3072};
     batched.batch = 4;
     CHECK(default_tile(fragment, batched, h100) == "h128x128x64s6g8p");
+    Shape strided{3072, 3072, 3072};
+    strided.lda = 4096;
+    CHECK(default_tile(fragment, strided, h100) == "h128x128x64s6g8p");
+    Shape strided_out{3072, 3072, 3072};
+    strided_out.ld_outputs = {4096};
+    CHECK(default_tile(staged, strided_out, h100) == "h128x128x64s6g8p");
+    for (const Shape& s : {batched, strided, strided_out}) {
+      for (const TileConfig& c : tile_candidates(fragment, s, "sm_90a"))
+        CHECK(std::get<WgmmaTile>(c).bn != 192);
+      CHECK_THROWS_WITH_AS(emit_kernel(fragment, s, parse_tile("h128x192x64s5g8"), KernelPath::fastest, "sm_90a"),
+                           doctest::Contains("dense and unbatched"), UserError);
+    }
+    CHECK(tile_candidates(fragment, {3072, 3072, 3072}, "sm_90a").size() == 10);
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col, MainloopKind::dual_gemm), {3072, 3072, 3072}, h100)
               .find("x192") == std::string::npos);
     KernelSpec residual = fragment;

@@ -97,7 +97,8 @@ class GemmFamily final : public KernelFamily {
   std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
                                           const DeviceInfo& device) const override {
     const Shape work_shape = batch_work_shape(shape);
-    const GemmProblem p = problem(spec, work_shape, target, device);
+    GemmProblem p = problem(spec, work_shape, target, device);
+    p.batches = shape.batch;
     if (amd_target(target)) {
       return wave_mainloop().candidates(p);
     }

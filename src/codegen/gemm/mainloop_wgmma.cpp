@@ -66,6 +66,16 @@ int full_tensors(const KernelSpec& spec) {
 
 bool wgmma_target(std::string_view target) { return target == "sm_90a"; }
 
+// The 192-column tiles have run no batched and no strided problem on a GPU yet
+// (their GPU tests are dense and unbatched): those problems keep to the other
+// tiles, in the rule and among the tuner's candidates.
+bool columns_192_tested(const GemmProblem& p) {
+  const Mainloop& ml = p.spec.mainloop;
+  return p.batches == 1 && p.shape.batch <= 1 && !epilogue_strided(p.shape) &&
+         !gemm_operand_strided(ml, p.shape, 0) && !gemm_operand_strided(ml, p.shape, 1) &&
+         !gemm_operand_strided(ml, p.shape, 2);
+}
+
 // The operands wgmma reads: f16 and bf16 in any layout, and f32 through tf32
 // (rounded by the copy engine, docs/hopper.md) K-major only (A row-major, B
 // col-major: wgmma has no transposed tf32).
@@ -115,8 +125,8 @@ class WgmmaMainloop final : public GemmMainloop {
                   t.str(), wgmma_bk(ml), to_string(ml.a));
     // BN 192: three 64-column blocks, which a cluster of two cannot halve; a
     // dual GEMM's two products would be one m64n384 wgmma, past n256.
-    EPIFUSE_CHECK(t.bn != 192 || (t.cluster == 1 && !p.dual),
-                  "gemm tile {}: BN 192 runs without a cluster and on a single GEMM only", t.str());
+    EPIFUSE_CHECK(t.bn != 192 || (t.cluster == 1 && !p.dual && columns_192_tested(p)),
+                  "gemm tile {}: BN 192 runs without a cluster and on a single GEMM only, dense and unbatched", t.str());
     // A consumer warpgroup's rows: BM/2 cooperative, BM ping-pong; a thread holds rows x BN / 128 accumulators.
     // A dual GEMM holds two accumulators per element.
     const int rows = t.pingpong ? t.bm : t.bm / 2, per_thread = rows * t.bn / 128 * (p.dual ? 2 : 1);
@@ -247,8 +257,9 @@ class WgmmaMainloop final : public GemmMainloop {
   // columns ran 1.01-1.25x behind. tf32 (f32 outputs: staged) took the
   // cooperative 128x192 as well: the fastest at 8 of 9 shapes, 1.015x at the
   // ninth. Not measured, so not taken: a dual GEMM (BN 192 does not fit its
-  // one wgmma), a batched launch, and fragment epilogues with column sums or
-  // more than one [M,N] tensor (a dgrad, a residual).
+  // one wgmma) and fragment epilogues with column sums or more than one [M,N]
+  // tensor (a dgrad, a residual); batched and strided problems, untested on
+  // these tiles, keep to the others (columns_192_tested).
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p)) return std::nullopt;
     const int bk = wgmma_bk(p.spec.mainloop);
@@ -304,7 +315,8 @@ class WgmmaMainloop final : public GemmMainloop {
         t = pingpong_64;
     }
     // Where 192-column tiles fill the waves better than 128x128 ones.
-    if (!p.dual && p.batches == 1 && wide >= sms && (!fragment || (!tf32 && tensors == 1 && !has_column_sums(p.spec)))) {
+    if (!p.dual && columns_192_tested(p) && wide >= sms &&
+        (!fragment || (!tf32 && tensors == 1 && !has_column_sums(p.spec)))) {
       const double gain = output_fill(p.shape, 128, 192, sms) - output_fill(p.shape, 128, 128, sms);
       if (gain >= (fragment ? k_fill_gain_fragment : k_fill_gain_staged)) {
         const bool few_rows_deep_k = p.shape.m <= k_192_few_rows && p.shape.k >= k_192_deep_k;
@@ -329,8 +341,11 @@ class WgmmaMainloop final : public GemmMainloop {
     else
       out = {WgmmaTile{128, 256, bk, 4, 8}, WgmmaTile{128, 256, bk, 4, 8, 2}, WgmmaTile{256, 128, bk, 4, 8},
              WgmmaTile{256, 128, bk, 4, 8, 2}, WgmmaTile{128, 128, bk, 6, 8}, WgmmaTile{128, 128, bk, 6, 8, 1, 1},
-             WgmmaTile{128, 64, bk, 8, 8}, WgmmaTile{64, 128, bk, 5, 8, 1, 1}, WgmmaTile{128, 192, bk, 5, 8},
-             WgmmaTile{64, 192, bk, 5, 8, 1, 1}};
+             WgmmaTile{128, 64, bk, 8, 8}, WgmmaTile{64, 128, bk, 5, 8, 1, 1}};
+    if (!p.dual && columns_192_tested(p)) {
+      out.push_back(WgmmaTile{128, 192, bk, 5, 8});
+      out.push_back(WgmmaTile{64, 192, bk, 5, 8, 1, 1});
+    }
     std::erase_if(out, [&](const TileConfig& c) { return shared_bytes(std::get<WgmmaTile>(c), p) > p.device.shared_per_block; });
     return out;
   }
