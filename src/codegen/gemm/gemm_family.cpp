@@ -149,7 +149,7 @@ class GemmFamily final : public KernelFamily {
  private:
   GemmProblem problem(const KernelSpec& spec, const Shape& shape, std::string_view target,
                       const DeviceInfo& device) const {
-    return GemmProblem{spec, shape, target, device, kind_ == MainloopKind::dual_gemm};
+    return GemmProblem{spec, shape, target, device, kind_ == MainloopKind::dual_gemm, shape.batch};
   }
   // The GemmTile mainloops: exact f32 on FFMA, the rest on tensor cores.
   static const GemmMainloop& sync_mainloop(const Mainloop& ml) {

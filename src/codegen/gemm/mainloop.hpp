@@ -24,7 +24,7 @@ struct GemmProblem {
   std::string_view target;
   const DeviceInfo& device;
   bool dual = false;  ///< A * B0 and A * B1, two accumulators (docs/dual-gemm.md)
-  std::int64_t batches = 1;  ///< problems stacked in `shape`'s M (a batched launch, Note [Batched GEMM])
+  std::int64_t batches = 1;  ///< the launch's problems: shape.batch, or with `shape` their work shape, stacked in M (Note [Batched GEMM])
 };
 
 class GemmMainloop {

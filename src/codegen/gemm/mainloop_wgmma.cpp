@@ -71,7 +71,7 @@ bool wgmma_target(std::string_view target) { return target == "sm_90a"; }
 // tiles, in the rule and among the tuner's candidates.
 bool columns_192_tested(const GemmProblem& p) {
   const Mainloop& ml = p.spec.mainloop;
-  return p.batches == 1 && p.shape.batch <= 1 && !epilogue_strided(p.shape) &&
+  return p.batches == 1 && !epilogue_strided(p.shape) &&
          !gemm_operand_strided(ml, p.shape, 0) && !gemm_operand_strided(ml, p.shape, 1) &&
          !gemm_operand_strided(ml, p.shape, 2);
 }
