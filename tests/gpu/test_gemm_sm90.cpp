@@ -34,7 +34,8 @@ const WgmmaTile k_tiles[] = {{128, 256, 64, 4, 8}, {256, 128, 64, 4, 8},    {128
                              {256, 128, 64, 4, 8, 2}, {128, 128, 64, 3, 1, 2}, {128, 128, 64, 6, 8, 1, 1},
                              {128, 64, 64, 3, 1, 1, 1}, {128, 128, 64, 5, 8, 2, 1},  // these and the one before: ping-pong
                              {128, 64, 64, 8, 8, 2},  // BN 64 in a cluster: B row-major splits its k rows
-                             {128, 192, 64, 4, 8}, {64, 192, 64, 5, 8, 1, 1}};  // BN 192: three 64-column blocks
+                             {128, 192, 64, 4, 8}, {64, 192, 64, 5, 8, 1, 1},  // BN 192: three 64-column blocks
+                             {64, 64, 64, 8, 8, 1, 1}};
 
 // The same tiles for f32 operands through tf32: a stage row is 128 bytes of K, 32 elements.
 std::vector<WgmmaTile> tf32_tiles() {
@@ -155,13 +156,35 @@ TEST_SUITE("gpu_sm90") {
       CHECK(std::get<WgmmaTile>(tile).bm == 64);
       check(*jit, tf32, s, ++seed);
     }
-    // A staged 16-bit epilogue (dropout) at 64 rows and K = 4096: mma.sync's 64x64 in six stages.
+    // A staged 16-bit epilogue (dropout) under 64 rows at K = 4096: mma.sync's 64x64 in six stages.
     const KernelSpec dropped = gemm_spec(DType::bf16, Layout::row, Layout::col, 0.1);
-    const Shape deep{64, 4160, 4096};
+    const Shape deep{40, 8192, 4096};
     const TileConfig tile = jit->compile(dropped, deep)->source().tile;
     REQUIRE(std::holds_alternative<GemmTile>(tile));
     CHECK(std::get<GemmTile>(tile).stages == 6);
     check(*jit, dropped, deep, ++seed);
+  }
+
+  TEST_CASE("gemm sm90: the few-row defaults, ping-pong 64x64 and 64x128, against the reference") {
+    Jit* jit = hopper_jit();
+    if (!jit) return;
+    std::uint64_t seed = 9650;
+    // Whole 64-row tiles that fit one wave (65 and 98 tiles): 64x64, staged
+    // (dropout) and fragment epilogues; 96 rows (a partial row tile): 64x128.
+    const KernelSpec dropped = gemm_spec(DType::bf16, Layout::row, Layout::col, 0.1);
+    const KernelSpec plain = gemm_spec(DType::f16, Layout::row, Layout::row);
+    for (const KernelSpec* spec : {&dropped, &plain})
+      for (const Shape& s : {Shape{64, 4160, 4096}, Shape{128, 3136, 520}}) {
+        const TileConfig tile = jit->compile(*spec, s)->source().tile;
+        REQUIRE(std::holds_alternative<WgmmaTile>(tile));
+        CHECK(std::get<WgmmaTile>(tile) == WgmmaTile{64, 64, 64, 8, 8, 1, 1});
+        check(*jit, *spec, s, ++seed);
+      }
+    const Shape ragged{96, 4160, 1000};
+    const TileConfig tile = jit->compile(plain, ragged)->source().tile;
+    REQUIRE(std::holds_alternative<WgmmaTile>(tile));
+    CHECK(std::get<WgmmaTile>(tile) == WgmmaTile{64, 128, 64, 5, 8, 1, 1});
+    check(*jit, plain, ragged, ++seed);
   }
 
   TEST_CASE("gemm sm90: tf32 operands are rounded as the reference rounds them, on wgmma and mma.sync") {

@@ -169,7 +169,7 @@ TEST_SUITE("gpu") {
     if (!jit) return;
     std::uint64_t seed = 10100;
     const TileConfig tiles[] = {WgmmaTile{128, 128, 64, 4, 8}, WgmmaTile{128, 256, 64, 4, 8, 2},
-                                WgmmaTile{128, 128, 64, 6, 8, 1, 1}};
+                                WgmmaTile{128, 128, 64, 6, 8, 1, 1}, WgmmaTile{64, 64, 64, 8, 8, 1, 1}};
     // Without dropout two 16-bit outputs take the fragment epilogue; dropout
     // keeps the staged one. Both prefetch the [M,N] input.
     for (const KernelSpec& spec : {chain(DType::f16), chain(DType::bf16, MainloopKind::gemm, 0.25)}) {

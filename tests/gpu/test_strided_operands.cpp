@@ -126,7 +126,7 @@ TEST_SUITE("gpu") {
     if (!jit) return;
     std::uint64_t seed = 9500;
     const TileConfig tiles[] = {WgmmaTile{128, 128, 64, 4, 8}, WgmmaTile{128, 256, 64, 4, 8, 2},
-                                WgmmaTile{128, 128, 64, 6, 8, 1, 1}};
+                                WgmmaTile{128, 128, 64, 6, 8, 1, 1}, WgmmaTile{64, 64, 64, 8, 8, 1, 1}};
     for (Layout a : {Layout::row, Layout::col})
       for (Layout b : {Layout::row, Layout::col}) {
         const KernelSpec spec = gemm_spec(DType::f16, a, b);

@@ -56,15 +56,21 @@ TEST_SUITE("unit") {
       CHECK(default_tile(spec, {2048, 16384, 256}, h100) == "h128x128x64s6g8p");
       // 64 tiles of 128x128 against 128 of 128x64: the narrow tile fills the wave.
       CHECK(default_tile(spec, {1024, 1024, 1024}, h100) == "h128x64x64s8g8");
-      CHECK(default_tile(spec, {128, 4096, 4096}, h100) == "h128x64x64s8g8");
-      CHECK(default_tile(spec, {512, 1024, 1024}, h100) == "h128x64x64s8g8");
+      // Whole 64-row tiles, 24 to one wave of them: the ping-pong 64x64 tile.
+      CHECK(default_tile(spec, {128, 4096, 4096}, h100) == "h64x64x64s8g8p");
+      CHECK(default_tile(spec, {512, 1024, 1024}, h100) == "h64x64x64s8g8p");
+      CHECK(default_tile(spec, {64, 1536, 8192}, h100) == "h64x64x64s8g8p");     // 24 tiles
+      CHECK(default_tile(spec, {64, 1024, 4096}, h100) == "32x32x64w2x2s4g8");   // 16: mma.sync
+      // Under 128 rows, where 64x64 tiles take more than a wave or the last row
+      // tile is partial: the ping-pong 64x128, where its tiles fit one wave.
+      CHECK(default_tile(spec, {64, 14336, 4096}, h100) == "h64x128x64s5g8p");   // 224 tiles of 64x64
+      CHECK(default_tile(spec, {96, 4096, 4096}, h100) == "h64x128x64s5g8p");
       // 128 tiles of 128x128 fill a wave as well as 256 of 128x64: the wider one.
       CHECK(default_tile(spec, {256, 8192, 2048}, h100) == "h128x128x64s6g8");
       // Where the narrow tiles fill more: ping-pong 64x128 with a partial last
       // row tile, or eight row tiles and more at K >= 4096; else 128x64.
       CHECK(default_tile(spec, {192, 4096, 4096}, h100) == "h64x128x64s5g8p");
       CHECK(default_tile(spec, {160, 4096, 2048}, h100) == "h64x128x64s5g8p");
-      CHECK(default_tile(spec, {64, 8192, 4096}, h100) == "h64x128x64s5g8p");
       CHECK(default_tile(spec, {1024, 1024, 4096}, h100) == "h64x128x64s5g8p");
       CHECK(default_tile(spec, {4096, 256, 4096}, h100) == "h64x128x64s5g8p");
       CHECK(default_tile(spec, {256, 4096, 4096}, h100) == "h128x64x64s8g8");
@@ -83,8 +89,8 @@ TEST_SUITE("unit") {
       CHECK(default_tile(spec, {2048, 2048, 2048}, h100) == "h128x128x64s6g8p");
       // Fewer than 64 rows: mma.sync's small tiles.
       CHECK(default_tile(spec, {16, 4096, 4096}, h100) == "32x32x64w2x2s4g8");
-      // Below 512^2 outputs: mma.sync as before.
-      CHECK(default_tile(spec, {256, 1024, 1024}, h100) == "64x64x32w2x4s4g8");
+      // Below 512^2 outputs in a partial 64-row tile: mma.sync as before.
+      CHECK(default_tile(spec, {200, 1024, 1024}, h100) == "64x64x32w2x4s4g8");
       // Another architecture: mma.sync tiles.
       CHECK(default_tile(spec, {4096, 4096, 4096}, h100, "sm_80") == "128x256x32w2x4s4g8");
     }
@@ -189,12 +195,15 @@ TEST_SUITE("unit") {
     // The fragment epilogue keeps the ping-pong 64x128 there, or takes the ping-pong 64x192.
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {896, 3520, 1024}, h100) == "h64x128x64s5g8p");
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {1024, 2560, 1024}, h100) == "h64x192x64s5g8p");
-    // 64 rows and K >= 4096: mma.sync's 64x64 tile in six stages; a fragment
-    // epilogue, a shallower K or more rows keep wgmma's ping-pong 64x128.
-    CHECK(default_tile(dropped, {64, 8192, 4096}, h100) == "64x64x64w2x2s6g8");
-    CHECK(default_tile(dropped, {64, 8192, 2048}, h100) == "h64x128x64s5g8p");
+    // 64 rows: the ping-pong 64x64 where its tiles fit a wave; else, under 64
+    // rows or past a wave of 64x128 tiles at K >= 4096, mma.sync's 64x64 tile
+    // in six stages; more rows keep wgmma's ping-pong 64x128.
+    CHECK(default_tile(dropped, {64, 8192, 4096}, h100) == "h64x64x64s8g8p");
+    CHECK(default_tile(dropped, {64, 8192, 2048}, h100) == "h64x64x64s8g8p");
+    CHECK(default_tile(dropped, {40, 8192, 4096}, h100) == "64x64x64w2x2s6g8");
+    CHECK(default_tile(dropped, {64, 20480, 4096}, h100) == "64x64x64w2x2s6g8");
     CHECK(default_tile(dropped, {192, 4096, 4096}, h100) == "h64x128x64s5g8p");
-    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {64, 8192, 4096}, h100) == "h64x128x64s5g8p");
+    CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {64, 8192, 4096}, h100) == "h64x64x64s8g8p");
     // mma.sync's own default there (any architecture): six stages where they fit.
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {64, 8192, 4096}, h100, "sm_80") == "64x64x64w2x2s6g8");
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col), {64, 8192, 1024}, h100, "sm_80") == "64x64x64w2x2s3g8");
@@ -294,7 +303,7 @@ TEST_SUITE("unit") {
       CHECK_THROWS_WITH_AS(emit_kernel(fragment, s, parse_tile("h128x192x64s5g8"), KernelPath::fastest, "sm_90a"),
                            doctest::Contains("dense and unbatched"), UserError);
     }
-    CHECK(tile_candidates(fragment, {3072, 3072, 3072}, "sm_90a").size() == 10);
+    CHECK(tile_candidates(fragment, {3072, 3072, 3072}, "sm_90a").size() == 11);
     CHECK(default_tile(bias_gelu(DType::bf16, Layout::col, MainloopKind::dual_gemm), {3072, 3072, 3072}, h100)
               .find("x192") == std::string::npos);
     KernelSpec residual = fragment;

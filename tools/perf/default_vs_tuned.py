@@ -2,7 +2,8 @@
 """The default tile against the tuned one and cuBLAS, over a sweep of GEMM shapes
 (docs/perf/default-tiles.md).
 
-    python3 tools/perf/default_vs_tuned.py [--configs NAME,...] [--out DIR] [--quick | --validation | --shapes M,N,K ...]
+    python3 tools/perf/default_vs_tuned.py [--configs NAME,...] [--out DIR]
+        [--quick | --validation | --few-rows | --shapes M,N,K ...]
 
 For each chain configuration (the chains `epifuse.nn` builds: nn.Linear's column-major
 weight unless the name says `brow`) and each shape M,N,K:
@@ -52,6 +53,15 @@ QUICK = [(1024, 1024, 1024), (4096, 4096, 4096), (16384, 4096, 16384)]
 VALIDATION = [
     (64, 8192, 4096), (192, 4096, 4096), (768, 3072, 768), (1536, 6144, 1536), (2560, 10240, 2560),
     (3072, 3072, 3072), (4096, 14336, 4096), (6144, 12288, 3072), (8192, 1536, 6144), (12288, 4096, 12288),
+]
+# Few rows (--few-rows; single GEMMs): decode and small-batch shapes, whole and partial
+# 64-row tiles, under a wave of 64x64 tiles and past it (docs/perf/default-tiles.md, "Few rows").
+FEW_ROWS = [
+    (64, 4096, 4096), (64, 8192, 4096), (64, 14336, 4096), (64, 4096, 14336), (64, 2048, 8192),
+    (128, 4096, 4096), (128, 2048, 4096), (128, 8192, 1024), (256, 2048, 4096), (64, 11008, 4096),
+    (96, 4096, 4096), (192, 2048, 2048), (64, 6144, 4096), (64, 8192, 2048), (128, 4096, 1024),
+    (192, 2048, 4096), (320, 1536, 2048), (512, 1024, 1024), (64, 2048, 2048), (80, 8192, 4096),
+    (112, 5120, 4096), (64, 1536, 8192), (64, 5120, 14336),
 ]
 DUAL_VALIDATION = [(64, 11008, 4096), (512, 11008, 4096), (2048, 11008, 4096), (4096, 5632, 2048),
                    (8192, 14336, 4096), (16384, 5632, 2048)]
@@ -189,6 +199,7 @@ def main():
     ap.add_argument("--out", default="default_vs_tuned", help="output folder")
     ap.add_argument("--quick", action="store_true", help="three shapes a configuration")
     ap.add_argument("--validation", action="store_true", help="the shapes no default rule was fitted to")
+    ap.add_argument("--few-rows", action="store_true", help="decode and small-batch shapes, 64 to 512 rows")
     ap.add_argument("--shapes", nargs="+", metavar="M,N,K", help="these shapes instead of a sweep (every configuration)")
     ap.add_argument("--rescore", nargs="+", metavar="DIR",
                     help="no GPU: this build's defaults against the candidate times recorded in these folders")
@@ -222,6 +233,8 @@ def main():
                 shapes = QUICK
             elif opt.validation:
                 shapes = DUAL_VALIDATION if dual else VALIDATION
+            elif opt.few_rows:
+                shapes = FEW_ROWS
             else:
                 shapes = DUAL_SHAPES if dual else SHAPES
             rows = []

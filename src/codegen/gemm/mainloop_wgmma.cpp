@@ -53,6 +53,9 @@ constexpr double k_fill_gain_staged = 0.04;
 constexpr double k_fill_gain_fragment = 0.06;
 constexpr std::int64_t k_192_few_rows = 1024;
 constexpr std::int64_t k_192_deep_k = 2048;
+// Few rows: the ping-pong 64x64 tile where its tiles, at least this many,
+// fit one wave (Note [Default GEMM tile]).
+constexpr std::int64_t k_small_tiles_min = 24;
 
 // The [M,N] tensors an epilogue reads or writes besides the accumulator: its
 // full outputs and full inputs (a residual, a saved pre-activation).
@@ -260,6 +263,22 @@ class WgmmaMainloop final : public GemmMainloop {
   // one wgmma) and fragment epilogues with column sums or more than one [M,N]
   // tensor (a dgrad, a residual); batched and strided problems, untested on
   // these tiles, keep to the others (columns_192_tested).
+  // Few rows (H200, every candidate in turns, 2026-11-28; docs/perf/
+  // default-tiles.md, "Few rows"): in whole 64-row tiles (64 to 512 rows),
+  // where the ping-pong 64x64 tile's 24 to 132 tiles fit one wave, it was the
+  // fastest candidate at all 51 such measurements (bias+GELU with either B
+  // layout, bias+ReLU+dropout; N 1024-8192, K 1024-14336), where the defaults
+  // it replaced (mma.sync's 64x64 tiles, which most of these shapes had for
+  // their few outputs, the cooperative 128x64, the ping-pong 64x128) ran
+  // 1.12-3.18x its time. Under a wave B is nearly all of the bytes, and each
+  // SM streams one tile's panel of it: twice the tiles, twice the SMs pulling
+  // B. Past a wave (224 and 172 tiles at 64x14336x4096 and 64x11008x4096) it
+  // ran 1.02-1.19x behind the ping-pong 64x128, and with a partial last row
+  // tile (80, 96, 112 rows) 1.07-1.44x behind: under 128 rows the ping-pong
+  // 64x128 takes those where its tiles fit a wave, the fastest at 80 and 96
+  // rows and at 64 x 11008 and 14336 (1.03-1.05x at 112 rows, where 128x64
+  // won). Not timed, so left to the rules below: fewer than 24 tiles, tf32,
+  // dual GEMMs, batched launches and column sums.
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
     if (!wgmma_applies(p)) return std::nullopt;
     const int bk = wgmma_bk(p.spec.mainloop);
@@ -274,12 +293,22 @@ class WgmmaMainloop final : public GemmMainloop {
     // tf32 under 64 rows: the ping-pong 64x128 tile, not mma.sync's.
     if (tf32 && !p.dual && p.shape.m < k_wgmma_min_rows && p.shape.m * p.shape.n >= k_tf32_few_rows_min_outputs)
       return fitted(pingpong_64);
+    // Few rows: the ping-pong 64x64 tile in whole 64-row tiles, or under 128
+    // rows the ping-pong 64x128, where its tiles fit one wave; before the
+    // mma.sync tiles below.
+    const std::int64_t sms = std::max(p.device.multiprocessors, 1);
+    if (!p.dual && !tf32 && p.batches == 1 && !has_column_sums(p.spec)) {
+      const auto one_wave = [&](std::int64_t tiles) { return tiles >= k_small_tiles_min && tiles <= sms; };
+      if (p.shape.m % 64 == 0 && one_wave(tiles_of(p.shape, 64, 64)))
+        return fitted(WgmmaTile{64, 64, bk, 8, 8, 1, 1});
+      if (p.shape.m >= k_wgmma_min_rows && p.shape.m < 128 && one_wave(tiles_of(p.shape, 64, 128)))
+        return fitted(pingpong_64);
+    }
     if (p.shape.m < k_wgmma_min_rows || p.shape.m * p.shape.n < k_wgmma_min_outputs) return std::nullopt;
     const bool fragment = wgmma_fragment_chain(p.spec);
     // 64 rows, a deep K and a staged epilogue with 16-bit operands: mma.sync's
     // 64x64 tile in six stages.
     if (!p.dual && !tf32 && !fragment && few_rows_deep_k(p.shape)) return std::nullopt;
-    const std::int64_t sms = std::max(p.device.multiprocessors, 1);
     const std::int64_t wide = tiles_of(p.shape, 128, 128), narrow = tiles_of(p.shape, 128, 64);
     WgmmaTile t = p.dual ? WgmmaTile{128, 64, bk, 6, 8, 1, 1} : pingpong;
     const double work = static_cast<double>(p.shape.m) * static_cast<double>(p.shape.n) * static_cast<double>(p.shape.k);
@@ -341,7 +370,7 @@ class WgmmaMainloop final : public GemmMainloop {
     else
       out = {WgmmaTile{128, 256, bk, 4, 8}, WgmmaTile{128, 256, bk, 4, 8, 2}, WgmmaTile{256, 128, bk, 4, 8},
              WgmmaTile{256, 128, bk, 4, 8, 2}, WgmmaTile{128, 128, bk, 6, 8}, WgmmaTile{128, 128, bk, 6, 8, 1, 1},
-             WgmmaTile{128, 64, bk, 8, 8}, WgmmaTile{64, 128, bk, 5, 8, 1, 1}};
+             WgmmaTile{128, 64, bk, 8, 8}, WgmmaTile{64, 128, bk, 5, 8, 1, 1}, WgmmaTile{64, 64, bk, 8, 8, 1, 1}};
     if (!p.dual && columns_192_tested(p)) {
       out.push_back(WgmmaTile{128, 192, bk, 5, 8});
       out.push_back(WgmmaTile{64, 192, bk, 5, 8, 1, 1});
