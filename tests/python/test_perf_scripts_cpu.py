@@ -83,6 +83,13 @@ def test_batched_refuses_bad_arguments(argv):
     assert r.returncode == 2 and "error:" in r.stderr
 
 
+@pytest.mark.parametrize("argv", [["--few-rows", "--validation"], ["--wide-192", "--shapes", "64,64,64"],
+                                  ["--quick", "--rescore", "somewhere"]])
+def test_default_vs_tuned_takes_one_set_of_shapes(argv):
+    r = run("default_vs_tuned.py", *argv)
+    assert r.returncode == 2 and "not allowed with" in r.stderr
+
+
 def test_default_vs_tuned_times_the_rule_s_default_not_an_earlier_tune_s_choice(monkeypatch):
     # A tune keeps its choice in the disk cache and a later bench of the same chain and
     # shape reads it; the bench of the default must run without the cache, the tune with it.

@@ -3,7 +3,7 @@
 (docs/perf/default-tiles.md).
 
     python3 tools/perf/default_vs_tuned.py [--configs NAME,...] [--out DIR]
-        [--quick | --validation | --few-rows | --shapes M,N,K ...]
+        [--quick | --validation | --few-rows | --wide-192 | --shapes M,N,K ...]
 
 For each chain configuration (the chains `epifuse.nn` builds: nn.Linear's column-major
 weight unless the name says `brow`) and each shape M,N,K:
@@ -62,6 +62,14 @@ FEW_ROWS = [
     (96, 4096, 4096), (192, 2048, 2048), (64, 6144, 4096), (64, 8192, 2048), (128, 4096, 1024),
     (192, 2048, 4096), (320, 1536, 2048), (512, 1024, 1024), (64, 2048, 2048), (80, 8192, 4096),
     (112, 5120, 4096), (64, 1536, 8192), (64, 5120, 14336),
+]
+# Where 128x192 tiles hold more of the outputs in their waves than 128x128 ones (--wide-192;
+# docs/perf/default-tiles.md, "192-column tiles"), and large controls where they do not.
+WIDE_192 = [
+    (768, 12288, 2048), (1536, 6144, 1536), (2560, 6144, 2560), (3072, 3072, 3072), (3072, 5120, 5120),
+    (5120, 3072, 2048), (6144, 1536, 4096), (12288, 768, 1024), (512, 6144, 2048), (768, 3072, 768),
+    (768, 4096, 4096), (1024, 3072, 1024), (1536, 14336, 4096), (2048, 1536, 2048), (2560, 11008, 4096),
+    (14336, 1536, 2048), (2048, 8192, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 4096),
 ]
 DUAL_VALIDATION = [(64, 11008, 4096), (512, 11008, 4096), (2048, 11008, 4096), (4096, 5632, 2048),
                    (8192, 14336, 4096), (16384, 5632, 2048)]
@@ -197,12 +205,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated: " + ", ".join(CONFIGS))
     ap.add_argument("--out", default="default_vs_tuned", help="output folder")
-    ap.add_argument("--quick", action="store_true", help="three shapes a configuration")
-    ap.add_argument("--validation", action="store_true", help="the shapes no default rule was fitted to")
-    ap.add_argument("--few-rows", action="store_true", help="decode and small-batch shapes, 64 to 512 rows")
-    ap.add_argument("--shapes", nargs="+", metavar="M,N,K", help="these shapes instead of a sweep (every configuration)")
-    ap.add_argument("--rescore", nargs="+", metavar="DIR",
-                    help="no GPU: this build's defaults against the candidate times recorded in these folders")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--quick", action="store_true", help="three shapes a configuration")
+    which.add_argument("--validation", action="store_true", help="the shapes no default rule was fitted to")
+    which.add_argument("--few-rows", action="store_true", help="decode and small-batch shapes, 64 to 512 rows")
+    which.add_argument("--wide-192", action="store_true", help="where 192-column tiles fill the waves better, and controls")
+    which.add_argument("--shapes", nargs="+", metavar="M,N,K", help="these shapes instead of a sweep (every configuration)")
+    which.add_argument("--rescore", nargs="+", metavar="DIR",
+                       help="no GPU: this build's defaults against the candidate times recorded in these folders")
     ap.add_argument("--target", default="sm_90a", help="--rescore: the target whose default rule to apply")
     opt = ap.parse_args()
     if opt.rescore:
@@ -235,6 +245,8 @@ def main():
                 shapes = DUAL_VALIDATION if dual else VALIDATION
             elif opt.few_rows:
                 shapes = FEW_ROWS
+            elif opt.wide_192:
+                shapes = WIDE_192
             else:
                 shapes = DUAL_SHAPES if dual else SHAPES
             rows = []
