@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "codegen/family.hpp"
 #include "epifuse/codegen.hpp"
@@ -46,6 +48,56 @@ std::string default_tile(const KernelSpec& spec, const Shape& shape, const Devic
 }  // namespace
 
 TEST_SUITE("unit") {
+  TEST_CASE("GEMM default tile: every default is a tile the family accepts when requested") {
+    // The rule's clauses are checked one shape at a time above; here, over a grid of
+    // shapes (few rows, partial tiles, one and many waves), chains (fragment, staged,
+    // column sums, tf32, dual), batches and devices (an H100, a slice of 16 of its
+    // SMs, an A100, an sm_86 GPU's 99 KiB a block, an AMD GPU), the default passes the same checks
+    // as a tile a user asks for: the rule never hands out a tile the check refuses.
+    KernelSpec sums = bias_gelu(DType::bf16, Layout::col);
+    sums.graph = Graph{};
+    {
+      Graph& g = sums.graph;
+      const Value d = g.mul(g.accumulator(0), g.input("saved", DType::bf16));
+      g.output("dacc", d, DType::bf16);
+      g.output("dbias", g.col_sum(d), DType::f32);
+    }
+    const KernelSpec specs[] = {bias_gelu(DType::bf16, Layout::col), bias_gelu(DType::f16, Layout::row),
+                                bias_relu_dropout(), sums, bias_gelu(DType::f32, Layout::col),
+                                bias_gelu(DType::bf16, Layout::col, MainloopKind::dual_gemm)};
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    DeviceInfo slice = h100, a100 = h100, sm86 = h100;
+    slice.multiprocessors = 16;
+    a100.multiprocessors = 108;
+    a100.shared_per_block = 163 * 1024;
+    sm86.multiprocessors = 84;
+    sm86.shared_per_block = 99 * 1024;
+    const std::pair<std::string_view, DeviceInfo> devices[] = {
+        {"sm_90a", h100}, {"sm_90a", slice}, {"sm_80", a100}, {"sm_86", sm86}, {"gfx90a", assumed_device("gfx90a")}};
+    int checked = 0;
+    for (const KernelSpec& spec : specs)
+      for (const auto& [target, device] : devices)
+        for (const std::int64_t m : {16, 40, 64, 96, 112, 128, 192, 200, 512, 1000, 4096})
+          for (const std::int64_t n : {64, 200, 1024, 4096, 8448, 14336})
+            for (const std::int64_t k : {64, 1000, 4096, 14336})
+              for (const std::int64_t batch : {1, 4}) {
+                Shape shape{m, n, k};
+                shape.batch = batch;
+                const KernelFamily& family = family_for(spec);
+                INFO(target << " " << to_string(spec.mainloop.kind) << " " << to_string(spec.mainloop.a) << " " << m
+                            << "x" << n << "x" << k << " batch " << batch << ", " << device.multiprocessors << " SMs");
+                TileConfig tile;
+                REQUIRE_NOTHROW(tile = family.resolve_tile(spec, shape, std::nullopt, target, device));
+                INFO("default " << to_string(tile));
+                CHECK_NOTHROW((void)family.resolve_tile(spec, shape, tile, target, device));
+                ++checked;
+              }
+    CHECK(checked == 6 * 5 * 11 * 6 * 4 * 2);
+    // On 99 KiB the 128x256 default (136 KiB in four stages) becomes 128x128 with its four stages.
+    CHECK(default_tile(specs[0], {4096, 4096, 4096}, sm86, "sm_86") == "128x128x32w2x4s4g8");
+    CHECK(default_tile(specs[0], {4096, 4096, 4096}, a100, "sm_80") == "128x256x32w2x4s4g8");
+  }
+
   TEST_CASE("GEMM default tile: ping-pong 128x128 from a wave of tiles, the fuller wave below") {
     const DeviceInfo h100 = assumed_device("sm_90a");
     REQUIRE(h100.multiprocessors == 132);

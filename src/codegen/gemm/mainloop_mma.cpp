@@ -118,6 +118,31 @@ GemmTile dual_heuristic(GemmTile t, GemmMath math) {
   return t;
 }
 
+// The first choices above assume the shared memory of an sm_80 or sm_90 block
+// (163 or 227 KiB). Where the device has less (sm_86 and sm_89: 99 KiB), the
+// same tile with a shallower ring, down to three stages; then half the tile
+// (its longer side first) with the ring it had; two stages last. Without this
+// step every large 16-bit GEMM's default (128x256, 136 KiB) was refused on those
+// GPUs as a tile that does not fit.
+GemmTile fit_shared_memory(GemmTile t, const GemmProblem& p) {
+  const auto fits = [&](const GemmTile& x) {
+    return gemm_block_shared_bytes(x, operand_bytes(p), p.dual) <= p.device.shared_per_block;
+  };
+  const int stages = t.stages;
+  for (;;) {
+    for (t.stages = stages; t.stages >= 3; --t.stages)
+      if (fits(t)) return t;
+    if (t.bn >= t.bm && t.bn / 2 / t.warps_n >= 16)
+      t.bn /= 2;
+    else if (t.bm / 2 / t.warps_m >= 16)
+      t.bm /= 2;
+    else
+      break;
+  }
+  t.stages = 2;  // the smallest ring; the check reports it if even this does not fit
+  return t;
+}
+
 class MmaMainloop final : public GemmMainloop {
  public:
   void check(const TileConfig& tile, const GemmProblem& p) const override {
@@ -150,7 +175,7 @@ class MmaMainloop final : public GemmMainloop {
   }
 
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
-    return p.dual ? dual_heuristic(single_heuristic(p), p.spec.mainloop.math) : single_heuristic(p);
+    return fit_shared_memory(p.dual ? dual_heuristic(single_heuristic(p), p.spec.mainloop.math) : single_heuristic(p), p);
   }
 
   std::vector<TileConfig> candidates(const GemmProblem& p) const override {
