@@ -3,15 +3,19 @@
 // The timings behind each choice are in docs/perf/rows.md ("Default tiles").
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "codegen/family.hpp"
 #include "epifuse/codegen.hpp"
 #include "epifuse/device_info.hpp"
+#include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
 
 using namespace epifuse;
@@ -42,6 +46,50 @@ std::string default_tile(const KernelSpec& spec, const Shape& shape, std::string
 }  // namespace
 
 TEST_SUITE("unit") {
+  TEST_CASE("row and elementwise default tiles: every default is a tile the family accepts when requested") {
+    // Every example chain without a GEMM, forward and backward, at row lengths from 1
+    // to 2^20 and on devices with less shared memory or fewer SMs than an H100: the
+    // default passes the checks a requested tile passes, so a chain never fails for
+    // the tile the library chose itself.
+    std::vector<std::string> paths;
+    for (const char* dir : {"examples/chains", "examples/backward"})
+      for (const auto& entry : std::filesystem::directory_iterator(kSource / dir))
+        if (entry.path().extension() == ".json") paths.push_back(std::string(dir) + "/" + entry.path().filename().string());
+    std::sort(paths.begin(), paths.end());
+    const DeviceInfo h100 = assumed_device("sm_90a");
+    DeviceInfo slice = h100, sm86 = h100;
+    slice.multiprocessors = 16;
+    sm86.multiprocessors = 84;
+    sm86.shared_per_block = 99 * 1024;
+    const std::pair<std::string_view, DeviceInfo> devices[] = {
+        {"sm_90a", h100}, {"sm_90a", slice}, {"sm_86", sm86}, {"gfx90a", assumed_device("gfx90a")}};
+    int checked = 0;
+    for (const std::string& path : paths)
+      for (const bool f32 : {false, true}) {
+        const KernelSpec spec = example(path, f32);
+        if (spec.mainloop.kind != MainloopKind::elementwise) continue;
+        const KernelFamily& family = family_for(spec);
+        for (const auto& [target, device] : devices)
+          for (const std::int64_t n : {1, 3, 100, 1024, 4097, 65536, 262144, 1 << 20})
+            for (const std::int64_t m : {1, 7, 512}) {
+              const Shape shape{m, n, 0};
+              INFO(path << std::string(f32 ? " (f32)" : "") << " " << target << " " << m << "x" << n);
+              TileConfig tile;
+              try {
+                tile = family.resolve_tile(spec, shape, std::nullopt, target, device);
+              } catch (const UserError& e) {
+                // The one refusal of a default: column sums over rows no tile holds, said so.
+                CHECK_MESSAGE(std::string(e.what()).find("no row tile holds rows of N") != std::string::npos, e.what());
+                continue;
+              }
+              INFO("default " << to_string(tile));
+              CHECK_NOTHROW((void)family.resolve_tile(spec, shape, tile, target, device));
+              ++checked;
+            }
+      }
+    CHECK(checked > 500);
+  }
+
   TEST_CASE("row default tile: the measured classes on an H100's properties") {
     const DeviceInfo h100 = assumed_device("sm_90a");
     REQUIRE(h100.shared_per_block == 227 * 1024);
