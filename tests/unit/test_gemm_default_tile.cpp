@@ -51,7 +51,7 @@ TEST_SUITE("unit") {
   TEST_CASE("GEMM default tile: every default is a tile the family accepts when requested") {
     // The rule's clauses are checked one shape at a time above; here, over a grid of
     // shapes (few rows, partial tiles, one and many waves), chains (fragment, staged,
-    // column sums, tf32, dual), batches and devices (an H100, a slice of 16 of its
+    // column sums, tf32, exact f32, dual), batches and devices (an H100, a slice of 16 of its
     // SMs, an A100, an sm_86 GPU's 99 KiB a block, an AMD GPU), the default passes the same checks
     // as a tile a user asks for: the rule never hands out a tile the check refuses.
     KernelSpec sums = bias_gelu(DType::bf16, Layout::col);
@@ -62,8 +62,10 @@ TEST_SUITE("unit") {
       g.output("dacc", d, DType::bf16);
       g.output("dbias", g.col_sum(d), DType::f32);
     }
+    KernelSpec exact = bias_gelu(DType::f32, Layout::row);
+    exact.mainloop.math = GemmMath::exact;  // the SIMT mainloop
     const KernelSpec specs[] = {bias_gelu(DType::bf16, Layout::col), bias_gelu(DType::f16, Layout::row),
-                                bias_relu_dropout(), sums, bias_gelu(DType::f32, Layout::col),
+                                bias_relu_dropout(), sums, bias_gelu(DType::f32, Layout::col), exact,
                                 bias_gelu(DType::bf16, Layout::col, MainloopKind::dual_gemm)};
     const DeviceInfo h100 = assumed_device("sm_90a");
     DeviceInfo slice = h100, a100 = h100, sm86 = h100;
@@ -92,7 +94,7 @@ TEST_SUITE("unit") {
                 CHECK_NOTHROW((void)family.resolve_tile(spec, shape, tile, target, device));
                 ++checked;
               }
-    CHECK(checked == 6 * 5 * 11 * 6 * 4 * 2);
+    CHECK(checked == 7 * 5 * 11 * 6 * 4 * 2);
     // On 99 KiB the 128x256 default (136 KiB in four stages) becomes 128x128 with its four stages.
     CHECK(default_tile(specs[0], {4096, 4096, 4096}, sm86, "sm_86") == "128x128x32w2x4s4g8");
     CHECK(default_tile(specs[0], {4096, 4096, 4096}, a100, "sm_80") == "128x256x32w2x4s4g8");
