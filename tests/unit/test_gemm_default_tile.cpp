@@ -53,7 +53,8 @@ TEST_SUITE("unit") {
     // shapes (few rows, partial tiles, one and many waves), chains (fragment, staged,
     // column sums, tf32, exact f32, dual), batches and devices (an H100, a slice of 16 of its
     // SMs, an A100, an sm_86 GPU's 99 KiB a block, an AMD GPU), the default passes the same checks
-    // as a tile a user asks for: the rule never hands out a tile the check refuses.
+    // as a tile a user asks for, and so does every tuner candidate: neither the rule
+    // nor the tuner hands out a tile the check refuses.
     KernelSpec sums = bias_gelu(DType::bf16, Layout::col);
     sums.graph = Graph{};
     {
@@ -92,6 +93,11 @@ TEST_SUITE("unit") {
                 REQUIRE_NOTHROW(tile = family.resolve_tile(spec, shape, std::nullopt, target, device));
                 INFO("default " << to_string(tile));
                 CHECK_NOTHROW((void)family.resolve_tile(spec, shape, tile, target, device));
+                // So is every candidate the tuner would time.
+                for (const TileConfig& c : tile_candidates(spec, shape, target, device)) {
+                  INFO("candidate " << to_string(c));
+                  CHECK_NOTHROW((void)family.resolve_tile(spec, shape, c, target, device));
+                }
                 ++checked;
               }
     CHECK(checked == 7 * 5 * 11 * 6 * 4 * 2);
