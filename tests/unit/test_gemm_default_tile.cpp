@@ -101,6 +101,17 @@ TEST_SUITE("unit") {
                 ++checked;
               }
     CHECK(checked == 7 * 5 * 11 * 6 * 4 * 2);
+    // And every default emits, on both paths (the whole kernel, and the general
+    // path a misaligned launch takes), for a few shapes of each class.
+    for (const KernelSpec& spec : specs)
+      for (const auto& [target, device] : devices)
+        for (const Shape& shape : {Shape{64, 8192, 4096}, Shape{96, 4096, 1000}, Shape{1000, 1000, 200},
+                                   Shape{4096, 8448, 4096}})
+          for (const KernelPath path : {KernelPath::fastest, KernelPath::general}) {
+            INFO(target << " " << to_string(spec.mainloop.kind) << " " << to_string(spec.mainloop.a) << " "
+                        << shape.m << "x" << shape.n << "x" << shape.k);
+            CHECK_NOTHROW((void)emit_kernel(spec, shape, std::nullopt, path, target, device));
+          }
     // On 99 KiB the 128x256 default (136 KiB in four stages) becomes 128x128 with its four stages.
     CHECK(default_tile(specs[0], {4096, 4096, 4096}, sm86, "sm_86") == "128x128x32w2x4s4g8");
     CHECK(default_tile(specs[0], {4096, 4096, 4096}, a100, "sm_80") == "128x256x32w2x4s4g8");
