@@ -434,6 +434,10 @@ TEST_SUITE("unit") {
     CHECK(default_tile(tf32, {256, 8192, 2048}, h100) == "128x128x32w2x4s6g8");
     CHECK(default_tile(tf32, {1024, 1024, 1024}, h100) == "128x128x32w2x4s6g8k2");
     CHECK(default_tile(tf32, {128, 4096, 4096}, h100) == "128x128x32w2x4s6g8k4");
+    // Where four splits of 128x128 would fill under half a wave (16 tiles), the
+    // 64x64 tile in four splits; with a shallower K, as before.
+    CHECK(default_tile(tf32, {128, 2048, 4096}, h100) == "64x64x64w2x2s3g8k4");
+    CHECK(default_tile(tf32, {128, 2048, 2048}, h100) != "64x64x64w2x2s3g8k4");
     CHECK(default_tile(tf32, {16, 4096, 4096}, h100) == "64x64x64w2x2s3g8k4");
     // 32 tiles split in 4 where K leaves 16 BK steps a split (else 64x128 tiles
     // split in 2), in 2 where it leaves 8, or not at all.

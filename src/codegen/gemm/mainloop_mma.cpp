@@ -54,7 +54,11 @@ int operand_bytes(const GemmProblem& p) { return static_cast<int>(size_of(p.spec
 // GPU: at 16x14336x4096 128x256 ran 3.3x the fastest, 64x64 1.27x (H200).
 // Split in four at K = 1024 (8 BK steps a split), 128x128 ran 1.11-1.13x
 // 64x128 split in two at 512x1024x1024 (H100 and H200), and 1.12-1.13x its
-// own split in two at 1024^3.
+// own split in two at 1024^3. Where four splits of 128x128 tiles would still
+// fill under half a wave, from K = 4096, the 64-row tile's 64x64 split up to
+// four: at 128x2048x4096 (16 tiles, 64 splits) 128x128 ran 1.47x its time,
+// where at 96-256 rows with 32 tiles (128 splits) 128x128 was the fastest
+// (H200, 2026-11-28; docs/runs/2026-11-28-h200-few-row-tiles/).
 // The dual GEMM keeps the rules above tf32's (no sweep of its tf32 tiles yet).
 GemmTile single_heuristic(const GemmProblem& p) {
   const Shape& s = p.shape;
@@ -87,6 +91,14 @@ GemmTile single_heuristic(const GemmProblem& p) {
       t = fitting({GemmTile{64, 128, 32, 2, 2, 6, 8}, GemmTile{64, 128, 32, 2, 2, 3, 8}});
       const std::int64_t narrow = tiles_of(s, t.bm, t.bn);
       if (narrow < want && s.k >= 16LL * t.bk) t.split_k = 2;
+      return t;
+    }
+    // Where four splits of 128x128 tiles would still fill under half a wave,
+    // the 64-row tile's 64x64 and its splits (two waves at most).
+    if (t.bm == 128 && tiles * 4 < sms / 2 && s.k >= 64LL * 64) {
+      t = GemmTile{64, 64, 64, 2, 2, 3, 8};
+      const std::int64_t small = tiles_of(s, t.bm, t.bn);
+      while (t.split_k < 4 && small * t.split_k < 2 * sms && s.k >= 16LL * t.bk * t.split_k) t.split_k *= 2;
       return t;
     }
     while (t.split_k < 4 && tiles * t.split_k < want && s.k >= 16LL * t.bk * t.split_k) t.split_k *= 2;
