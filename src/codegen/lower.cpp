@@ -2,8 +2,10 @@
 // passes, each one function in its own file, then the spec's kernel family
 // (Note [Kernel families]) runs its own. Set EPIFUSE_DUMP=1 to print the plan
 // after the passes.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -55,9 +57,23 @@ std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& sha
   return tile_candidates(spec, shape, target, assumed_device(target));
 }
 
+// The family's candidates, and its default where they leave it out (a split
+// the candidate lists do not make, a dual GEMM's small tile): a tune then
+// times what an untuned run would get, so it never picks a tile slower than
+// the default, and a default-against-tuned comparison always has the default's
+// own time. A default the family refuses (column sums over rows no row tile
+// holds) adds nothing; the error comes from the compile, as it would untuned.
 std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape, std::string_view target,
                                         const DeviceInfo& device) {
-  return family_for(spec).tile_candidates(spec, shape, target, device);
+  const KernelFamily& family = family_for(spec);
+  std::vector<TileConfig> out = family.tile_candidates(spec, shape, target, device);
+  std::optional<TileConfig> untuned;
+  try {
+    untuned = family.resolve_tile(spec, shape, std::nullopt, target, device);
+  } catch (const UserError&) {
+  }
+  if (untuned && std::find(out.begin(), out.end(), *untuned) == out.end()) out.push_back(*untuned);
+  return out;
 }
 
 }  // namespace epifuse

@@ -3,9 +3,11 @@
 // (docs/perf/default-tiles.md) on an H100's properties and on a smaller GPU's.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "codegen/family.hpp"
 #include "epifuse/codegen.hpp"
@@ -54,7 +56,8 @@ TEST_SUITE("unit") {
     // column sums, tf32, exact f32, dual), batches and devices (an H100, a slice of 16 of its
     // SMs, an A100, an sm_86 GPU's 99 KiB a block, an AMD GPU), the default passes the same checks
     // as a tile a user asks for, and so does every tuner candidate: neither the rule
-    // nor the tuner hands out a tile the check refuses.
+    // nor the tuner hands out a tile the check refuses. The default is always among
+    // the candidates, so a tune never settles on a tile slower than it.
     KernelSpec sums = bias_gelu(DType::bf16, Layout::col);
     sums.graph = Graph{};
     {
@@ -93,8 +96,10 @@ TEST_SUITE("unit") {
                 REQUIRE_NOTHROW(tile = family.resolve_tile(spec, shape, std::nullopt, target, device));
                 INFO("default " << to_string(tile));
                 CHECK_NOTHROW((void)family.resolve_tile(spec, shape, tile, target, device));
-                // So is every candidate the tuner would time.
-                for (const TileConfig& c : tile_candidates(spec, shape, target, device)) {
+                // So is every candidate the tuner would time, and the default is one of them.
+                const std::vector<TileConfig> candidates = tile_candidates(spec, shape, target, device);
+                CHECK(std::find(candidates.begin(), candidates.end(), tile) != candidates.end());
+                for (const TileConfig& c : candidates) {
                   INFO("candidate " << to_string(c));
                   CHECK_NOTHROW((void)family.resolve_tile(spec, shape, c, target, device));
                 }

@@ -84,6 +84,8 @@ TEST_SUITE("unit") {
               }
               INFO("default " << to_string(tile));
               CHECK_NOTHROW((void)family.resolve_tile(spec, shape, tile, target, device));
+              const std::vector<TileConfig> candidates = tile_candidates(spec, shape, target, device);
+              CHECK(std::find(candidates.begin(), candidates.end(), tile) != candidates.end());
               ++checked;
             }
       }
