@@ -164,3 +164,22 @@ def test_default_vs_tuned_rescore_scores_today_s_default_against_recorded_candid
     empty.mkdir()
     with pytest.raises(SystemExit, match="no <config>.json"):
         dvt.rescore([str(empty)], "sm_90a")
+
+
+def test_default_vs_tuned_counts_the_default_against_cublaslt_s_fused_epilogue(monkeypatch):
+    # Both ratios are to the same process's cuBLAS GEMM; rows without the epilogue
+    # (a chain cuBLASLt has no form for) and failed rows are left out.
+    monkeypatch.syspath_prepend(str(PERF))
+    if not os.environ.get("EPIFUSE_TEST_INSTALLED"):
+        monkeypatch.syspath_prepend(str(ROOT / "python"))
+    import default_vs_tuned as dvt
+
+    rows = [{"default_of_cublas": 1.00, "cublaslt_epilogue_of_cublas": 1.05},
+            {"default_of_cublas": 1.08, "cublaslt_epilogue_of_cublas": 1.04},
+            {"default_of_cublas": 1.30, "cublaslt_epilogue_of_cublas": 1.00},
+            {"default_of_cublas": 1.20},
+            {"error": {"message": "x"}, "cublaslt_epilogue_of_cublas": 1.0}]
+    text = dvt.cublaslt_line(rows)
+    assert text.startswith("cuBLASLt's fused epilogue, 3 shapes with one: the default no slower at 1, within 5% at 2;")
+    assert text.endswith("worst 1.300x its time")
+    assert dvt.cublaslt_line(rows[3:]) is None

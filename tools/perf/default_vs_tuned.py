@@ -12,7 +12,8 @@ weight unless the name says `brow`) and each shape M,N,K:
   - `epifuse tune --json`: every candidate timed in turns (first round, 9 batches), so the
     default's time over the fastest candidate's comes from one process and one method.
 Prints one line per shape as it goes and writes DIR/<config>.json (whole, after each
-config) and DIR/summary.txt. Needs a GPU, build/epifuse and the Python module
+config) and DIR/summary.txt, which ends with the bar's two counts: the default within
+5% and 10% of the fastest candidate, and no slower than cuBLASLt's fused epilogue. Needs a GPU, build/epifuse and the Python module
 (EPIFUSE_LIBRARY or build/).
 
     python3 tools/perf/default_vs_tuned.py --rescore DIR [DIR ...] [--target sm_90a]
@@ -161,6 +162,18 @@ def summary_line(ratios):
             f"({100 * within5 / len(ratios):.0f}%), within 10% at {within10}; worst {max(ratios):.3f}")
 
 
+def cublaslt_line(rows):
+    """The default against cuBLASLt's fused epilogue, where the chain has one: both timed
+    against the same process's cuBLAS GEMM, so their ratio is the default's time over it."""
+    pairs = [r["default_of_cublas"] / r["cublaslt_epilogue_of_cublas"] for r in rows
+             if "error" not in r and r.get("cublaslt_epilogue_of_cublas") and r.get("default_of_cublas")]
+    if not pairs:
+        return None
+    return (f"cuBLASLt's fused epilogue, {len(pairs)} shapes with one: the default no slower at "
+            f"{sum(x <= 1.0 for x in pairs)}, within 5% at {sum(x <= 1.05 for x in pairs)}; "
+            f"worst {max(pairs):.3f}x its time")
+
+
 def rescore(folders, target):
     """This build's defaults against the candidate times recorded in `folders`."""
     lines, ratios = [], []
@@ -229,7 +242,7 @@ def main():
         given.append(shape)
     out = Path(opt.out)
     out.mkdir(parents=True, exist_ok=True)
-    summary = []
+    summary, measured = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for cfg in opt.configs.split(","):
             if cfg not in CONFIGS:
@@ -255,6 +268,7 @@ def main():
                 r = measure(path, shape)
                 r["seconds"] = round(time.time() - t0, 1)
                 rows.append(r)
+                measured.append(r)
                 summary.append(line(cfg, r))
                 print(summary[-1], flush=True)
             tmp_out = out / f".{cfg}.json.tmp"
@@ -265,6 +279,10 @@ def main():
     if ratios:
         summary.append(summary_line(ratios))
         print(summary[-1])
+    lt = cublaslt_line(measured)
+    if lt:
+        summary.append(lt)
+        print(lt)
     (out / "summary.txt").write_text("\n".join(summary) + "\n")
 
 
