@@ -133,9 +133,9 @@ GemmTile dual_heuristic(GemmTile t, GemmMath math) {
 // The first choices above assume the shared memory of an sm_80 or sm_90 block
 // (163 or 227 KiB). Where the device has less (sm_86 and sm_89: 99 KiB), the
 // same tile with a shallower ring, down to three stages; then half the tile
-// (its longer side first) with the ring it had; two stages last. Without this
-// step every large 16-bit GEMM's default (128x256, 136 KiB) was refused on those
-// GPUs as a tile that does not fit.
+// (its longer side first) with the ring it had; two stages last. The 16-bit
+// default for large problems, 128x256 in four stages, needs 136 KiB: on those
+// GPUs it becomes 128x128 in four.
 GemmTile fit_shared_memory(GemmTile t, const GemmProblem& p) {
   const auto fits = [&](const GemmTile& x) {
     return gemm_block_shared_bytes(x, operand_bytes(p), p.dual) <= p.device.shared_per_block;
@@ -187,7 +187,8 @@ class MmaMainloop final : public GemmMainloop {
   }
 
   std::optional<TileConfig> heuristic(const GemmProblem& p) const override {
-    return fit_shared_memory(p.dual ? dual_heuristic(single_heuristic(p), p.spec.mainloop.math) : single_heuristic(p), p);
+    const GemmTile t = p.dual ? dual_heuristic(single_heuristic(p), p.spec.mainloop.math) : single_heuristic(p);
+    return fit_shared_memory(t, p);
   }
 
   std::vector<TileConfig> candidates(const GemmProblem& p) const override {
