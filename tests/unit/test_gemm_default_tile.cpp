@@ -53,7 +53,7 @@ TEST_SUITE("unit") {
   TEST_CASE("GEMM default tile: every default is a tile the family accepts when requested") {
     // The rule's clauses are checked one shape at a time above; here, over a grid of
     // shapes (few rows, partial tiles, one and many waves), chains (fragment, staged,
-    // column sums, tf32, exact f32, dual), batches and devices (an H100, a slice of 16 of its
+    // column sums, tf32, exact f32, dual in 16 bits and tf32), batches and devices (an H100, a slice of 16 of its
     // SMs, an A100, an sm_86 GPU's 99 KiB a block, an AMD GPU), the default passes the same checks
     // as a tile a user asks for, and so does every tuner candidate: neither the rule
     // nor the tuner hands out a tile the check refuses. The default is always among
@@ -70,7 +70,8 @@ TEST_SUITE("unit") {
     exact.mainloop.math = GemmMath::exact;  // the SIMT mainloop
     const KernelSpec specs[] = {bias_gelu(DType::bf16, Layout::col), bias_gelu(DType::f16, Layout::row),
                                 bias_relu_dropout(), sums, bias_gelu(DType::f32, Layout::col), exact,
-                                bias_gelu(DType::bf16, Layout::col, MainloopKind::dual_gemm)};
+                                bias_gelu(DType::bf16, Layout::col, MainloopKind::dual_gemm),
+                                bias_gelu(DType::f32, Layout::row, MainloopKind::dual_gemm)};
     const DeviceInfo h100 = assumed_device("sm_90a");
     DeviceInfo slice = h100, a100 = h100, sm86 = h100;
     slice.multiprocessors = 16;
@@ -105,7 +106,7 @@ TEST_SUITE("unit") {
                 }
                 ++checked;
               }
-    CHECK(checked == 7 * 5 * 11 * 6 * 4 * 2);
+    CHECK(checked == 8 * 5 * 11 * 6 * 4 * 2);
     // And every default emits, on both paths (the whole kernel, and the general
     // path a misaligned launch takes), for a few shapes of each class.
     for (const KernelSpec& spec : specs)
