@@ -51,13 +51,14 @@ std::string default_tile(const KernelSpec& spec, const Shape& shape, const Devic
 
 TEST_SUITE("unit") {
   TEST_CASE("GEMM default tile: every default is a tile the family accepts when requested") {
-    // The rule's clauses are checked one shape at a time above; here, over a grid of
-    // shapes (few rows, partial tiles, one and many waves), chains (fragment, staged,
-    // column sums, tf32, exact f32, dual in 16 bits and tf32), batches and devices (an H100, a slice of 16 of its
-    // SMs, an A100, an sm_86 GPU's 99 KiB a block, an AMD GPU), the default passes the same checks
-    // as a tile a user asks for, and so does every tuner candidate: neither the rule
-    // nor the tuner hands out a tile the check refuses. The default is always among
-    // the candidates, so a tune never settles on a tile slower than it.
+    // The rule's clauses are pinned one shape at a time below; here, over a grid
+    // of shapes (few rows, partial tiles, one and many waves), chains (fragment,
+    // staged, column sums, tf32, exact f32, the dual GEMM in 16 bits and tf32),
+    // batches and devices (an H100, a slice of 16 of its SMs, an A100, an sm_86
+    // GPU's 99 KiB a block, an AMD GPU), the default passes the checks a tile a
+    // user asks for passes, and so does every tuner candidate: neither the rule
+    // nor the tuner hands out a tile the check refuses. The default is always
+    // among the candidates, so a tune never settles on a tile slower than it.
     KernelSpec sums = bias_gelu(DType::bf16, Layout::col);
     sums.graph = Graph{};
     {
