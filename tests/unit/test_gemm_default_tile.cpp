@@ -83,7 +83,8 @@ TEST_SUITE("unit") {
     const std::pair<std::string_view, DeviceInfo> devices[] = {
         {"sm_90a", h100}, {"sm_90a", slice}, {"sm_80", a100}, {"sm_86", sm86}, {"gfx90a", assumed_device("gfx90a")}};
     int checked = 0;
-    for (const KernelSpec& spec : specs)
+    for (const KernelSpec& spec : specs) {
+      const KernelFamily& family = family_for(spec);
       for (const auto& [target, device] : devices)
         for (const std::int64_t m : {16, 40, 64, 96, 112, 128, 192, 200, 512, 1000, 4096})
           for (const std::int64_t n : {64, 200, 1024, 4096, 8448, 14336})
@@ -91,7 +92,6 @@ TEST_SUITE("unit") {
               for (const std::int64_t batch : {1, 4}) {
                 Shape shape{m, n, k};
                 shape.batch = batch;
-                const KernelFamily& family = family_for(spec);
                 INFO(target << " " << to_string(spec.mainloop.kind) << " " << to_string(spec.mainloop.a) << " " << m
                             << "x" << n << "x" << k << " batch " << batch << ", " << device.multiprocessors << " SMs");
                 TileConfig tile;
@@ -107,6 +107,7 @@ TEST_SUITE("unit") {
                 }
                 ++checked;
               }
+    }
     CHECK(checked == 8 * 5 * 11 * 6 * 4 * 2);
     // And every default emits, on both paths (the whole kernel, and the general
     // path a misaligned launch takes), for a few shapes of each class.

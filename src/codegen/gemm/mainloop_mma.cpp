@@ -69,6 +69,12 @@ GemmTile single_heuristic(const GemmProblem& p) {
         if (gemm_block_shared_bytes(t, 4, false) <= p.device.shared_per_block) return t;
       return GemmTile{64, 64, 32, 2, 2, 3, 8};
     };
+    // Split-K doubled, up to four splits, while the splits fill less than
+    // `want` and each keeps at least 16 BK steps.
+    const auto split = [&](GemmTile t, std::int64_t tiles, std::int64_t want) {
+      while (t.split_k < 4 && tiles * t.split_k < want && s.k >= 16LL * t.bk * t.split_k) t.split_k *= 2;
+      return t;
+    };
     const std::int64_t sms = std::max(p.device.multiprocessors, 1);
     GemmTile t = s.m <= 64 ? GemmTile{64, 64, 64, 2, 2, 3, 8}
                            : fitting({GemmTile{128, 128, 32, 2, 4, 6, 8}, GemmTile{128, 128, 32, 2, 4, 3, 8}});
@@ -94,15 +100,12 @@ GemmTile single_heuristic(const GemmProblem& p) {
       return t;
     }
     // Where four splits of 128x128 tiles would still fill under half a wave,
-    // the 64-row tile's 64x64 and its splits (two waves at most).
-    if (t.bm == 128 && tiles * 4 < sms / 2 && s.k >= 64LL * 64) {
-      t = GemmTile{64, 64, 64, 2, 2, 3, 8};
-      const std::int64_t small = tiles_of(s, t.bm, t.bn);
-      while (t.split_k < 4 && small * t.split_k < 2 * sms && s.k >= 16LL * t.bk * t.split_k) t.split_k *= 2;
-      return t;
+    // from K = 4096, the 64-row tile's 64x64 and its splits.
+    if (t.bm == 128 && tiles * 4 < sms / 2 && s.k >= 4096) {
+      const GemmTile small{64, 64, 64, 2, 2, 3, 8};
+      return split(small, tiles_of(s, small.bm, small.bn), 2 * sms);
     }
-    while (t.split_k < 4 && tiles * t.split_k < want && s.k >= 16LL * t.bk * t.split_k) t.split_k *= 2;
-    return t;
+    return split(t, tiles, want);
   }
   if (s.m * s.n <= 256 * 256) return {32, 32, 64, 2, 2, 4, 8};
   if (s.m * s.n <= 512 * 512) return {64, 64, 32, 2, 4, 4, 8};
