@@ -50,8 +50,10 @@ namespace {
 //   - a row reduction (softmax's max and sum, a norm's mean and variance):
 //     saved as an [M] f32 output, a per-row statistic.
 // Recomputing rather than saving is what lets a chain's forward write only
-// its own outputs. A 1-bit ReLU mask would need a packed dtype the IR does not
-// have; a ReLU on an accumulator saves its pre-activation instead.
+// its own outputs. A ReLU reads its derivative from an output that carries
+// its sign where one does (Note [ReLU's derivative from an output]); a 1-bit
+// mask would need a packed dtype the IR does not have, so a ReLU on an
+// accumulator that no output follows saves its pre-activation instead.
 
 class Differentiator {
  public:
@@ -399,6 +401,33 @@ class Differentiator {
     return b().input(name, o.dtype, Broadcast::full);
   }
 
+  // Note [ReLU's derivative from an output]
+  // relu'(z) = [z > 0] = [relu(z) > 0]: PyTorch's ReLU backward reads its
+  // result. The result's sign survives an op that scales it by a positive
+  // factor: a positive `scale`, a `cast` (rounded as the output is, like a
+  // saved copy), and a dropout where it keeps the element; where it drops
+  // one, the gradient that reaches the ReLU is the regenerated mask's zero
+  // (or the NaN of a dropped inf), whatever the derivative. So when the ReLU,
+  // or the one user of the ReLU, of that user and so on through such ops, is
+  // an [M,N] output, the rule reads that output back and the forward saves
+  // nothing for it: bias + ReLU (+ dropout) writes y alone, where it wrote the
+  // pre-activation too. Otherwise the rule reads the ReLU's operand, as the
+  // other activations' rules do. A 1-bit mask would be the answer for a ReLU
+  // no output carries the sign of; the IR has no packed dtype.
+  std::optional<std::uint32_t> output_of_same_sign(std::uint32_t relu) const {
+    for (std::uint32_t v = relu;;) {
+      if (full_output_of(v)) return v;
+      if (users_[v] != 1 || user_list_[v].size() != 1) return std::nullopt;
+      const std::uint32_t u = user_list_[v].front();
+      const Node& n = g_.nodes()[u];
+      const bool keeps_sign = n.kind == NodeKind::op && n.args.size() == 1 && n.args[0].id == v &&
+                              (n.op == OpKind::dropout || n.op == OpKind::cast ||
+                               (n.op == OpKind::scale && n.alpha > 0.0));
+      if (!keeps_sign) return std::nullopt;
+      v = u;
+    }
+  }
+
   // The chain rule at node i: `d` is its adjoint, reduced to its shape class.
   void propagate(std::uint32_t i, Value d) {
     const Node& n = g_.nodes()[i];
@@ -449,7 +478,11 @@ class Differentiator {
       case OpKind::expand:
         contribute(a, d);
         return;
-      case OpKind::relu: contribute(a, mul(d, B.relu_deriv(fwd(a)))); return;
+      case OpKind::relu: {
+        const std::optional<std::uint32_t> same_sign = output_of_same_sign(i);
+        contribute(a, mul(d, B.relu_deriv(fwd(same_sign ? *same_sign : a))));
+        return;
+      }
       case OpKind::gelu_tanh: contribute(a, mul(d, B.unary(OpKind::gelu_tanh_deriv, fwd(a)))); return;
       case OpKind::gelu_erf: contribute(a, mul(d, B.unary(OpKind::gelu_erf_deriv, fwd(a)))); return;
       case OpKind::sigmoid: contribute(a, mul(d, B.unary(OpKind::sigmoid_deriv, fwd(a)))); return;

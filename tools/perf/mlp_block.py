@@ -3,7 +3,8 @@
 against the cuBLAS GEMMs that the step must run, in one process.
 
 Blocks, x [tokens, hidden], weights in nn.Linear's [out, in] layout:
-  gpt    y = x + fc2(dropout(gelu_tanh(fc1(x)), p))          biases; p = --dropout (0.1)
+  gpt    y = x + fc2(dropout(act(fc1(x)), p))                biases; p = --dropout (0.1),
+                                                              act = --activation (gelu_tanh)
   llama  y = x + down_proj(silu(gate_proj(x)) * up_proj(x))  SwiGLU; no bias, no dropout
 
 Rows, each one training step: forward, then backward(dy) into x and every parameter:
@@ -67,6 +68,8 @@ DTYPE = torch.bfloat16
 SHAPES = {"gpt": [(16384, 4096, 16384), (8192, 2048, 8192)],
           "llama": [(16384, 4096, 11008), (8192, 2048, 5504)]}
 ROWS = ("gemms", "eager", "compile", "epifuse", "efused", "epiop")
+GPT_ACTIVATIONS = {"gelu_tanh": lambda: nn.GELU(approximate="tanh"), "relu": nn.ReLU}
+gpt_activation = "gelu_tanh"  # --activation
 MAY_FAIL = {"compile"}  # rows whose failure is reported without failing the run
 
 # CHECK_RULE: a tensor passes when epifuse's error against the f32 run is at most
@@ -85,12 +88,12 @@ BF16_EPS = 2.0 ** -7
 
 # ---- the blocks, as torch.nn modules with epifuse.nn's parameter names
 class GPTMLP(nn.Module):
-    """y = x + fc2(dropout(gelu_tanh(fc1(x)))): epifuse.nn.MLP's parameters."""
+    """y = x + fc2(dropout(act(fc1(x)))): epifuse.nn.MLP's parameters."""
 
     def __init__(self, hidden, ffn, p, device=None, dtype=None):
         super().__init__()
         self.fc1 = nn.Linear(hidden, ffn, device=device, dtype=dtype)
-        self.act = nn.GELU(approximate="tanh")
+        self.act = GPT_ACTIVATIONS[gpt_activation]()
         self.drop = nn.Dropout(p)
         self.fc2 = nn.Linear(ffn, hidden, device=device, dtype=dtype)
 
@@ -123,7 +126,7 @@ def epifuse_block(block, hidden, ffn, p, ref, fused_dgrad=None):
     of its weights; load_state_dict is strict, so a missing or extra name fails."""
     import epifuse.nn as enn
     if block == "gpt":
-        m = enn.MLP(hidden, ffn, "gelu_tanh", dropout=p, device=DEVICE, dtype=DTYPE, fused_dgrad=fused_dgrad)
+        m = enn.MLP(hidden, ffn, gpt_activation, dropout=p, device=DEVICE, dtype=DTYPE, fused_dgrad=fused_dgrad)
         forward = m
     else:
         m = enn.GatedMLP(hidden, ffn, "silu", residual=True, device=DEVICE, dtype=DTYPE, fused_dgrad=fused_dgrad)
@@ -342,7 +345,8 @@ def run_config(block, tokens, hidden, ffn, args):
     torch.manual_seed(args.seed)  # weights; dropout's masks then draw from here
     gen = torch.Generator(device=DEVICE).manual_seed(args.seed)
     ref = torch_block(block, hidden, ffn, p)
-    print(f"\n{block} tokens {tokens} hidden {hidden} ffn {ffn} dropout {p}", flush=True)
+    act = f" {gpt_activation}" if block == "gpt" else ""
+    print(f"\n{block}{act} tokens {tokens} hidden {hidden} ffn {ffn} dropout {p}", flush=True)
     checked = check(block, hidden, ffn, tokens, ref, gen)
     print("  " + check_line(checked), flush=True)
     gc.collect()
@@ -372,6 +376,9 @@ def run_config(block, tokens, hidden, ffn, args):
               "efused": lambda: fused(True), "epiop": lambda: through_op(fused())}
     rows, failed = {}, {}
     for name in ROWS:
+        if name not in args.rows:
+            failed[name] = "not asked for (--rows)"
+            continue
         try:
             rows[name] = makers[name]()
         except Exception as e:  # noqa: BLE001 - a row's failure is reported, not fatal
@@ -397,7 +404,7 @@ def run_config(block, tokens, hidden, ffn, args):
             lm = statistics.median(loops[name])
             results[name].update({"loop_ms": lm, "loop_ratio_to_gemms": lm / loop_base if loop_base else None,
                                   "loop_rounds_ms": loops[name]})
-    return {"block": block, "tokens": tokens, "hidden": hidden, "ffn": ffn, "dropout": p, "gemm_flops": flops,
+    return {"block": block, "activation": gpt_activation if block == "gpt" else "silu", "tokens": tokens, "hidden": hidden, "ffn": ffn, "dropout": p, "gemm_flops": flops,
             "gemms": gemms, "check": checked, "rows": results}
 
 
@@ -478,6 +485,9 @@ def parse(argv=None):
     ap.add_argument("--shape", type=shape_arg, action="append", default=None, metavar="T,H,F",
                     help="tokens,hidden,ffn (repeatable); replaces every block's default shapes")
     ap.add_argument("--dropout", type=float, default=0.1, help="gpt's dropout after the GELU (llama has none)")
+    ap.add_argument("--activation", choices=sorted(GPT_ACTIVATIONS), default="gelu_tanh", help="gpt's activation")
+    ap.add_argument("--rows", default=",".join(ROWS), metavar="R,R,...",
+                    help=f"the rows to time, gemms among them (default all: {','.join(ROWS)})")
     ap.add_argument("--rounds", type=int, default=30, help="timed rounds; each times every row once")
     ap.add_argument("--warmup", type=int, default=3, help="untimed rounds first (compiles happen there)")
     ap.add_argument("--seed", type=int, default=0, help="weights, inputs and dropout masks")
@@ -491,6 +501,10 @@ def parse(argv=None):
     args = ap.parse_args(argv)
     if not 0.0 <= args.dropout < 1.0:
         ap.error(f"--dropout must be in [0, 1), got {args.dropout}")
+    args.rows = [r for r in args.rows.split(",") if r]
+    unknown = [r for r in args.rows if r not in ROWS]
+    if unknown or "gemms" not in args.rows:
+        ap.error(f"--rows takes rows of {','.join(ROWS)}, gemms among them; got {','.join(args.rows)}")
     if args.loop < 0:
         ap.error(f"--loop must be 0 or more, got {args.loop}")
     if args.rounds < 1 or args.warmup < 1:
@@ -504,7 +518,9 @@ def parse(argv=None):
 
 
 def main(argv=None):
+    global gpt_activation
     args = parse(argv)
+    gpt_activation = args.activation
     blocks = ["gpt", "llama"] if args.block == "both" else [args.block]
     gpu = torch.cuda.get_device_name()
     commit = git_commit()
@@ -542,7 +558,7 @@ def main(argv=None):
         }
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
         print(f"wrote {args.json}")
-    failed = [f"{r['block']} {name}" for r in results for name in ROWS
+    failed = [f"{r['block']} {name}" for r in results for name in args.rows
               if r["rows"][name]["failed"] and name not in MAY_FAIL]
     mismatched = [f"{r['block']} {r['tokens']},{r['hidden']},{r['ffn']}" for r in results if not r["check"]["passed"]]
     if failed:
