@@ -43,6 +43,24 @@ def test_linear_chain_without_dropout_has_no_dropout_op():
     assert "dropout" in ops
 
 
+def test_relu_then_dropout_saves_nothing_and_reads_the_output_back():
+    # relu'(z) = [y > 0] wherever dropout kept z; where it dropped, dy's term is 0.
+    c = linear_chain("f32", True, "relu", 0.25)
+    g = c.grad()
+    assert [(s["name"], s["kind"]) for s in g.saved] == [("y", "output")]
+    m, k, n = 32, 8, 24
+    x, w, b = f32(m, k), f32(n, k), f32(n)
+    y = g.forward.compile()(x, w.T, b, seed=5, offset=2)  # one output: y itself
+    z = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    kept = (y != 0) | (z <= 0)
+    assert ((z > 0) & ~kept).any()  # some positive z dropped: the case the rule rests on
+    dy = f32(m, n)
+    dacc, dbias = g.backward.compile()(dy, y, seed=5, offset=2)
+    want = np.where((z > 0) & (y != 0), dy / 0.75, 0.0)
+    close(dacc, want, 1e-6)
+    close(dbias, want.sum(0), 1e-5)
+
+
 def test_linear_chain_backward_uses_the_forward_mask():
     c = linear_chain("f32", True, "gelu_tanh", 0.25)
     g = c.grad()

@@ -377,7 +377,6 @@ def run_config(block, tokens, hidden, ffn, args):
     rows, failed = {}, {}
     for name in ROWS:
         if name not in args.rows:
-            failed[name] = "not asked for (--rows)"
             continue
         try:
             rows[name] = makers[name]()
@@ -392,6 +391,9 @@ def run_config(block, tokens, hidden, ffn, args):
     results = {}
     for name in ROWS:
         ms = times.get(name) or []
+        if name not in args.rows:
+            results[name] = {"failed": None, "skipped": True, "ms": None, "ratio_to_gemms": None, "rounds_ms": []}
+            continue
         if name in failed or not ms:
             results[name] = {"failed": failed.get(name, "no timed rounds"), "ms": None, "ratio_to_gemms": None,
                              "rounds_ms": ms}
@@ -404,8 +406,9 @@ def run_config(block, tokens, hidden, ffn, args):
             lm = statistics.median(loops[name])
             results[name].update({"loop_ms": lm, "loop_ratio_to_gemms": lm / loop_base if loop_base else None,
                                   "loop_rounds_ms": loops[name]})
-    return {"block": block, "activation": gpt_activation if block == "gpt" else "silu", "tokens": tokens, "hidden": hidden, "ffn": ffn, "dropout": p, "gemm_flops": flops,
-            "gemms": gemms, "check": checked, "rows": results}
+    return {"block": block, "activation": gpt_activation if block == "gpt" else "silu", "tokens": tokens,
+            "hidden": hidden, "ffn": ffn, "dropout": p, "gemm_flops": flops, "gemms": gemms, "check": checked,
+            "rows": results}
 
 
 def table(res):
@@ -414,6 +417,8 @@ def table(res):
              + (f" {'loop ms':>9} {'x gemms':>8}" if looped else "")]
     for name in ROWS:
         r = res["rows"][name]
+        if r.get("skipped"):
+            continue
         if r["failed"]:
             lines.append(f"  {name:8} failed: {r['failed']}")
             continue
