@@ -87,15 +87,6 @@ std::size_t path_bytes(const KernelSpec& spec, const Shape& s, int extra_mn = 0,
   return bytes + static_cast<std::size_t>(extra_mn) * mn * size_of(extra_dtype);
 }
 
-std::string_view lt_epilogue_name(LtEpilogueKind k) {
-  switch (k) {
-    case LtEpilogueKind::relu_bias: return "CUBLASLT_EPILOGUE_RELU_BIAS";
-    case LtEpilogueKind::gelu_bias: return "CUBLASLT_EPILOGUE_GELU_BIAS";
-    case LtEpilogueKind::dgelu_bgrad: return "CUBLASLT_EPILOGUE_DGELU_BGRAD";
-  }
-  return {};
-}
-
 // The state one bench_gemm call shares between its rows.
 class GemmBench {
  public:
@@ -304,23 +295,39 @@ class GemmBench {
                                         spec_.graph.outputs().front().dtype, d->ptr(), gemm_dtype_, shape_));
   }
 
-  // cuBLASLt's backward epilogue, DGELU_BGRAD, for a dgrad chain of that form:
-  // dz from the saved GELU input, and the bias gradient in D's dtype.
+  // cuBLASLt's backward epilogue, DGELU_BGRAD or DRELU_BGRAD, for a dgrad chain
+  // of that form: dz from the saved GELU input or the ReLU's bit mask, and the
+  // bias gradient in D's dtype.
   void lt_dgrad(baseline::CublasLt& lt, CUdeviceptr a, CUdeviceptr b, const LtDgradMatch& match) {
+    const bool relu = match.kind == LtEpilogueKind::drelu_bgrad;
+    const std::string name(lt_epilogue_name(match.kind).substr(std::string_view("CUBLASLT_EPILOGUE_").size()));
     if (shape_.n % 8 != 0 || shape_.batch > 1) {  // cuBLASLt: the GELU input's leading dimension a multiple of 8
-      g_.skipped.push_back(fmt::format("cuBLASLt DGELU_BGRAD: N = {} is not a multiple of 8, or a batch", shape_.n));
+      g_.skipped.push_back(fmt::format("cuBLASLt {}: N = {} is not a multiple of 8, or a batch", name, shape_.n));
       return;
     }
     baseline::LtMatmulConfig config{spec_.mainloop, shape_, gemm_dtype_};
-    config.epilogue = LtEpilogueKind::dgelu_bgrad;
-    config.aux = input(match.saved);
-    config.aux_ld = shape_.n;
+    config.epilogue = match.kind;
+    if (relu) {
+      const DType saved = spec_.graph.node(spec_.graph.find(match.saved)).dtype;
+      if (saved != spec_.mainloop.a) {
+        g_.skipped.push_back(fmt::format("cuBLASLt {}: its bit mask is made from '{}' ({}) by a GEMM with A's dtype ({})",
+                                         name, match.saved, to_string(saved), to_string(spec_.mainloop.a)));
+        return;
+      }
+      config.aux_ld = (shape_.n + 127) / 128 * 128;  // bits, a multiple of 128
+      const auto mask = keep(DeviceBuffer(static_cast<std::size_t>(config.aux_ld / 8 * shape_.m)));
+      relu_mask(lt, input(match.saved), mask->ptr(), config.aux_ld);
+      config.aux = mask->ptr();
+    } else {
+      config.aux = input(match.saved);
+      config.aux_ld = shape_.n;
+    }
     const auto grad = keep(matrix_buffer(Shape{1, shape_.n, 0}, gemm_dtype_));
     config.bias = grad->ptr();
     const auto gemm = std::make_shared<const baseline::LtMatmul>(lt, config);
     keep_.push_back(gemm);
     const auto d = keep(matrix_buffer(shape_, gemm_dtype_));
-    add_row("cublaslt_epilogue", "cuBLASLt DGELU_BGRAD", std::string(lt_epilogue_name(LtEpilogueKind::dgelu_bgrad)), 1,
+    add_row("cublaslt_epilogue", "cuBLASLt " + name, std::string(lt_epilogue_name(match.kind)), 1,
             [gemm, a, b, d] { gemm->run(a, b, d->ptr()); });
     const KernelSource& ks = fused_.source();
     const auto output = [&](const std::string& name) {
@@ -332,9 +339,30 @@ class GemmBench {
     };
     const auto [dz, dz_dtype] = output(match.dz);
     const auto [db, db_dtype] = output(match.db);
-    g_.checks.push_back(compare_results("fused vs cublaslt DGELU_BGRAD (dz)", dz, dz_dtype, d->ptr(), gemm_dtype_, shape_));
-    g_.checks.push_back(compare_results("fused vs cublaslt DGELU_BGRAD (bias gradient)", db, db_dtype, grad->ptr(),
-                                        gemm_dtype_, Shape{1, shape_.n, 0}));
+    g_.checks.push_back(compare_results(fmt::format("fused vs cublaslt {} (dz)", name), dz, dz_dtype, d->ptr(),
+                                        gemm_dtype_, shape_));
+    g_.checks.push_back(compare_results(fmt::format("fused vs cublaslt {} (bias gradient)", name), db, db_dtype,
+                                        grad->ptr(), gemm_dtype_, Shape{1, shape_.n, 0}));
+  }
+
+  // DRELU_BGRAD's bit mask of saved > 0, made as cuBLASLt's forward makes it:
+  // RELU_AUX on saved · I (exact: one product a sum), so the bits lie as
+  // DRELU_BGRAD reads them. Setup, not timed.
+  void relu_mask(baseline::CublasLt& lt, CUdeviceptr saved, CUdeviceptr mask, std::int64_t ld) {
+    const DType dt = spec_.mainloop.a;
+    HostTensor eye = HostTensor::zeros(dt, {shape_.n, shape_.n});
+    for (std::int64_t i = 0; i < shape_.n; ++i) eye.set(i * shape_.n + i, 1.0f);
+    DeviceBuffer identity(eye.bytes.size());
+    backend::cuda().copy_to_device(identity.ptr(), eye.bytes.data(), eye.bytes.size());
+    baseline::LtMatmulConfig config{{MainloopKind::gemm, dt, dt, Layout::row, Layout::row},
+                                    Shape{shape_.m, shape_.n, shape_.n}, dt};
+    config.epilogue = LtEpilogueKind::relu_aux;
+    config.aux = mask;
+    config.aux_ld = ld;
+    const baseline::LtMatmul forward(lt, config);
+    const DeviceBuffer relu(static_cast<std::size_t>(shape_.m * shape_.n) * size_of(dt));
+    forward.run(saved, identity.ptr(), relu.ptr());
+    backend::cuda().synchronize();
   }
 
   // cuBLASLt, then the chain as one epifuse elementwise kernel reading D (D0 and D1).

@@ -151,6 +151,17 @@ std::optional<std::vector<KernelSpec>> one_kernel_per_op(const KernelSpec& spec,
   return out;
 }
 
+std::string_view lt_epilogue_name(LtEpilogueKind k) {
+  switch (k) {
+    case LtEpilogueKind::relu_bias: return "CUBLASLT_EPILOGUE_RELU_BIAS";
+    case LtEpilogueKind::gelu_bias: return "CUBLASLT_EPILOGUE_GELU_BIAS";
+    case LtEpilogueKind::dgelu_bgrad: return "CUBLASLT_EPILOGUE_DGELU_BGRAD";
+    case LtEpilogueKind::drelu_bgrad: return "CUBLASLT_EPILOGUE_DRELU_BGRAD";
+    case LtEpilogueKind::relu_aux: return "CUBLASLT_EPILOGUE_RELU_AUX";
+  }
+  return {};
+}
+
 std::optional<LtEpilogueMatch> match_lt_epilogue(const KernelSpec& gemm_spec) {
   if (gemm_spec.mainloop.kind != MainloopKind::gemm) return std::nullopt;
   const Graph& g = gemm_spec.graph;
@@ -217,12 +228,13 @@ std::optional<LtDgradMatch> match_lt_dgrad(const KernelSpec& gemm_spec) {
   const Output& db = *std::find_if(g.outputs().begin(), g.outputs().end(), [&](const Output& o) { return o.name == m.db; });
   const Output& dz = *std::find_if(g.outputs().begin(), g.outputs().end(), [&](const Output& o) { return o.name == m.dz; });
   if (g.node(db.value).args.at(0).id != dz.value.id) return std::nullopt;
-  // acc · gelu_tanh_deriv(saved), either order.
+  // acc · gelu_tanh_deriv(saved) or acc · relu_deriv(saved), either order.
   Value acc = mul->args.at(0), deriv = mul->args.at(1);
   if (g.node(acc).kind != NodeKind::accumulator) std::swap(acc, deriv);
   if (g.node(acc).kind != NodeKind::accumulator || g.node(acc).accumulator != 0 ||
-      !is_op(deriv, OpKind::gelu_tanh_deriv))
+      !(is_op(deriv, OpKind::gelu_tanh_deriv) || is_op(deriv, OpKind::relu_deriv)))
     return std::nullopt;
+  m.kind = is_op(deriv, OpKind::relu_deriv) ? LtEpilogueKind::drelu_bgrad : LtEpilogueKind::dgelu_bgrad;
   const Node& saved = g.node(g.node(deriv).args.at(0));
   if (saved.kind != NodeKind::input || saved.broadcast != Broadcast::full) return std::nullopt;
   const auto ops = std::count_if(g.nodes().begin(), g.nodes().end(), [](const Node& n) { return n.kind == NodeKind::op; });

@@ -4,6 +4,7 @@
 // bench uses them; the JIT path never does.
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "epifuse/spec.hpp"
@@ -40,8 +41,12 @@ std::optional<std::vector<KernelSpec>> one_kernel_per_op(const KernelSpec& spec,
 /// cuBLASLt epilogues a gemm chain can start with: D = act(acc + bias), the
 /// bias a row-broadcast [N] input (one value per column of C; in cuBLASLt's
 /// column-major view C^T, one per row, length N).
-/// dgelu_bgrad: the backward's CUBLASLT_EPILOGUE_DGELU_BGRAD (match_lt_dgrad).
-enum class LtEpilogueKind { relu_bias, gelu_bias, dgelu_bgrad };
+/// dgelu_bgrad, drelu_bgrad: the backward's CUBLASLT_EPILOGUE_DGELU_BGRAD and
+/// DRELU_BGRAD (match_lt_dgrad). relu_aux: the forward's CUBLASLT_EPILOGUE_RELU_AUX,
+/// which the bench runs only to make DRELU_BGRAD's bit mask.
+enum class LtEpilogueKind { relu_bias, gelu_bias, dgelu_bgrad, drelu_bgrad, relu_aux };
+/// cuBLASLt's name of the epilogue ("CUBLASLT_EPILOGUE_RELU_BIAS", ...).
+std::string_view lt_epilogue_name(LtEpilogueKind k);
 
 struct LtEpilogueMatch {
   LtEpilogueKind kind = LtEpilogueKind::relu_bias;
@@ -60,12 +65,14 @@ struct LtEpilogueMatch {
 /// the tanh form). nullopt when the chain does not start that way.
 std::optional<LtEpilogueMatch> match_lt_epilogue(const KernelSpec& gemm_spec);
 
-/// A dgrad chain cuBLASLt runs as CUBLASLT_EPILOGUE_DGELU_BGRAD: the output
-/// `dz` = acc · gelu_tanh_deriv(`saved`), `saved` a full [M,N] input (the
-/// GELU's input, which cuBLASLt's GELU_AUX forward saves), and the output `db`
-/// = col_sum(dz) (cuBLASLt's bias gradient: one value per row of its
-/// column-major D, our columns). Nothing else in the chain.
+/// A dgrad chain cuBLASLt runs as CUBLASLT_EPILOGUE_DGELU_BGRAD or DRELU_BGRAD:
+/// the output `dz` = acc · gelu_tanh_deriv(`saved`) or acc · relu_deriv(`saved`),
+/// `saved` a full [M,N] input (the GELU's input, which cuBLASLt's GELU_AUX forward
+/// saves; for the ReLU, a value of its sign, whose bit mask RELU_AUX saves), and
+/// the output `db` = col_sum(dz) (cuBLASLt's bias gradient: one value per row of
+/// its column-major D, our columns). Nothing else in the chain.
 struct LtDgradMatch {
+  LtEpilogueKind kind = LtEpilogueKind::dgelu_bgrad;  ///< dgelu_bgrad or drelu_bgrad
   std::string saved;  ///< the saved input's binding name
   std::string dz, db;  ///< the outputs' names
 };

@@ -33,6 +33,8 @@ constexpr std::uint32_t CUBLASLT_EPILOGUE_DEFAULT = 1;
 constexpr std::uint32_t CUBLASLT_EPILOGUE_RELU_BIAS = 2 | 4;   // RELU | BIAS
 constexpr std::uint32_t CUBLASLT_EPILOGUE_GELU_BIAS = 32 | 4;  // GELU | BIAS
 constexpr std::uint32_t CUBLASLT_EPILOGUE_DGELU_BGRAD = 64 | 128 | 16;  // DGELU (64 | 128) | BGRAD
+constexpr std::uint32_t CUBLASLT_EPILOGUE_DRELU_BGRAD = 8 | 128 | 16;   // DRELU (8 | 128) | BGRAD
+constexpr std::uint32_t CUBLASLT_EPILOGUE_RELU_AUX = 2 | 128;           // RELU | the aux output
 // cublasLtMatrixLayoutAttribute_t
 constexpr int CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5;           // int32_t
 constexpr int CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6;  // int64_t, elements
@@ -214,10 +216,17 @@ LtMatmul::Descriptors::Descriptors(const CublasLt::Api& api, const LtMatmulConfi
     set(CUBLASLT_MATMUL_DESC_TRANSA, trans_a, "cublasLtMatmulDescSetAttribute(TRANSA)");
     set(CUBLASLT_MATMUL_DESC_TRANSB, trans_b, "cublasLtMatmulDescSetAttribute(TRANSB)");
     std::uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    if (c.epilogue == LtEpilogueKind::dgelu_bgrad) {
-      // D = dGELU(A·B, aux); the bias gradient (a row sum of D in cuBLASLt's
-      // view, our col_sum) into the bias pointer, in D's dtype.
-      epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    if (c.epilogue == LtEpilogueKind::relu_aux) {
+      // D = relu(A·B) and the bit mask of A·B > 0 into aux (its ld in bits).
+      epilogue = CUBLASLT_EPILOGUE_RELU_AUX;
+      const void* aux = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(c.aux));
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.aux_ld, "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
+    } else if (c.epilogue == LtEpilogueKind::dgelu_bgrad || c.epilogue == LtEpilogueKind::drelu_bgrad) {
+      // D = dGELU(A·B, aux) or dReLU(A·B, aux's bits); the bias gradient (a row
+      // sum of D in cuBLASLt's view, our col_sum) into the bias pointer, in D's dtype.
+      epilogue = c.epilogue == LtEpilogueKind::dgelu_bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD
+                                                           : CUBLASLT_EPILOGUE_DRELU_BGRAD;
       void* grad = reinterpret_cast<void*>(static_cast<std::uintptr_t>(c.bias));
       const void* aux = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(c.aux));
       set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, grad, "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
@@ -283,12 +292,10 @@ LtMatmul::LtMatmul(CublasLt& lt, const LtMatmulConfig& c)
         "cuBLASLt has no algorithm for {} x {} x {} {} (A {}, B {}, D {}, epilogue {}{})", c.shape.m, c.shape.n,
         c.shape.k, to_string(c.mainloop.a), to_string(c.mainloop.a_layout), to_string(c.mainloop.b_layout),
         to_string(c.d),
-        !c.epilogue                                     ? "default"
-        : *c.epilogue == LtEpilogueKind::relu_bias      ? "RELU_BIAS"
-        : *c.epilogue == LtEpilogueKind::gelu_bias      ? "GELU_BIAS"
-                                                        : "DGELU_BGRAD",
-        c.epilogue && *c.epilogue != LtEpilogueKind::dgelu_bgrad ? fmt::format(", bias {}", to_string(c.bias_dtype))
-                                                                 : std::string()));
+        c.epilogue ? lt_epilogue_name(*c.epilogue) : "CUBLASLT_EPILOGUE_DEFAULT",
+        c.epilogue && (*c.epilogue == LtEpilogueKind::relu_bias || *c.epilogue == LtEpilogueKind::gelu_bias)
+            ? fmt::format(", bias {}", to_string(c.bias_dtype))
+            : std::string()));
   d.algo = result.algo;
   workspace_used_ = result.workspace_size;
   workspace_ = backend::DeviceBuffer(k_workspace_bytes);

@@ -87,10 +87,15 @@ struct LtMatmulConfig {
   Shape shape;
   DType d = DType::f16;                    ///< C and D
   std::optional<LtEpilogueKind> epilogue;  ///< nullopt: CUBLASLT_EPILOGUE_DEFAULT
-  backend::CUdeviceptr bias = 0;           ///< the epilogue's [N] vector (dgelu_bgrad: the bias gradient, written in D's dtype)
+  /// The epilogue's [N] vector (dgelu_bgrad, drelu_bgrad: the bias gradient, written in D's dtype).
+  backend::CUdeviceptr bias = 0;
   DType bias_dtype = DType::f16;
-  backend::CUdeviceptr aux = 0;            ///< dgelu_bgrad: the GELU's saved input, [M,N] in D's dtype
-  std::int64_t aux_ld = 0;                 ///< its leading dimension in cuBLASLt's column-major view (N)
+  /// dgelu_bgrad: the GELU's saved input, [M,N] in D's dtype; drelu_bgrad: the
+  /// bit mask relu_aux wrote (one bit an element); relu_aux: where it writes it.
+  backend::CUdeviceptr aux = 0;
+  /// aux's leading dimension in cuBLASLt's column-major view: N elements, or
+  /// for a bit mask a multiple of 128 bits.
+  std::int64_t aux_ld = 0;
 };
 
 /// Makes and destroys every descriptor LtMatmul would (operation, attributes,

@@ -10,7 +10,9 @@
 
 #include "bench/bench_specs.hpp"
 #include "bench/cublaslt_baseline.hpp"
+#include "epifuse/autodiff.hpp"
 #include "epifuse/codegen.hpp"
+#include "epifuse/dgrad.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/json.hpp"
 #include "epifuse/reference.hpp"
@@ -226,9 +228,21 @@ TEST_CASE("match_lt_dgrad: acc * gelu_tanh_deriv(saved) and its col_sum, as cuBL
                                      "gemm_bias_gelu_dgrad.json");
   const std::optional<LtDgradMatch> m = match_lt_dgrad(dgrad);
   REQUIRE(m);
+  CHECK(m->kind == LtEpilogueKind::dgelu_bgrad);
   CHECK(m->saved == "saved_z");
   CHECK(m->dz == "dacc");
   CHECK(m->db == "dbias");
+  // The ReLU chain's dgrad (grad --as-gemm-epilogue): acc * relu_deriv(y), y the
+  // forward's output read back, and its col_sum: DRELU_BGRAD.
+  const KernelSpec relu = as_gemm_epilogue(
+      grad(load_spec(std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples" / "chains" / "gemm_bias_relu.json"))
+          .backward,
+      "dy", Mainloop{MainloopKind::gemm, DType::f16, DType::f16, Layout::row, Layout::row});
+  const std::optional<LtDgradMatch> mr = match_lt_dgrad(relu);
+  REQUIRE(mr);
+  CHECK(mr->kind == LtEpilogueKind::drelu_bgrad);
+  CHECK(mr->saved == "y");
+  CHECK(lt_epilogue_name(mr->kind) == "CUBLASLT_EPILOGUE_DRELU_BGRAD");
   // Not that form: no col_sum output, another derivative, a dropout, a row input as the saved one.
   auto build = [](bool sum, OpKind deriv, bool dropout, Broadcast saved) {
     KernelSpec s;
@@ -242,6 +256,9 @@ TEST_CASE("match_lt_dgrad: acc * gelu_tanh_deriv(saved) and its col_sum, as cuBL
     return s;
   };
   CHECK(match_lt_dgrad(build(true, OpKind::gelu_tanh_deriv, false, Broadcast::full)));  // mul(deriv, acc)
+  CHECK(match_lt_dgrad(build(true, OpKind::relu_deriv, false, Broadcast::full))->kind == LtEpilogueKind::drelu_bgrad);
+  CHECK_FALSE(match_lt_dgrad(build(true, OpKind::relu_deriv, true, Broadcast::full)));
+  CHECK_FALSE(match_lt_dgrad(build(true, OpKind::relu_deriv, false, Broadcast::row)));
   CHECK_FALSE(match_lt_dgrad(build(false, OpKind::gelu_tanh_deriv, false, Broadcast::full)));
   CHECK_FALSE(match_lt_dgrad(build(true, OpKind::gelu_erf_deriv, false, Broadcast::full)));
   CHECK_FALSE(match_lt_dgrad(build(true, OpKind::gelu_tanh_deriv, true, Broadcast::full)));
@@ -311,6 +328,12 @@ TEST_CASE("cuBLASLt loads through dlopen where it is installed, and says what it
           c.bias = 0x10000;
           c.aux = 0x20000;
           c.aux_ld = 128;
+          CHECK_NOTHROW(baseline::check_descriptors(*lt, c));
+          // DRELU_BGRAD reads the bit mask RELU_AUX writes (their ld in bits).
+          c.epilogue = LtEpilogueKind::drelu_bgrad;
+          CHECK_NOTHROW(baseline::check_descriptors(*lt, c));
+          c.epilogue = LtEpilogueKind::relu_aux;
+          c.bias = 0;
           CHECK_NOTHROW(baseline::check_descriptors(*lt, c));
         }
   } else {
