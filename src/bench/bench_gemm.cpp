@@ -301,7 +301,7 @@ class GemmBench {
   void lt_dgrad(baseline::CublasLt& lt, CUdeviceptr a, CUdeviceptr b, const LtDgradMatch& match) {
     const bool relu = match.kind == LtEpilogueKind::drelu_bgrad;
     const std::string name(lt_epilogue_name(match.kind).substr(std::string_view("CUBLASLT_EPILOGUE_").size()));
-    if (shape_.n % 8 != 0 || shape_.batch > 1) {  // cuBLASLt: the GELU input's leading dimension a multiple of 8
+    if (shape_.n % 8 != 0 || shape_.batch > 1) {  // cuBLASLt: D and the aux input with a leading dimension a multiple of 8
       g_.skipped.push_back(fmt::format("cuBLASLt {}: N = {} is not a multiple of 8, or a batch", name, shape_.n));
       return;
     }
