@@ -404,6 +404,31 @@ TEST_CASE("a ReLU reads its derivative from an output of the same sign, and save
   REQUIRE(rt.saved.size() == 1);
   CHECK(rt.saved[0].kind == "pre-activation");
   check_gradients(twice, shape);
+  // Where the backward reads the operand anyway, reading the output too would
+  // move one more tensor: relu(z) and gelu(z) as two outputs save z (gelu's
+  // rule reads it) and the ReLU reads z as well, not the first output.
+  KernelSpec two = gemm_chain([](Graph& g, Value acc, Value bias) {
+    const Value z = g.add(acc, bias);
+    g.set_name(z, "z");
+    return g.relu(z);
+  });
+  two.graph.output("g", two.graph.gelu_tanh(two.graph.find("z")), DType::f16);
+  const GradResult r2 = grad(two);
+  CHECK(saved_names(r2) == std::vector<std::string>{"saved_z"});
+  CHECK_FALSE(r2.backward.graph.find("y").valid());
+  check_gradients(two, shape);
+  // The same without an accumulator: sigmoid(x) reads x, so relu(x) does too.
+  KernelSpec ew;
+  {
+    Graph& g = ew.graph;
+    const Value x = g.input("x", DType::f32);
+    g.output("r", g.relu(x), DType::f32);
+    g.output("s", g.sigmoid(x), DType::f32);
+  }
+  const GradResult re = grad(ew);
+  CHECK(re.backward.graph.find("x").valid());
+  CHECK_FALSE(re.backward.graph.find("r").valid());
+  check_gradients(ew, shape);
   // A ReLU that is an output itself and also feeds another one: read back.
   KernelSpec both = gemm_chain([](Graph& g, Value acc, Value bias) { return g.relu(g.add(acc, bias)); });
   both.graph.output("y2", both.graph.scale(both.graph.outputs()[0].value, -1.0), DType::f16);
