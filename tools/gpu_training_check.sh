@@ -27,7 +27,7 @@ case $what in
     echo "== GPU test tier (tools/gpu_suite.sh)"
     tools/gpu_suite.sh build/epifuse_tests "$out/suite" || status=1
     echo "== Python, GPU modules included"
-    python3 -m pytest -q -rs tests/python --durations=15 -p no:cacheprovider 2>&1 | tee "$out/pytest.txt" | tail -15
+    python3 -m pytest -q -rfEs tests/python --durations=15 -p no:cacheprovider 2>&1 | tee "$out/pytest.txt" | tail -15
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1
     ;;
   perf)
@@ -59,7 +59,7 @@ case $what in
     ;;
   multi)
     echo "== two GPUs: DDP, FSDP2, cuda:1"
-    python3 -m pytest -q -rs tests/python/test_gpu_ddp.py tests/python/test_gpu_seeds_devices.py \
+    python3 -m pytest -q -rfEs tests/python/test_gpu_ddp.py tests/python/test_gpu_seeds_devices.py \
       -p no:cacheprovider 2>&1 | tee "$out/pytest_multi.txt" | tail -15
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1
     build/epifuse_tests -tc="*own device*" 2>&1 | tail -3 || status=1

@@ -26,7 +26,7 @@ def test_tiny_run_checks_and_times_every_row(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), "--shape", "256,128,512", "--rounds", "3", "--warmup", "1",
                         "--loop", "2", "--check", "--json", str(out)], capture_output=True, text=True, env=env, timeout=900)
     print(r.stdout[-4000:], r.stderr[-4000:])
-    assert r.returncode == 0
+    assert r.returncode == 0, f"mlp_block.py exited {r.returncode}: {r.stderr[-1500:] or r.stdout[-1500:]}"
     record = json.loads(out.read_text())
     assert record["gpu"] and record["torch"] == torch.__version__ and record["date"]
     assert record["commit"] is None or len(record["commit"]["sha"]) == 40
