@@ -18,12 +18,15 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 # a fresh virtual environment (tools/test_python.sh, docs/python.md).
 # python3-numpy: Debian's, so that tests/cli/run_examples.sh can check with
 # /usr/bin/python3 that numpy reads the .npy files epifuse writes.
+# python3-torch: Debian's PyTorch (1.13, CPU), so that the module's torch tests
+# that need no GPU run here too (the block op's plan on the CPU reference, the
+# nn modules' parameters); those needing torch 2.4's torch.library or a GPU skip.
 # clang, libclang-rt-dev: libFuzzer and the sanitizers for tools/fuzz.sh (the
 # build below stays g++).
 # libamdhip64-dev, libhiprtc-builtins5: hipRTC (inside ROCm 5's HIP runtime) for
 # the AMD compile tier; opened with dlopen, never linked. clang-19: the same
 # tier's gfx1100/gfx942 assembly, which ROCm 5's hipRTC cannot build (docs/amd.md).
-PACKAGES=(cmake g++ make libfmt-dev nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev python3-numpy python3-pytest python3-venv
+PACKAGES=(cmake g++ make libfmt-dev nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev python3-numpy python3-pytest python3-venv python3-torch
           clang libclang-rt-dev libamdhip64-dev libhiprtc-builtins5 clang-19)
 
 missing=()
