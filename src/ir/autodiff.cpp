@@ -17,8 +17,9 @@
 #include "epifuse/autodiff.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <array>
+#include <bit>
+#include <exception>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -591,10 +592,6 @@ class Differentiator {
   DType saved_dtype_ = DType::f32;
 };
 
-}  // namespace
-
-namespace {
-
 // The backward with the ReLUs of `relu_reads_output` reading an output.
 GradResult differentiate(const KernelSpec& spec, const GradOptions& options,
                          const std::vector<bool>& relu_reads_output) {
@@ -655,7 +652,7 @@ GradResult grad(const KernelSpec& spec, const GradOptions& options) {
   std::optional<GradResult> best;
   std::size_t best_bytes = 0;
   int best_reading = 0;
-  std::optional<UserError> first_error;
+  std::exception_ptr first_error;
   // From every ReLU reading its output down to none: on a tie the first kept has more reading.
   for (std::uint32_t mask = (1u << relus.size()); mask-- > 0;) {
     std::vector<bool> reads(nodes.size(), false);
@@ -669,11 +666,11 @@ GradResult grad(const KernelSpec& spec, const GradOptions& options) {
         best_bytes = bytes;
         best_reading = reading;
       }
-    } catch (const UserError& e) {  // a limit one choice passes and another does not
-      if (!first_error) first_error = e;
+    } catch (const UserError&) {  // a limit one choice passes and another does not
+      if (!first_error) first_error = std::current_exception();
     }
   }
-  if (!best) throw *first_error;
+  if (!best) std::rethrow_exception(first_error);
   return std::move(*best);
 }
 
