@@ -120,8 +120,8 @@ void add_grad(CLI::App& app) {
   add_json_flag(*sub);
   sub->footer(
       "The backward spec takes d<y> for each output y, the tensors the forward saved (saved_*:\n"
-      "GEMM pre-activations, per-row statistics), the outputs it reads back (a ReLU's, or one\n"
-      "of its sign) and the inputs it reads again; it gives d<x> for each input x (dacc for a\n"
+      "GEMM pre-activations, per-row statistics), the outputs it reads back (a softmax or a\n"
+      "ReLU result) and the inputs it reads again; it gives d<x> for each input x (dacc for a\n"
       "GEMM's accumulator). Dropout masks are regenerated from the same seed, offset and\n"
       "stream, so run both with the same --seed and --offset.");
   sub->callback([opt] { grad_command(*opt); });
