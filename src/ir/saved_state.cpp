@@ -1,11 +1,15 @@
-// Which accumulator-dependent values a GEMM chain's forward saves
-// (docs/autodiff.md, "What the forward saves").
+// What a chain's forward saves for its backward (docs/autodiff.md, "What the
+// forward saves"): a GEMM chain's minimum cut, and which ReLUs read an output.
 #include "ir/saved_state.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <compare>
 #include <cstdint>
+#include <exception>
 #include <optional>
+
+#include <fmt/format.h>
 
 #include "epifuse/errors.hpp"
 #include "ir/op_table.hpp"
@@ -191,6 +195,36 @@ class SavedStateChooser {
   std::vector<Source> source_;
 };
 
+// Bytes an element of the [M,N] tensors the forward writes beyond its own
+// outputs and the backward reads, its upstream gradients aside.
+std::size_t full_tensor_bytes(const KernelSpec& spec, const GradResult& r) {
+  std::size_t bytes = 0;
+  const auto& outs = r.forward.graph.outputs();
+  for (std::size_t k = spec.graph.outputs().size(); k < outs.size(); ++k)
+    if (r.forward.graph.node(outs[k].value).broadcast == Broadcast::full) bytes += size_of(outs[k].dtype);
+  const Graph& b = r.backward.graph;
+  for (Value v : b.inputs()) {
+    const Node& n = b.node(v);
+    const bool upstream = std::any_of(spec.graph.outputs().begin(), spec.graph.outputs().end(),
+                                      [&](const Output& o) { return n.name == fmt::format("d{}", o.name); });
+    if (n.broadcast == Broadcast::full && !upstream) bytes += size_of(n.dtype);
+  }
+  return bytes;
+}
+
+// Note [Which ReLUs read an output]
+// A ReLU with an output of its sign (Note [ReLU's derivative from an output])
+// may read that output or its operand. Reading the output saves the operand
+// where nothing else needs it (a GEMM's pre-activation), and reads one more
+// tensor where something does (a second output of the same pre-activation,
+// which the backward reads anyway). So every choice is tried, up to
+// k_max_relu_choices ReLUs (past them, every such ReLU reads its output), and
+// the backward whose forward writes and backward reads the fewest bytes of
+// [M,N] tensors is kept; a tie goes to more ReLUs reading outputs (an output
+// is alive for the next layer anyway, where an input or a saved tensor is kept
+// for the backward alone), then to the first choice in node order.
+constexpr std::size_t k_max_relu_choices = 4;
+
 }  // namespace
 
 std::vector<bool> accumulator_dependent(const Graph& g) {
@@ -205,6 +239,87 @@ std::vector<bool> accumulator_dependent(const Graph& g) {
 
 std::vector<bool> choose_saved(const Graph& g, const std::vector<bool>& read) {
   return SavedStateChooser(g, read).choose();
+}
+
+// Note [ReLU's derivative from an output]
+// relu'(z) = [z > 0] = [relu(z) > 0]: PyTorch's ReLU backward reads its
+// result. The result's sign survives an op that scales it by a positive
+// factor: a positive `scale`, a `cast` (rounded as the output is, like a
+// saved copy), and a dropout where it keeps the element; where it drops
+// one, the gradient that reaches the ReLU is the regenerated mask's zero
+// (or the NaN of a dropped inf), whatever the derivative. So when the ReLU,
+// or the one user of the ReLU, of that user and so on through such ops, is
+// an [M,N] output, the rule may read that output back instead of the ReLU's
+// operand. grad() takes it where that moves no more bytes (Note [Which ReLUs
+// read an output]): bias + ReLU (+ dropout) on a GEMM then saves nothing
+// where it saved the pre-activation. A 1-bit mask would be the answer for a
+// ReLU no output carries the sign of; the IR has no packed dtype.
+std::optional<std::uint32_t> output_of_same_sign(const Graph& g, std::uint32_t relu) {
+  const auto& nodes = g.nodes();
+  auto full_output = [&](std::uint32_t v) {
+    return nodes[v].broadcast == Broadcast::full &&
+           std::any_of(g.outputs().begin(), g.outputs().end(), [&](const Output& o) { return o.value.id == v; });
+  };
+  auto users = [&](std::uint32_t v) {
+    std::vector<std::uint32_t> out;
+    int uses = 0;
+    for (std::uint32_t k = 0; k < nodes.size(); ++k)
+      for (Value a : nodes[k].args)
+        if (a.id == v) {
+          ++uses;
+          if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+        }
+    for (const Output& o : g.outputs()) uses += o.value.id == v;
+    return std::pair{uses, out};
+  };
+  for (std::uint32_t v = relu;;) {
+    if (full_output(v)) return v;
+    const auto [uses, list] = users(v);
+    if (uses != 1 || list.size() != 1) return std::nullopt;
+    const Node& n = nodes[list.front()];
+    const bool keeps_sign = n.kind == NodeKind::op && n.args.size() == 1 && n.args[0].id == v &&
+                            (n.op == OpKind::dropout || n.op == OpKind::cast ||
+                             (n.op == OpKind::scale && n.alpha > 0.0));
+    if (!keeps_sign) return std::nullopt;
+    v = list.front();
+  }
+}
+
+GradResult choose_relu_reads(const KernelSpec& spec,
+                             const std::function<GradResult(const std::vector<bool>&)>& differentiate) {
+  const auto& nodes = spec.graph.nodes();
+  std::vector<std::uint32_t> relus;
+  for (std::uint32_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i].kind == NodeKind::op && nodes[i].op == OpKind::relu && output_of_same_sign(spec.graph, i))
+      relus.push_back(i);
+  if (relus.size() > k_max_relu_choices) {
+    std::vector<bool> all(nodes.size(), false);
+    for (std::uint32_t i : relus) all[i] = true;
+    return differentiate(all);
+  }
+  std::optional<GradResult> best;
+  std::size_t best_bytes = 0;
+  int best_reading = 0;
+  std::exception_ptr first_error;
+  // From every ReLU reading its output down to none: on a tie the first kept has more reading.
+  for (std::uint32_t mask = (1u << relus.size()); mask-- > 0;) {
+    std::vector<bool> reads(nodes.size(), false);
+    for (std::size_t k = 0; k < relus.size(); ++k) reads[relus[k]] = (mask >> k) & 1u;
+    const int reading = std::popcount(mask);
+    try {
+      GradResult r = differentiate(reads);
+      const std::size_t bytes = full_tensor_bytes(spec, r);
+      if (!best || bytes < best_bytes || (bytes == best_bytes && reading > best_reading)) {
+        best = std::move(r);
+        best_bytes = bytes;
+        best_reading = reading;
+      }
+    } catch (const UserError&) {  // a limit one choice passes and another does not
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (!best) std::rethrow_exception(first_error);
+  return std::move(*best);
 }
 
 }  // namespace epifuse

@@ -1,9 +1,14 @@
 #pragma once
-// Which accumulator-dependent values a GEMM chain's forward saves for its
-// backward (Note [Saving a minimum cut] in saved_state.cpp, docs/autodiff.md).
-// IR layer: depends on the graph only.
+// What a chain's forward saves for its backward: which accumulator-dependent
+// values a GEMM chain saves (Note [Saving a minimum cut] in saved_state.cpp), and
+// which ReLUs read an output instead of their operand (Note [Which ReLUs read an
+// output]); docs/autodiff.md. IR layer.
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <vector>
 
+#include "epifuse/autodiff.hpp"
 #include "epifuse/graph.hpp"
 
 namespace epifuse {
@@ -18,5 +23,18 @@ std::vector<bool> accumulator_dependent(const Graph& g);
 /// [M,N] outputs and its row statistics. Deterministic: the same graph and reads
 /// give the same set.
 std::vector<bool> choose_saved(const Graph& g, const std::vector<bool>& read);
+
+/// The [M,N] output that carries the sign of ReLU node `relu`: the ReLU itself,
+/// or the end of its chain of single users that keep the sign (dropout, a
+/// positive scale, a cast); nullopt where there is none (Note [ReLU's
+/// derivative from an output]).
+std::optional<std::uint32_t> output_of_same_sign(const Graph& g, std::uint32_t relu);
+
+/// The backward `differentiate` gives for the cheapest choice of which ReLUs
+/// read an output (per node: true to read it), by the bytes of [M,N] tensors
+/// the forward writes and the backward reads (Note [Which ReLUs read an
+/// output]). A UserError every choice throws is rethrown.
+GradResult choose_relu_reads(const KernelSpec& spec,
+                             const std::function<GradResult(const std::vector<bool>&)>& differentiate);
 
 }  // namespace epifuse

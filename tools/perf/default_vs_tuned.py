@@ -13,8 +13,8 @@ weight unless the name says `brow`) and each shape M,N,K:
     default's time over the fastest candidate's comes from one process and one method.
 Prints one line per shape as it goes and writes DIR/<config>.json (whole, after each
 config) and DIR/summary.txt, which ends with the bar's two counts: the default within
-5% and 10% of the fastest candidate, and no slower than cuBLASLt's fused epilogue. Needs a GPU, build/epifuse and the Python module
-(EPIFUSE_LIBRARY or build/).
+5% and 10% of the fastest candidate, and no slower than cuBLASLt's fused epilogue.
+Needs a GPU, build/epifuse and the Python module (EPIFUSE_LIBRARY or build/).
 
     python3 tools/perf/default_vs_tuned.py --rescore DIR [DIR ...] [--target sm_90a]
 
