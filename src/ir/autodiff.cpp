@@ -54,7 +54,9 @@ namespace {
 // its sign where one does (Note [ReLU's derivative from an output] in
 // saved_state.cpp); a 1-bit mask would need a packed dtype the IR does not
 // have, so a ReLU on an accumulator that no output follows saves its
-// pre-activation instead.
+// pre-activation instead. A softmax's result that no output stores is saved
+// where that moves no more bytes than recomputing it (Note [Choices of what
+// the backward reads] in saved_state.cpp).
 
 class Differentiator {
  public:
@@ -63,18 +65,9 @@ class Differentiator {
   // saved under a placeholder name, past the limits on names and outputs: a
   // first pass that only records what the rules read (record_reads).
   Differentiator(const KernelSpec& spec, const GradOptions& options, std::optional<std::vector<bool>> to_save,
-                 std::vector<bool> relu_reads_output)
-      : spec_(spec), g_(spec.graph), to_save_(std::move(to_save)), relu_reads_output_(std::move(relu_reads_output)) {
-    const auto& nodes = g_.nodes();
-    users_.assign(nodes.size(), 0);
-    user_list_.resize(nodes.size());
-    for (std::uint32_t i = 0; i < nodes.size(); ++i)
-      for (Value a : nodes[i].args) {
-        ++users_[a.id];
-        if (std::find(user_list_[a.id].begin(), user_list_[a.id].end(), i) == user_list_[a.id].end())
-          user_list_[a.id].push_back(i);
-      }
-    for (const Output& o : g_.outputs()) ++users_[o.value.id];
+                 std::vector<bool> read_choice)
+      : spec_(spec), g_(spec.graph), to_save_(std::move(to_save)), read_choice_(std::move(read_choice)) {
+    count_users(g_, users_, user_list_);
     stabilizing_ = stabilizing_maxima(g_, users_, user_list_, composites_);
     acc_dep_ = accumulator_dependent(g_);
     choose_wrt(options);
@@ -312,10 +305,14 @@ class Differentiator {
   }
 
   // Saves forward node i as an extra output of the forward; the backward reads it as an input.
-  Value save(std::uint32_t i, std::string_view kind, DType dtype) {
+  // `unnamed`: the name of an unnamed op's value, its op's by default.
+  Value save(std::uint32_t i, std::string_view kind, DType dtype, std::string_view unnamed = {}) {
     const Node& n = g_.nodes()[i];
-    // Named after the value, or its op (saved_row_max, saved_row_sum_1, ...).
-    std::string base = n.kind != NodeKind::op ? leaf_name(i) : n.name.empty() ? std::string(op_info(n.op).name) : n.name;
+    // Named after the value, or its op (saved_row_max, saved_row_sum_1, saved_softmax, ...).
+    std::string base = n.kind != NodeKind::op ? leaf_name(i)
+                       : !n.name.empty()     ? n.name
+                       : unnamed.empty()     ? std::string(op_info(n.op).name)
+                                             : std::string(unnamed);
     auto taken = [&](const std::string& x) {
       return g_.find(x).valid() || b().find(x).valid() ||
              std::any_of(g_.outputs().begin(), g_.outputs().end(), [&](const Output& o) { return o.name == x; });
@@ -357,6 +354,10 @@ class Differentiator {
     } else if (n.kind == NodeKind::input) {
       v = b().find(n.name);
       if (!v.valid()) v = b().input(n.name, n.dtype, n.broadcast);
+    } else if (read_choice_[i] && composites_[i].kind != Composite::none) {
+      // Note [Choices of what the backward reads]: the result saved, as PyTorch's softmax saves it.
+      v = save(i, "softmax result", saved_dtype_,
+               composites_[i].kind == Composite::softmax ? "softmax" : "log_softmax");
     } else if (n.kind == NodeKind::accumulator || (acc_dep_[i] && !is_row_reduction(n.op))) {
       if (!to_save_ || (*to_save_)[i]) {
         v = save(i, "pre-activation", saved_dtype_);
@@ -454,7 +455,7 @@ class Differentiator {
         contribute(a, d);
         return;
       case OpKind::relu: {
-        const std::optional<std::uint32_t> same_sign = relu_reads_output_[i] ? output_of_same_sign(g_, i) : std::nullopt;
+        const std::optional<std::uint32_t> same_sign = read_choice_[i] ? output_of_same_sign(g_, i) : std::nullopt;
         contribute(a, mul(d, B.relu_deriv(fwd(same_sign ? *same_sign : a))));
         return;
       }
@@ -538,7 +539,8 @@ class Differentiator {
   std::unordered_map<std::uint32_t, Value> row_sums_;  // backward value -> its row sum
   std::vector<bool> acc_dep_;  // depends on an accumulator
   std::optional<std::vector<bool>> to_save_;
-  std::vector<bool> relu_reads_output_;  // per node: a ReLU whose rule reads an output (saved_state.hpp)
+  // Per node: a ReLU whose rule reads an output, a softmax whose result is saved (read_choices).
+  std::vector<bool> read_choice_;
   std::vector<bool> reads_;  // read by a derivative rule
   std::vector<std::uint32_t> wrt_;
   std::vector<Value> value_;
@@ -547,25 +549,24 @@ class Differentiator {
   DType saved_dtype_ = DType::f32;
 };
 
-// The backward with the ReLUs of `relu_reads_output` reading an output.
-GradResult differentiate(const KernelSpec& spec, const GradOptions& options,
-                         const std::vector<bool>& relu_reads_output) {
+// The backward with the choices of `read_choice` (read_choices in saved_state.hpp).
+GradResult differentiate(const KernelSpec& spec, const GradOptions& options, const std::vector<bool>& read_choice) {
   // Without an accumulator nothing is chosen: every value read is an input,
   // recomputed from inputs, an output or a row statistic.
   std::vector<bool> to_save(spec.graph.nodes().size(), false);
   const auto& nodes = spec.graph.nodes();
   if (std::any_of(nodes.begin(), nodes.end(), [](const Node& n) { return n.kind == NodeKind::accumulator; }))
     to_save = choose_saved(spec.graph,
-                           Differentiator(spec, options, std::nullopt, relu_reads_output).record_reads());
-  return Differentiator(spec, options, std::move(to_save), relu_reads_output).run();
+                           Differentiator(spec, options, std::nullopt, read_choice).record_reads());
+  return Differentiator(spec, options, std::move(to_save), read_choice).run();
 }
 
 }  // namespace
 
 GradResult grad(const KernelSpec& spec, const GradOptions& options) {
   verify(spec);
-  return choose_relu_reads(spec, [&](const std::vector<bool>& relu_reads_output) {
-    return differentiate(spec, options, relu_reads_output);
+  return choose_reads(spec, [&](const std::vector<bool>& read_choice) {
+    return differentiate(spec, options, read_choice);
   });
 }
 

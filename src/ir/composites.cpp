@@ -1,6 +1,7 @@
 // Composite detection for grad(spec) (composites.hpp).
 #include "ir/composites.hpp"
 
+#include <algorithm>
 #include <optional>
 
 #include "ir/op_table.hpp"
@@ -53,6 +54,28 @@ std::vector<bool> stabilizing_maxima(const Graph& g, const std::vector<int>& use
     }
   }
   return out;
+}
+
+void count_users(const Graph& g, std::vector<int>& users, std::vector<std::vector<std::uint32_t>>& user_list) {
+  const auto& nodes = g.nodes();
+  users.assign(nodes.size(), 0);
+  user_list.assign(nodes.size(), {});
+  for (std::uint32_t i = 0; i < nodes.size(); ++i)
+    for (Value a : nodes[i].args) {
+      ++users[a.id];
+      if (std::find(user_list[a.id].begin(), user_list[a.id].end(), i) == user_list[a.id].end())
+        user_list[a.id].push_back(i);
+    }
+  for (const Output& o : g.outputs()) ++users[o.value.id];
+}
+
+std::vector<Composite> find_composites(const Graph& g) {
+  std::vector<int> users;
+  std::vector<std::vector<std::uint32_t>> user_list;
+  count_users(g, users, user_list);
+  std::vector<Composite> roots;
+  stabilizing_maxima(g, users, user_list, roots);
+  return roots;
 }
 
 }  // namespace epifuse

@@ -27,4 +27,11 @@ std::vector<bool> stabilizing_maxima(const Graph& g, const std::vector<int>& use
                                      const std::vector<std::vector<std::uint32_t>>& user_list,
                                      std::vector<Composite>& roots);
 
+/// Each node's uses as above: `users` counts them (as an operand, once per
+/// operand, and as an output), `user_list` lists the ops among them.
+void count_users(const Graph& g, std::vector<int>& users, std::vector<std::vector<std::uint32_t>>& user_list);
+
+/// The composites of `g`, recorded at their result nodes.
+std::vector<Composite> find_composites(const Graph& g);
+
 }  // namespace epifuse

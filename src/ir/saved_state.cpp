@@ -1,9 +1,9 @@
 // What a chain's forward saves for its backward (docs/autodiff.md, "What the
-// forward saves"): a GEMM chain's minimum cut, and which ReLUs read an output.
+// forward saves"): a GEMM chain's minimum cut, which ReLUs read an output and
+// which softmax results are saved.
 #include "ir/saved_state.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <compare>
 #include <cstdint>
 #include <exception>
@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "epifuse/errors.hpp"
+#include "ir/composites.hpp"
 #include "ir/op_table.hpp"
 
 namespace epifuse {
@@ -212,18 +213,35 @@ std::size_t full_tensor_bytes(const KernelSpec& spec, const GradResult& r) {
   return bytes;
 }
 
-// Note [Which ReLUs read an output]
-// A ReLU with an output of its sign (Note [ReLU's derivative from an output])
-// may read that output or its operand. Reading the output saves the operand
-// where nothing else needs it (a GEMM's pre-activation), and reads one more
-// tensor where something does (a second output of the same pre-activation,
-// which the backward reads anyway). So every choice is tried, up to
-// k_max_relu_choices ReLUs (past them, every such ReLU reads its output), and
-// the backward whose forward writes and backward reads the fewest bytes of
-// [M,N] tensors is kept; a tie goes to more ReLUs reading outputs (an output
-// is alive for the next layer anyway, where an input or a saved tensor is kept
-// for the backward alone), then to the first choice in node order.
-constexpr std::size_t k_max_relu_choices = 4;
+// Note [Choices of what the backward reads]
+// At two kinds of node the backward may obtain what a rule reads two ways:
+//   - a ReLU with an output of its sign (Note [ReLU's derivative from an
+//     output]) reads that output or its operand. Reading the output saves the
+//     operand where nothing else needs it (a GEMM's pre-activation), and reads
+//     one more tensor where something does (a second output of the same
+//     pre-activation, which the backward reads anyway);
+//   - a softmax or log_softmax whose result no [M,N] output stores (softmax
+//     then dropout: attention's probabilities) has its closed form read the
+//     result, which the forward saves ([M,N], in the dtype of its first
+//     output, as PyTorch saves softmax's result) or the backward recomputes
+//     from the inputs below it and the saved row max and sum. With a full
+//     mask the bytes are equal (the result written and read once against x
+//     and the mask read again); with a row mask or none, recomputing moves
+//     fewer.
+// Every choice is tried, up to k_max_read_choices nodes (past them, each such
+// node takes the choice a tie prefers, below), and the backward whose
+// forward writes and backward reads the fewest bytes of [M,N] tensors is kept.
+// A tie goes to the choice that more nodes prefer, then to the first (the
+// choices as a binary number, the first node its lowest bit). A ReLU prefers
+// the output: an output is alive for the next layer anyway, where an input is
+// kept for the backward alone. A softmax prefers its result saved when that
+// is 16-bit and recomputed in f32, as measured (H200, 2026-11-28, attention's
+// softmax then dropout with a full mask, the forward's extra write charged to
+// the backward, M*N = 2^27, rows of 1,024 to 262,144): in bf16 recomputing
+// (the exp, the ops below it, the quotient) is what bounds the backward, and
+// saving took 0.77-0.83x its time; in f32 the bytes bound both, and saving
+// took 1.03-1.07x (docs/perf/backward.md).
+constexpr std::size_t k_max_read_choices = 4;
 
 }  // namespace
 
@@ -250,8 +268,8 @@ std::vector<bool> choose_saved(const Graph& g, const std::vector<bool>& read) {
 // (or the NaN of a dropped inf), whatever the derivative. So when the ReLU,
 // or the one user of the ReLU, of that user and so on through such ops, is
 // an [M,N] output, the rule may read that output back instead of the ReLU's
-// operand. grad() takes it where that moves no more bytes (Note [Which ReLUs
-// read an output]): bias + ReLU (+ dropout) on a GEMM then saves nothing
+// operand. grad() takes it where that moves no more bytes (Note [Choices of
+// what the backward reads]): bias + ReLU (+ dropout) on a GEMM then saves nothing
 // where it saved the pre-activation. A 1-bit mask would be the answer for a
 // ReLU no output carries the sign of; the IR has no packed dtype.
 std::optional<std::uint32_t> output_of_same_sign(const Graph& g, std::uint32_t relu) {
@@ -285,34 +303,52 @@ std::optional<std::uint32_t> output_of_same_sign(const Graph& g, std::uint32_t r
   }
 }
 
-GradResult choose_relu_reads(const KernelSpec& spec,
-                             const std::function<GradResult(const std::vector<bool>&)>& differentiate) {
+std::vector<std::uint32_t> read_choices(const Graph& g) {
+  const auto& nodes = g.nodes();
+  const std::vector<Composite> composites = find_composites(g);
+  auto stored = [&](std::uint32_t v) {
+    return nodes[v].broadcast == Broadcast::full &&
+           std::any_of(g.outputs().begin(), g.outputs().end(), [&](const Output& o) { return o.value.id == v; });
+  };
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+    const bool relu = nodes[i].kind == NodeKind::op && nodes[i].op == OpKind::relu && output_of_same_sign(g, i);
+    if (relu || (composites[i].kind != Composite::none && !stored(i))) out.push_back(i);
+  }
+  return out;
+}
+
+GradResult choose_reads(const KernelSpec& spec,
+                        const std::function<GradResult(const std::vector<bool>&)>& differentiate) {
   const auto& nodes = spec.graph.nodes();
-  std::vector<std::uint32_t> relus;
-  for (std::uint32_t i = 0; i < nodes.size(); ++i)
-    if (nodes[i].kind == NodeKind::op && nodes[i].op == OpKind::relu && output_of_same_sign(spec.graph, i))
-      relus.push_back(i);
-  if (relus.size() > k_max_relu_choices) {
-    std::vector<bool> all(nodes.size(), false);
-    for (std::uint32_t i : relus) all[i] = true;
-    return differentiate(all);
+  const std::vector<std::uint32_t> at = read_choices(spec.graph);
+  // Per node, whether a tie prefers the output read or the result saved: a
+  // softmax's result is saved in the dtype of the first output (autodiff.cpp).
+  const bool narrow = size_of(spec.graph.outputs().front().dtype) < 4;
+  auto prefers = [&](std::uint32_t i) { return nodes[i].op == OpKind::relu || narrow; };
+  if (at.size() > k_max_read_choices) {
+    std::vector<bool> preferred(nodes.size(), false);
+    for (std::uint32_t i : at) preferred[i] = prefers(i);
+    return differentiate(preferred);
   }
   std::optional<GradResult> best;
   std::size_t best_bytes = 0;
-  int best_reading = 0;
+  int best_preferred = 0;
   std::exception_ptr first_error;
-  // From every ReLU reading its output down to none: on a tie the first kept has more reading.
-  for (std::uint32_t mask = (1u << relus.size()); mask-- > 0;) {
-    std::vector<bool> reads(nodes.size(), false);
-    for (std::size_t k = 0; k < relus.size(); ++k) reads[relus[k]] = (mask >> k) & 1u;
-    const int reading = std::popcount(mask);
+  for (std::uint32_t mask = 0; mask < (1u << at.size()); ++mask) {
+    std::vector<bool> choice(nodes.size(), false);
+    int preferred = 0;  // nodes whose choice is the one a tie prefers
+    for (std::size_t k = 0; k < at.size(); ++k) {
+      choice[at[k]] = (mask >> k) & 1u;
+      preferred += choice[at[k]] == prefers(at[k]);
+    }
     try {
-      GradResult r = differentiate(reads);
+      GradResult r = differentiate(choice);
       const std::size_t bytes = full_tensor_bytes(spec, r);
-      if (!best || bytes < best_bytes || (bytes == best_bytes && reading > best_reading)) {
+      if (!best || bytes < best_bytes || (bytes == best_bytes && preferred > best_preferred)) {
         best = std::move(r);
         best_bytes = bytes;
-        best_reading = reading;
+        best_preferred = preferred;
       }
     } catch (const UserError&) {  // a limit one choice passes and another does not
       if (!first_error) first_error = std::current_exception();

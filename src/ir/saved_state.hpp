@@ -1,8 +1,9 @@
 #pragma once
 // What a chain's forward saves for its backward: which accumulator-dependent
-// values a GEMM chain saves (Note [Saving a minimum cut] in saved_state.cpp), and
-// which ReLUs read an output instead of their operand (Note [Which ReLUs read an
-// output]); docs/autodiff.md. IR layer.
+// values a GEMM chain saves (Note [Saving a minimum cut] in saved_state.cpp),
+// which ReLUs read an output instead of their operand and which softmax
+// results are saved instead of recomputed (Note [Choices of what the backward
+// reads]); docs/autodiff.md. IR layer.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -30,11 +31,18 @@ std::vector<bool> choose_saved(const Graph& g, const std::vector<bool>& read);
 /// derivative from an output]).
 std::optional<std::uint32_t> output_of_same_sign(const Graph& g, std::uint32_t relu);
 
-/// The backward `differentiate` gives for the cheapest choice of which ReLUs
-/// read an output (per node: true to read it), by the bytes of [M,N] tensors
-/// the forward writes and the backward reads (Note [Which ReLUs read an
-/// output]). A UserError every choice throws is rethrown.
-GradResult choose_relu_reads(const KernelSpec& spec,
-                             const std::function<GradResult(const std::vector<bool>&)>& differentiate);
+/// The nodes where the backward may obtain a value two ways, in node order: a
+/// ReLU with an output of its sign (its rule reads that output, or its
+/// operand) and a softmax or log_softmax whose result no [M,N] output stores
+/// (the forward saves it, or the backward recomputes it from the inputs and
+/// the row statistics). Note [Choices of what the backward reads].
+std::vector<std::uint32_t> read_choices(const Graph& g);
+
+/// The backward `differentiate` gives for the cheapest choice at the nodes of
+/// read_choices (per node: true for the output read or the result saved), by
+/// the bytes of [M,N] tensors the forward writes and the backward reads. A
+/// UserError every choice throws is rethrown.
+GradResult choose_reads(const KernelSpec& spec,
+                        const std::function<GradResult(const std::vector<bool>&)>& differentiate);
 
 }  // namespace epifuse

@@ -474,3 +474,104 @@ TEST_CASE("a ReLU's gradient read from the dropout's output equals the one read 
   }
   CHECK(dropped > 0);  // the data reach the case the note argues: a positive x dropped
 }
+
+namespace {
+
+std::vector<std::string> input_names(const Graph& g) {
+  std::vector<std::string> names;
+  for (Value v : g.inputs()) names.push_back(g.node(v).name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("a softmax result no output stores is saved where recomputing it reads as many bytes") {
+  const auto dir = std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples" / "chains";
+  // Attention's softmax then dropout, with a full mask: the result written and
+  // read once against x and the mask read again; the tie goes to the result.
+  const KernelSpec attention = load_spec(dir / "scaled_masked_softmax_dropout.json");
+  const GradResult ra = grad(attention);
+  REQUIRE(ra.saved.size() == 1);
+  CHECK(ra.saved[0].name == "saved_softmax");
+  CHECK(ra.saved[0].kind == "softmax result");
+  CHECK(input_names(ra.backward.graph) == std::vector<std::string>{"dy", "saved_softmax"});
+  const Output& p = ra.forward.graph.outputs().back();
+  CHECK(p.name == "saved_softmax");
+  CHECK(p.dtype == attention.graph.outputs().front().dtype);
+  CHECK(ra.forward.graph.outputs().size() == 2);  // y and the result: no row statistics
+  check_gradients(attention, Shape{4, 6, 0});
+  // In f32 the same bytes go to recomputing: the row max and sum are saved.
+  KernelSpec attention32;
+  {
+    Graph& g = attention32.graph;
+    const Value m = g.input("mask", DType::f32);
+    g.set_differentiable(m, false);
+    const Value z = g.add(g.scale(g.input("x", DType::f32), 0.125), m);
+    g.output("y", g.dropout(g.softmax(z), 0.1), DType::f32);
+  }
+  const GradResult r32 = grad(attention32);
+  REQUIRE(r32.saved.size() == 2);
+  for (const auto& s : r32.saved) CHECK(s.kind == "row statistic");
+  CHECK(input_names(r32.backward.graph) ==
+        std::vector<std::string>{"dy", "mask", "saved_row_max", "saved_row_sum", "x"});
+  check_gradients(attention32, Shape{4, 6, 0});
+
+  // A row mask, or none: recomputing reads x alone, so the row max and sum are saved.
+  for (const bool row_mask : {true, false}) {
+    CAPTURE(row_mask);
+    KernelSpec spec;
+    Graph& g = spec.graph;
+    Value z = g.input("x", DType::bf16);
+    if (row_mask) {
+      const Value m = g.input("mask", DType::f32, Broadcast::row);
+      g.set_differentiable(m, false);
+      z = g.add(z, m);
+    }
+    g.output("y", g.dropout(g.softmax(z), 0.2), DType::bf16);  // 16-bit: a tie would save the result
+    const GradResult r = grad(spec);
+    REQUIRE(r.saved.size() == 2);
+    for (const auto& s : r.saved) CHECK(s.kind == "row statistic");
+    CHECK(std::find(input_names(r.backward.graph).begin(), input_names(r.backward.graph).end(), "x") !=
+          input_names(r.backward.graph).end());
+    check_gradients(spec, Shape{4, 6, 0});
+  }
+
+  // log_softmax the same way: of x plus a full mask, then scaled to a bf16 output, its result is saved.
+  KernelSpec ls;
+  {
+    Graph& g = ls.graph;
+    const Value m = g.input("mask", DType::f32);
+    g.set_differentiable(m, false);
+    g.output("y", g.scale(g.log_softmax(g.add(g.input("x", DType::f32), m)), 2.0), DType::bf16);
+  }
+  const GradResult rl = grad(ls);
+  CHECK(saved_names(rl) == std::vector<std::string>{"saved_log_softmax"});
+  check_gradients(ls, Shape{4, 6, 0});
+
+  // The saved result gives the recomputing backward's gradient (the examples'
+  // hand-written pair, which reads x, the mask and the row statistics again),
+  // within the bf16 rounding of the saved result; the forwards agree bit for bit.
+  const auto bwd_dir = std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples" / "backward";
+  const KernelSpec stats_fwd = load_spec(bwd_dir / "scaled_masked_softmax_dropout_forward_stats.json");
+  const KernelSpec stats_bwd = load_spec(bwd_dir / "scaled_masked_softmax_dropout_backward.json");
+  const Shape shape{16, 64, 0};
+  const TensorMap ins = make_inputs(attention, shape, 7);
+  const LaunchArgs args{99, 3};
+  const TensorMap fwd = evaluate(ra.forward, shape, ins, args), old_fwd = evaluate(stats_fwd, shape, ins, args);
+  REQUIRE(fwd.at("y").bytes == old_fwd.at("y").bytes);
+  HostTensor dy = HostTensor::zeros(DType::bf16, {shape.m, shape.n});
+  for (std::int64_t i = 0; i < shape.m * shape.n; ++i) dy.set(i, std::sin(0.37 * static_cast<double>(i)));
+  const TensorMap got = evaluate(ra.backward, shape, {{"dy", dy}, {"saved_softmax", fwd.at("saved_softmax")}}, args);
+  const TensorMap want = evaluate(stats_bwd, shape,
+                                  {{"dy", dy}, {"x", ins.at("x")}, {"mask", ins.at("mask")},
+                                   {"rmax", old_fwd.at("rmax")}, {"rsum", old_fwd.at("rsum")}},
+                                  args);
+  double worst = 0, scale = 0;
+  for (std::int64_t i = 0; i < shape.m * shape.n; ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(got.at("dx").get(i)) - want.at("dx").get(i)));
+    scale = std::max(scale, std::abs(static_cast<double>(want.at("dx").get(i))));
+  }
+  CHECK(scale > 0);
+  CHECK(worst <= scale / 64);  // p rounded to bf16 (2^-9) and dx's own rounding, through the row sum
+}

@@ -6,6 +6,9 @@ the bytes the backward moves, at M*N = 2^27 and several row lengths.
 For each chain and row length N (M = 2^27 / N) it times with triton.testing.do_bench
 medians on one GPU:
   epifuse   the backward op alone (dy and the saved state in, gradients out)
+  ef step   epifuse's forward with its saved state and backward, minus the forward
+            without it: what the backward costs a training step, as the two
+            PyTorch rows are measured (a saved tensor's write is charged to it)
   eager     torch: forward + backward minus forward, as PyTorch users get it
   compile   the same with torch.compile (default mode)
   copy      x.copy_(y) over as many bytes as the epifuse backward reads and writes:
@@ -84,14 +87,15 @@ def main():
                                "layernorm,add_rmsnorm").split(",")
     g = torch.Generator(device="cuda").manual_seed(0)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {dt}, M*N = 2^27")
-    print(f"{'chain':32} {'N':>7} {'epifuse':>9} {'eager':>9} {'compile':>9} {'copy':>9}  "
-          f"{'%copy':>6} {'vs compile':>10} {'vs eager':>9}")
+    print(f"{'chain':32} {'N':>7} {'epifuse':>9} {'ef step':>9} {'eager':>9} {'compile':>9} {'copy':>9}  "
+          f"{'%copy':>6} {'vs compile':>10} {'step vs c.':>10} {'vs eager':>9}")
     results = []
     for kind in kinds:
         chain = chain_of(kind, dt)
         grad = chain.grad()
         fwd = grad.forward.compile()
         bwd = grad.backward.compile()
+        plain = chain.compile()
         f = torch_fn(kind)
         fc = torch.compile(f)
         for n in rows:
@@ -109,6 +113,15 @@ def main():
             res = bwd(*args, seed=1, offset=0)
             res = res if isinstance(res, tuple) else (res,)
             moved += sum(r.numel() * r.element_size() for r in res)
+            # The step: the forward writes its saved state, the backward reads it.
+            names = [o["name"] for o in grad.forward.bindings(m, n)["outputs"]]
+
+            def ef_step():
+                o = fwd(*ins, seed=1, offset=0)
+                got = dict(have, **dict(zip(names, o if isinstance(o, tuple) else (o,))))
+                bwd(*[got[nm] for nm in bwd.input_names], seed=1, offset=0)
+            step_ms = (triton.testing.do_bench(ef_step, return_mode="median")
+                       - triton.testing.do_bench(lambda: plain(*ins, seed=1, offset=0), return_mode="median"))
             src = torch.empty(moved // 2 // 4, device="cuda", dtype=torch.float32)
             dst = torch.empty_like(src)
             copy = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median")
@@ -130,11 +143,13 @@ def main():
                         - triton.testing.do_bench(fwd_only, return_mode="median"))
             eager = train(f)
             compiled = train(fc)
-            row = dict(chain=kind, n=n, m=m, dtype=dt, epifuse_ms=ours, eager_ms=eager, compile_ms=compiled,
-                       copy_ms=copy, bytes=moved, pct_copy=100 * copy / ours)
+            row = dict(chain=kind, n=n, m=m, dtype=dt, epifuse_ms=ours, epifuse_step_ms=step_ms, eager_ms=eager,
+                       compile_ms=compiled, copy_ms=copy, bytes=moved, pct_copy=100 * copy / ours,
+                       saved=[s["name"] for s in grad.saved])
             results.append(row)
-            print(f"{kind:32} {n:>7} {ours:9.4f} {eager:9.4f} {compiled:9.4f} {copy:9.4f}  "
-                  f"{row['pct_copy']:6.1f} {compiled / ours:10.2f} {eager / ours:9.2f}", flush=True)
+            print(f"{kind:32} {n:>7} {ours:9.4f} {step_ms:9.4f} {eager:9.4f} {compiled:9.4f} {copy:9.4f}  "
+                  f"{row['pct_copy']:6.1f} {compiled / ours:10.2f} {compiled / step_ms:10.2f} {eager / ours:9.2f}",
+                  flush=True)
     if "json" in opts:
         with open(opts["json"], "w") as fh:
             json.dump(results, fh, indent=1)
