@@ -298,10 +298,16 @@ class Differentiator {
     return r;
   }
 
+  // A value's name, else its op's (a composite's: softmax#8, not div#8) and its node.
   std::string value_label(std::uint32_t i) const {
     const Node& n = g_.nodes()[i];
     if (n.kind != NodeKind::op) return leaf_name(i);
-    return n.name.empty() ? fmt::format("{}#{}", op_info(n.op).name, i) : n.name;
+    if (!n.name.empty()) return n.name;
+    const Composite::Kind c = composites_[i].kind;
+    const std::string_view op = c == Composite::softmax       ? "softmax"
+                                : c == Composite::log_softmax ? "log_softmax"
+                                                              : op_info(n.op).name;
+    return fmt::format("{}#{}", op, i);
   }
 
   // Saves forward node i as an extra output of the forward; the backward reads it as an input.

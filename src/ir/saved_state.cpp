@@ -278,22 +278,13 @@ std::optional<std::uint32_t> output_of_same_sign(const Graph& g, std::uint32_t r
     return nodes[v].broadcast == Broadcast::full &&
            std::any_of(g.outputs().begin(), g.outputs().end(), [&](const Output& o) { return o.value.id == v; });
   };
-  auto users = [&](std::uint32_t v) {
-    std::vector<std::uint32_t> out;
-    int uses = 0;
-    for (std::uint32_t k = 0; k < nodes.size(); ++k)
-      for (Value a : nodes[k].args)
-        if (a.id == v) {
-          ++uses;
-          if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
-        }
-    for (const Output& o : g.outputs()) uses += o.value.id == v;
-    return std::pair{uses, out};
-  };
+  std::vector<int> uses;
+  std::vector<std::vector<std::uint32_t>> user_list;
+  count_users(g, uses, user_list);
   for (std::uint32_t v = relu;;) {
     if (full_output(v)) return v;
-    const auto [uses, list] = users(v);
-    if (uses != 1 || list.size() != 1) return std::nullopt;
+    const std::vector<std::uint32_t>& list = user_list[v];
+    if (uses[v] != 1 || list.size() != 1) return std::nullopt;
     const Node& n = nodes[list.front()];
     const bool keeps_sign = n.kind == NodeKind::op && n.args.size() == 1 && n.args[0].id == v &&
                             (n.op == OpKind::dropout || n.op == OpKind::cast ||

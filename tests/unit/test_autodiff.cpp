@@ -495,6 +495,7 @@ TEST_CASE("a softmax result no output stores is saved where recomputing it reads
   REQUIRE(ra.saved.size() == 1);
   CHECK(ra.saved[0].name == "saved_softmax");
   CHECK(ra.saved[0].kind == "softmax result");
+  CHECK(ra.saved[0].of.starts_with("softmax#"));  // the composite, not its last op (a div)
   CHECK(input_names(ra.backward.graph) == std::vector<std::string>{"dy", "saved_softmax"});
   const Output& p = ra.forward.graph.outputs().back();
   CHECK(p.name == "saved_softmax");
