@@ -545,7 +545,7 @@ class Differentiator {
   std::unordered_map<std::uint32_t, Value> row_sums_;  // backward value -> its row sum
   std::vector<bool> acc_dep_;  // depends on an accumulator
   std::optional<std::vector<bool>> to_save_;
-  // Per node: a ReLU whose rule reads an output, a softmax whose result is saved (read_choices).
+  // Per node: a ReLU whose rule reads an output, a softmax whose result is saved (choose_reads).
   std::vector<bool> read_choice_;
   std::vector<bool> reads_;  // read by a derivative rule
   std::vector<std::uint32_t> wrt_;
@@ -555,7 +555,7 @@ class Differentiator {
   DType saved_dtype_ = DType::f32;
 };
 
-// The backward with the choices of `read_choice` (read_choices in saved_state.hpp).
+// The backward with the choices of `read_choice` (choose_reads in saved_state.hpp).
 GradResult differentiate(const KernelSpec& spec, const GradOptions& options, const std::vector<bool>& read_choice) {
   // Without an accumulator nothing is chosen: every value read is an input,
   // recomputed from inputs, an output or a row statistic.

@@ -243,6 +243,28 @@ std::size_t full_tensor_bytes(const KernelSpec& spec, const GradResult& r) {
 // took 1.03-1.07x (docs/perf/backward.md).
 constexpr std::size_t k_max_read_choices = 4;
 
+// Node v is stored by an output, as an [M,N] tensor.
+bool is_full_output(const Graph& g, std::uint32_t v) {
+  return g.node(Value{v}).broadcast == Broadcast::full &&
+         std::any_of(g.outputs().begin(), g.outputs().end(), [&](const Output& o) { return o.value.id == v; });
+}
+
+// The nodes where the backward may obtain a value two ways, in node order: a
+// ReLU with an output of its sign (its rule reads that output, or its
+// operand) and a softmax or log_softmax whose result no [M,N] output stores
+// (the forward saves it, or the backward recomputes it from the inputs and
+// the row statistics).
+std::vector<std::uint32_t> read_choices(const Graph& g) {
+  const auto& nodes = g.nodes();
+  const std::vector<Composite> composites = find_composites(g);
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+    const bool relu = nodes[i].kind == NodeKind::op && nodes[i].op == OpKind::relu && output_of_same_sign(g, i);
+    if (relu || (composites[i].kind != Composite::none && !is_full_output(g, i))) out.push_back(i);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<bool> accumulator_dependent(const Graph& g) {
@@ -274,15 +296,11 @@ std::vector<bool> choose_saved(const Graph& g, const std::vector<bool>& read) {
 // ReLU no output carries the sign of; the IR has no packed dtype.
 std::optional<std::uint32_t> output_of_same_sign(const Graph& g, std::uint32_t relu) {
   const auto& nodes = g.nodes();
-  auto full_output = [&](std::uint32_t v) {
-    return nodes[v].broadcast == Broadcast::full &&
-           std::any_of(g.outputs().begin(), g.outputs().end(), [&](const Output& o) { return o.value.id == v; });
-  };
   std::vector<int> uses;
   std::vector<std::vector<std::uint32_t>> user_list;
   count_users(g, uses, user_list);
   for (std::uint32_t v = relu;;) {
-    if (full_output(v)) return v;
+    if (is_full_output(g, v)) return v;
     const std::vector<std::uint32_t>& list = user_list[v];
     if (uses[v] != 1 || list.size() != 1) return std::nullopt;
     const Node& n = nodes[list.front()];
@@ -292,21 +310,6 @@ std::optional<std::uint32_t> output_of_same_sign(const Graph& g, std::uint32_t r
     if (!keeps_sign) return std::nullopt;
     v = list.front();
   }
-}
-
-std::vector<std::uint32_t> read_choices(const Graph& g) {
-  const auto& nodes = g.nodes();
-  const std::vector<Composite> composites = find_composites(g);
-  auto stored = [&](std::uint32_t v) {
-    return nodes[v].broadcast == Broadcast::full &&
-           std::any_of(g.outputs().begin(), g.outputs().end(), [&](const Output& o) { return o.value.id == v; });
-  };
-  std::vector<std::uint32_t> out;
-  for (std::uint32_t i = 0; i < nodes.size(); ++i) {
-    const bool relu = nodes[i].kind == NodeKind::op && nodes[i].op == OpKind::relu && output_of_same_sign(g, i);
-    if (relu || (composites[i].kind != Composite::none && !stored(i))) out.push_back(i);
-  }
-  return out;
 }
 
 GradResult choose_reads(const KernelSpec& spec,

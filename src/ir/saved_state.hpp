@@ -31,17 +31,14 @@ std::vector<bool> choose_saved(const Graph& g, const std::vector<bool>& read);
 /// derivative from an output]).
 std::optional<std::uint32_t> output_of_same_sign(const Graph& g, std::uint32_t relu);
 
-/// The nodes where the backward may obtain a value two ways, in node order: a
-/// ReLU with an output of its sign (its rule reads that output, or its
-/// operand) and a softmax or log_softmax whose result no [M,N] output stores
-/// (the forward saves it, or the backward recomputes it from the inputs and
-/// the row statistics). Note [Choices of what the backward reads].
-std::vector<std::uint32_t> read_choices(const Graph& g);
-
-/// The backward `differentiate` gives for the cheapest choice at the nodes of
-/// read_choices (per node: true for the output read or the result saved), by
-/// the bytes of [M,N] tensors the forward writes and the backward reads. A
-/// UserError every choice throws is rethrown.
+/// The backward `differentiate` gives for the cheapest choice at the nodes
+/// where the backward may obtain a value two ways: a ReLU with an output of its
+/// sign (its rule reads that output, or its operand) and a softmax or
+/// log_softmax whose result no [M,N] output stores (the forward saves it, or
+/// the backward recomputes it); per node: true for the output read or the
+/// result saved. Chosen by the bytes of [M,N] tensors the forward writes and
+/// the backward reads (Note [Choices of what the backward reads]). A UserError
+/// every choice throws is rethrown.
 GradResult choose_reads(const KernelSpec& spec,
                         const std::function<GradResult(const std::vector<bool>&)>& differentiate);
 
