@@ -15,8 +15,9 @@ struct ElementwiseTile {
   int threads = 256;      ///< threads per block
   int vec = 0;            ///< elements per thread per step; 0: 16 bytes of the narrowest full tensor
   int blocks_per_sm = 0;  ///< grid: 0 covers every vector once; k > 0 is a grid-stride grid of k*SMs blocks
+  int stages = 0;  ///< column-sum kernels: rows of shared-memory slots its 16-bit loads run ahead through (2-4); 0 loads into registers
   friend bool operator==(const ElementwiseTile&, const ElementwiseTile&) = default;
-  std::string str() const;  ///< "t256v8g4"
+  std::string str() const;  ///< "t256v8g4", "t256v8g0s3"
 };
 
 /// GEMM family (mma.sync mainloop): a BM x BN block tile walked over K in BK

@@ -16,7 +16,10 @@ constexpr CUresult CUDA_SUCCESS = 0;
 enum DeviceAttribute : int {
   kMaxSharedPerBlock = 8,
   kMaxRegistersPerBlock = 12,
+  kClockRate = 13,
   kMultiprocessorCount = 16,
+  kMemoryClockRate = 36,
+  kGlobalMemoryBusWidth = 37,
   kL2CacheSize = 38,
   kMaxThreadsPerSm = 39,
   kComputeCapabilityMajor = 75,
@@ -165,6 +168,11 @@ std::unique_ptr<CudaDriver> CudaDriver::load() {
       d->check(a.DeviceGetAttribute(&v, attribute, dev), "cuDeviceGetAttribute");
       return v;
     };
+    // Properties only heuristics read: 0 (unknown) where a driver no longer reports them.
+    auto optional_attr = [&](int attribute) {
+      int v = 0;
+      return a.DeviceGetAttribute(&v, attribute, dev) == CUDA_SUCCESS ? v : 0;
+    };
     info.cc_major = attr(kComputeCapabilityMajor);
     info.cc_minor = attr(kComputeCapabilityMinor);
     info.multiprocessors = attr(kMultiprocessorCount);
@@ -172,6 +180,9 @@ std::unique_ptr<CudaDriver> CudaDriver::load() {
     info.l2_bytes = attr(kL2CacheSize);
     info.max_shared_per_block = attr(kMaxSharedPerBlock);
     info.max_shared_per_block_optin = attr(kMaxSharedPerBlockOptin);
+    info.clock_khz = optional_attr(kClockRate);
+    info.memory_clock_khz = optional_attr(kMemoryClockRate);
+    info.memory_bus_bits = optional_attr(kGlobalMemoryBusWidth);
     info.max_shared_per_sm = attr(kMaxSharedPerSm);
     info.max_registers_per_block = attr(kMaxRegistersPerBlock);
     d->devices_.push_back(std::move(info));

@@ -14,6 +14,12 @@
 
 namespace epifuse::backend {
 
+std::uint64_t dram_bytes_per_second(const DeviceInfo& d) {
+  if (d.memory_clock_khz <= 0 || d.memory_bus_bits <= 0) return 0;
+  return 2ull * 1000ull * static_cast<std::uint64_t>(d.memory_clock_khz) * static_cast<std::uint64_t>(d.memory_bus_bits) /
+         8ull;
+}
+
 Vendor vendor_of(const std::string& target) { return target.starts_with("gfx") ? Vendor::amd : Vendor::nvidia; }
 
 const char* runtime_name(Vendor v) { return v == Vendor::amd ? "HIP" : "CUDA"; }

@@ -37,7 +37,14 @@ struct DeviceInfo {
   int max_shared_per_block_optin = 0;  ///< with cuFuncSetAttribute opt-in
   int max_shared_per_sm = 0;
   int max_registers_per_block = 0;
+  int clock_khz = 0;         ///< the multiprocessors' peak clock
+  int memory_clock_khz = 0;  ///< DRAM's peak clock
+  int memory_bus_bits = 0;   ///< DRAM's bus width
 };
+
+/// DRAM's peak bandwidth in bytes a second (double data rate: two transfers
+/// of the bus a memory clock); 0 where the runtime reports no memory clock.
+std::uint64_t dram_bytes_per_second(const DeviceInfo& d);
 
 /// A loaded kernel's resource usage (cuFuncGetAttribute).
 struct FunctionInfo {

@@ -21,8 +21,11 @@ constexpr int k_error_no_device = 100;       // hipGetDeviceCount without a GPU
 // and ROCm 6.0 give these the same numbers; checked by printing both headers'
 // enumerators from a small program.
 enum DeviceAttribute : int {
+  kClockRate = 5,
   kL2CacheSize = 19,
   kMaxThreadsPerMultiProcessor = 57,
+  kMemoryBusWidth = 59,
+  kMemoryClockRate = 60,
   kMultiprocessorCount = 63,
   kMaxRegistersPerBlock = 71,
   kMaxSharedMemoryPerBlock = 74,
@@ -193,6 +196,14 @@ AmdDeviceInfo HipRuntime::read_device(int ordinal) const {
   info.max_shared_per_block_optin = info.max_shared_per_block;
   info.max_shared_per_sm = attr(kMaxSharedMemoryPerMultiprocessor);
   info.max_registers_per_block = attr(kMaxRegistersPerBlock);
+  // Properties only heuristics read: 0 (unknown) where the runtime does not report them.
+  auto optional_attr = [&](int attribute) {
+    int v = 0;
+    return api_->DeviceGetAttribute(&v, attribute, ordinal) == 0 ? v : 0;
+  };
+  info.clock_khz = optional_attr(kClockRate);
+  info.memory_clock_khz = optional_attr(kMemoryClockRate);
+  info.memory_bus_bits = optional_attr(kMemoryBusWidth);
   d.warp_size = attr(kWarpSize);
   // gcnArchName (Note [hipDeviceProp_t across ROCm versions]).
   std::vector<char> props(k_props_buffer, '\0');

@@ -51,14 +51,15 @@ double time_kernel(Jit& jit, const CompiledKernel& k, const DeviceTensors& t, co
   return backend::median_ms([&] { jit.launch(k, t.bindings, shape, opt.args); }, repeats, opt.batch);
 }
 
-// The block-size sweep of an elementwise kernel at the tuned vector width.
+// The block-size sweep of an elementwise kernel at the tuned vector width and
+// stages (none where a block size has no room for them).
 void sweep(BenchReport& r, Jit& jit, const KernelSpec& spec, const Shape& shape, const DeviceTensors& t,
            const BenchOptions& opt) {
   const auto* tuned = std::get_if<ElementwiseTile>(&r.tile);
   if (!tuned) return;
   for (int threads : {128, 256, 512, 1024})
     for (int blocks_per_sm : {0, 4, 16}) {
-      auto k = jit.compile(spec, shape, ElementwiseTile{threads, tuned->vec, blocks_per_sm});
+      auto k = jit.compile(spec, shape, ElementwiseTile{threads, tuned->vec, blocks_per_sm, tuned->stages});
       SweepRow row;
       row.tile = std::get<ElementwiseTile>(k->source().tile);
       row.ms = time_kernel(jit, *k, t, shape, opt, std::max(5, opt.repeats / 3));

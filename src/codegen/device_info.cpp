@@ -11,8 +11,13 @@
 namespace epifuse {
 
 DeviceInfo assumed_device(std::string_view target) {
-  if (target.starts_with("gfx")) return DeviceInfo{100, 64 * 1024, 8ull << 20};
-  return DeviceInfo{132, 227 * 1024, 50ull << 20};
+  if (target.starts_with("gfx")) return DeviceInfo{100, 64 * 1024, 8ull << 20, 1'600'000'000'000ull, 1'700'000};
+  return DeviceInfo{132, 227 * 1024, 50ull << 20, 3'352'000'000'000ull, 1'980'000};
+}
+
+double dram_bytes_per_sm_clock(const DeviceInfo& d) {
+  if (d.dram_bytes_per_second == 0 || d.clock_khz <= 0 || d.multiprocessors <= 0) return 0.0;
+  return static_cast<double>(d.dram_bytes_per_second) / (1000.0 * d.clock_khz * d.multiprocessors);
 }
 
 }  // namespace epifuse

@@ -50,11 +50,13 @@ template <>
 struct TileFormat<ElementwiseTile> {
   static constexpr std::string_view kind = "elementwise", prefix = "t",
                                     example = "t256v8g0 (what bench and compile print; or --threads, --vec and "
-                                              "--blocks-per-sm)";
-  static constexpr std::array<TileField<ElementwiseTile>, 3> fields{{
+                                              "--blocks-per-sm), t256v8g0s3 (a column-sum kernel's loads three "
+                                              "rows ahead through shared memory)";
+  static constexpr std::array<TileField<ElementwiseTile>, 4> fields{{
       {"", "THREADS", &ElementwiseTile::threads},
       {"v", "VEC", &ElementwiseTile::vec},
       {"g", "BLOCKS", &ElementwiseTile::blocks_per_sm},
+      {"s", "STAGES", &ElementwiseTile::stages, FieldKind::optional_number, 0},
   }};
 };
 

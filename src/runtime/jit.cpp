@@ -147,6 +147,8 @@ Jit::Jit(std::string target, int device) : impl_(std::make_unique<Impl>()) {
     if (p.multiprocessors > 0) d.device_info.multiprocessors = p.multiprocessors;
     if (p.max_shared_per_block_optin > 0) d.device_info.shared_per_block = static_cast<std::uint32_t>(p.max_shared_per_block_optin);
     if (p.l2_bytes > 0) d.device_info.l2_bytes = static_cast<std::uint64_t>(p.l2_bytes);
+    if (const std::uint64_t bw = backend::dram_bytes_per_second(p)) d.device_info.dram_bytes_per_second = bw;
+    if (p.clock_khz > 0) d.device_info.clock_khz = p.clock_khz;
   }
 }
 

@@ -132,3 +132,20 @@ __device__ __forceinline__ void ef_store4(S* p, const float (&v)[4]) {
   const unsigned hi = ef_from_float<S>(v[2]).bits | ((unsigned)ef_from_float<S>(v[3]).bits << 16);
   *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
 }
+
+#if !EF_HIP && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// Staged loads (Note [Staged column loads] in
+// src/codegen/elementwise/elementwise.hpp): a thread copies 16 bytes of its
+// own into shared memory with cp.async and reads them back itself after the
+// wait, so the bytes in flight hold no registers and need no block barrier.
+// The "memory" clobbers keep the compiler from moving the thread's shared
+// reads of a slot across the copy that refills it.
+__device__ __forceinline__ void ef_stage16(void* smem, const void* gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void ef_stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void ef_stage_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif

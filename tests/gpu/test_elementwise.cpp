@@ -455,6 +455,31 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("column sums: loads staged through shared memory give the register loop's bits") {
+    // Note [Staged column loads]: whichever the GPU's default, a tile's stages
+    // change where a row's bytes wait, not the arithmetic or its order.
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    std::uint64_t seed = 1250;
+    const std::pair<ElementwiseTile, ElementwiseTile> pairs[] = {
+        {ElementwiseTile{256, 8, 0}, ElementwiseTile{256, 8, 0, 3}},  // three rows of slots
+        {ElementwiseTile{512, 8, 0}, ElementwiseTile{512, 8, 0, 2}},  // two: three would pass 32 KB
+        {ElementwiseTile{128, 8, 8}, ElementwiseTile{128, 8, 8, 4}},  // four; 8 blocks an SM
+    };
+    for (DType dt : {DType::bf16, DType::f16})
+      // Several rows a thread (the slots wrap), fewer rows than slots, one row.
+      for (const Shape& shape : {Shape{6000, 520, 0}, Shape{4096, 1024, 0}, Shape{2, 4096, 0}, Shape{1, 8, 0}})
+        for (const auto& [in_registers, staged] : pairs) {
+          const KernelSpec spec = bias_gelu_dropout_add_backward(dt, DType::f32);
+          INFO("dtype " << to_string(dt) << " shape " << shape.m << "x" << shape.n << " tile " << staged.str());
+          const std::uint64_t data = ++seed;
+          const TensorMap a = check_column_sums(*jit, spec, shape, data, {77, 3}, in_registers);
+          const TensorMap b = check_column_sums(*jit, spec, shape, data, {77, 3}, staged);
+          CHECK(jit->compile(spec, shape, TileConfig{staged})->key().tile == TileConfig{staged});
+          for (const Output& o : spec.graph.outputs()) CHECK_MESSAGE(same_bits(a.at(o.name), b.at(o.name)), o.name);
+        }
+  }
+
   TEST_CASE("column sums: misaligned pointers and every tile candidate") {
     Jit* jit = gpu_jit();
     if (!jit) return;

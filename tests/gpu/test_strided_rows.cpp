@@ -178,6 +178,12 @@ TEST_SUITE("gpu") {
       for (const Shape& s : {Shape{65, 130, 0}, Shape{1000, 264, 0}, Shape{3000, 4104, 0}})
         for (unsigned which : {inputs, outputs, both})
           for (int choice : {0, 1, 2}) same_bits(*jit, spec, s, which, choice, std::nullopt, ++seed, {94, 6});
+    // 16-bit rows copied ahead through shared memory (Note [Staged column loads]).
+    const KernelSpec bf16 = elementwise_chain(DType::bf16, 0.25, true);
+    for (const Shape& s : {Shape{1000, 264, 0}, Shape{3000, 4104, 0}})
+      for (unsigned which : {inputs, both})
+        for (int choice : {1, 2})
+          same_bits(*jit, bf16, s, which, choice, TileConfig{ElementwiseTile{256, 8, 0, 3}}, ++seed, {94, 6});
     MESSAGE(checked << " strided launches checked");
   }
 

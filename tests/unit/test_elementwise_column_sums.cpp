@@ -119,17 +119,36 @@ TEST_SUITE("unit") {
 
   TEST_CASE("column sums: the emitted kernel") {
     // Aligned rows, fastest path: vectors only, no alignment flag.
-    const KernelSource v = emit_kernel(backward(DType::bf16), {64, 1024, 0}, ElementwiseTile{256, 8, 0});
+    const KernelSource v = emit_kernel(backward(DType::bf16), {64, 1024, 0}, ElementwiseTile{256, 8, 0, 3});
     CHECK(v.requires_alignment);
     CHECK(v.text.find("vectorized") == std::string::npos);
     CHECK(v.text.find("__launch_bounds__(256, 4)") != std::string::npos);
     CHECK(v.text.find("constexpr int ROWS = 1;") != std::string::npos);  // 8-element vectors
     CHECK(emit_kernel(backward(DType::f32), {64, 1024, 0}).text.find("constexpr int ROWS = 2;") != std::string::npos);
-    CHECK(count(v.text, "ef_philox4_draws(") == 1);
+    // Note [Staged column loads]: with a tile of three stages, 16-bit vectors
+    // copy three rows of slots ahead on sm_80+, beside the register loop for
+    // other targets: each loop draws and stores once.
+    CHECK(count(v.text, "#if !EF_HIP && __CUDA_ARCH__ >= 800") == 1);
+    CHECK(count(v.text, "constexpr int ST = 3;") == 1);
+    CHECK(count(v.text, "__shared__ uint4 stage[ST][2][256];") == 1);  // dy and x
+    CHECK(count(v.text, "ef_stage16(") == 4);  // two tensors, before the loop and in it
+    CHECK(count(v.text, "ef_philox4_draws(") == 2);
     CHECK(v.text.find("ef_philox4_draw(") == std::string::npos);
     CHECK(count(v.text, "atomicAdd(&p.arrivals[blockIdx.x], 1u)") == 1);
     CHECK(v.text.find("o1 = v4;  // a column term") != std::string::npos);  // dbias receives dact
-    CHECK(count(v.text, "ef_store_vec<ef_bf16, VEC>") == 2);  // dx and dres; dbias by element
+    CHECK(count(v.text, "ef_store_vec<ef_bf16, VEC>") == 4);  // dx and dres, per loop; dbias by element
+    // f32 (two rows in flight in registers) and 512 threads of 16-bit vectors
+    // (three rows of slots would pass 32 KB): none, and two rows; the
+    // resolved tile says so.
+    CHECK(emit_kernel(backward(DType::f32), {64, 1024, 0}, ElementwiseTile{256, 4, 0, 3}).text.find("ef_stage16(") ==
+          std::string::npos);
+    const KernelSource two = emit_kernel(backward(DType::bf16), {64, 1024, 0}, ElementwiseTile{512, 8, 0, 3});
+    CHECK(two.text.find("constexpr int ST = 2;") != std::string::npos);
+    CHECK(std::get<ElementwiseTile>(two.tile).str() == "t512v8g0s2");
+    // Without stages in the tile: the register loop alone.
+    const KernelSource regs = emit_kernel(backward(DType::bf16), {64, 1024, 0}, ElementwiseTile{256, 8, 0});
+    CHECK(regs.text.find("ef_stage16(") == std::string::npos);
+    CHECK(count(regs.text, "ef_philox4_draws(") == 1);
     int workspace_fields = 0;
     for (const ParamField& f : v.params) workspace_fields += f.role == ParamRole::workspace;
     CHECK(workspace_fields == 2);
@@ -157,5 +176,60 @@ TEST_SUITE("unit") {
     const KernelSource ks = emit_kernel(spec, {256, 1024, 0});
     CHECK(ks.outputs == std::vector<std::string>{"dx", "dbias", "dres"});
     CHECK(ks.text.find("dropout stream 0 (philox4)") != std::string::npos);
+  }
+  TEST_CASE("column sums: the default tile stages 16-bit loads where each SM must take 16 DRAM bytes a clock") {
+    // Note [Staged column loads]: an H100 SXM feeds each SM 12.8 bytes a
+    // clock at its peak, an H200 18.6; the assumed NVIDIA device is the H100.
+    const DeviceInfo h100{132, 227 * 1024, 50ull << 20, 3'352'000'000'000ull, 1'980'000};
+    const DeviceInfo h200{132, 227 * 1024, 60ull << 20, 4'915'000'000'000ull, 1'980'000};
+    CHECK(dram_bytes_per_sm_clock(h100) == doctest::Approx(12.83).epsilon(0.01));
+    CHECK(dram_bytes_per_sm_clock(h200) == doctest::Approx(18.81).epsilon(0.01));
+    CHECK(dram_bytes_per_sm_clock(DeviceInfo{132, 227 * 1024, 50ull << 20}) == 0.0);  // bandwidth unknown
+    CHECK(staged_column_loads_pay("sm_90a", h200));
+    CHECK_FALSE(staged_column_loads_pay("sm_90a", h100));
+    CHECK_FALSE(staged_column_loads_pay("gfx942", h200));
+    CHECK_FALSE(staged_column_loads_pay("sm_90a", DeviceInfo{132, 227 * 1024, 50ull << 20}));
+
+    const Shape shape{16384, 8192, 0};
+    const auto tile_on = [&](const KernelSpec& spec, const DeviceInfo& d, const Shape& sh) {
+      return std::get<ElementwiseTile>(emit_kernel(spec, sh, std::nullopt, KernelPath::fastest, "sm_90a", d).tile);
+    };
+    // Where staging pays: 512 threads, two rows of slots, one block an SM up
+    // to two waves of column tiles (256 columns each), else as many as fit.
+    CHECK(tile_on(backward(DType::bf16), h200, shape) == ElementwiseTile{512, 8, 1, 2});
+    CHECK(tile_on(backward(DType::bf16), h200, {2048, 65536, 0}) == ElementwiseTile{512, 8, 1, 2});  // 256 tiles
+    CHECK(tile_on(backward(DType::bf16), h200, {512, 262144, 0}) == ElementwiseTile{512, 8, 0, 2});  // 1,024
+    CHECK(tile_on(backward(DType::bf16), h100, shape) == ElementwiseTile{256, 8, 0});
+    CHECK(tile_on(backward(DType::f32), h200, shape) == ElementwiseTile{256, 4, 0});  // two rows in registers
+    CHECK(tile_on(backward(DType::bf16), h200, {33, 67, 0}) == ElementwiseTile{256, 8, 0});  // N % VEC: scalar path
+    {
+      // Four full inputs: two rows of slots at 512 threads pass 32 KB, and
+      // three at 256; two at 256 fit.
+      KernelSpec four = backward(DType::bf16);
+      Graph& g = four.graph;
+      g.output("dz", g.mul(g.input("z", DType::bf16), g.input("dy2", DType::bf16)), DType::bf16);
+      CHECK(tile_on(four, h200, shape) == ElementwiseTile{256, 8, 0, 2});
+    }
+    CHECK(emit_kernel(backward(DType::bf16), shape).text.find("ef_stage16(") == std::string::npos);  // assumed H100
+
+    // The tuner times both on NVIDIA targets, 16-bit vectors only.
+    const auto staged_candidates = [&](const KernelSpec& spec, std::string_view target) {
+      int n = 0;
+      for (const TileConfig& t : tile_candidates(spec, shape, target)) n += std::get<ElementwiseTile>(t).stages > 0;
+      return n;
+    };
+    CHECK(staged_candidates(backward(DType::bf16), "sm_90a") > 0);
+    CHECK(staged_candidates(backward(DType::f32), "sm_90a") == 0);
+    CHECK(staged_candidates(backward(DType::bf16), "gfx942") == 0);
+
+    // Spelled as the tile prints; refused where there is nothing to stage.
+    CHECK(parse_tile("t256v8g0s3") == TileConfig{ElementwiseTile{256, 8, 0, 3}});
+    CHECK(ElementwiseTile{256, 8, 0}.str() == "t256v8g0");
+    KernelSpec plain;
+    plain.graph.output("y", plain.graph.relu(plain.graph.input("x", DType::bf16)), DType::bf16);
+    CHECK_THROWS_WITH_AS(emit_kernel(plain, shape, ElementwiseTile{256, 8, 0, 3}),
+                         doctest::Contains("only a column-sum kernel has"), UserError);
+    CHECK_THROWS_WITH_AS(emit_kernel(backward(DType::bf16), shape, ElementwiseTile{256, 8, 0, 1}),
+                         doctest::Contains("s1 asks for shared-memory stages"), UserError);
   }
 }

@@ -11,6 +11,7 @@
 
 #include <doctest/doctest.h>
 
+#include "epifuse/autodiff.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/json.hpp"
 #include "test_specs.hpp"
@@ -41,6 +42,12 @@ std::vector<GoldenCase> golden_cases() {
   // four Philox calls per vector, packed bf16 stores.
   c.push_back({"bias_gelu_dropout_add_bf16_v16.cu", test_specs::bias_gelu_dropout_add(DType::bf16),
                {16384, 4096, 0}, ElementwiseTile{128, 16, 0}});
+  // Its bf16 backward: the column-sum kernel, dbias summed down the rows, dy
+  // and x staged through shared memory on sm_80+ by a tile of three stages
+  // (Note [Staged column loads]).
+  c.push_back({"bias_gelu_dropout_add_backward_bf16_col_sum.cu",
+               grad(test_specs::bias_gelu_dropout_add(DType::bf16)).backward, {16384, 8192, 0},
+               ElementwiseTile{256, 8, 0, 3}});
   // add_mul on a ragged shape: the general kernel, scalar tail included.
   c.push_back({"add_mul_f32_ragged.cu", load_spec(kExamples / "add_mul.json"), {3, 1001, 0}, std::nullopt});
   // The compatibility RNG (one Philox call per element), the general path

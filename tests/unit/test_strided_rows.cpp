@@ -103,6 +103,7 @@ std::string as_dense(const KernelSource& ks) {
     replace_all(line, ks.name, "KERNEL");
     for (const char* f : {"in0", "in3", "in1", "out0", "out1"}) {
       replace_all(line, fmt::format("rk * p.ld_{} + c0", f), "e0");
+      replace_all(line, fmt::format("ahead * p.ld_{} + c0", f), "ahead * n + c0");  // Note [Staged column loads]
       replace_all(line, fmt::format("r0 * (int)p.ld_{} + c0", f), "e0");
       replace_all(line, fmt::format("r0 * p.ld_{} + c0", f), "e0");
       replace_all(line, fmt::format("base_{}", f), "base");

@@ -25,6 +25,16 @@ BackendReport nvrtc_report() {
   return r;
 }
 
+// ", 4.9 TB/s DRAM at 1,980 MHz": what tile heuristics read of the memory
+// (Note [Staged column loads]); nothing where the runtime does not say.
+std::string memory_and_clock(const backend::DeviceInfo& d) {
+  const std::uint64_t bw = backend::dram_bytes_per_second(d);
+  if (bw == 0) return "";
+  std::string out = fmt::format(", {:.2f} TB/s DRAM", static_cast<double>(bw) / 1e12);
+  if (d.clock_khz > 0) out += fmt::format(" at {} MHz", d.clock_khz / 1000);
+  return out;
+}
+
 BackendReport cuda_report() {
   BackendReport r{"CUDA driver"};
   backend::CudaDriver* cu = backend::cuda_or_null();
@@ -35,7 +45,8 @@ BackendReport cuda_report() {
   r = {r.name, true, cu->version_string(), cu->library_path()};
   for (int i = 0; i < cu->device_count(); ++i) {
     const backend::DeviceInfo& d = cu->device(i);
-    r.devices.push_back(fmt::format("{}: {} ({}, {} SMs)", i, d.name, backend::detect_target(i).str(), d.multiprocessors));
+    r.devices.push_back(fmt::format("{}: {} ({}, {} SMs{})", i, d.name, backend::detect_target(i).str(),
+                                    d.multiprocessors, memory_and_clock(d)));
   }
   return r;
 }
@@ -60,8 +71,8 @@ BackendReport hip_report() {
   r = {r.name, true, hip->version_string(), hip->library_path()};
   for (int i = 0; i < hip->device_count(); ++i) {
     const backend::AmdDeviceInfo& d = hip->amd_device(i);
-    r.devices.push_back(fmt::format("{}: {} ({}, {} CUs, wave{})", i, d.common.name, d.arch_name,
-                                    d.common.multiprocessors, d.warp_size));
+    r.devices.push_back(fmt::format("{}: {} ({}, {} CUs, wave{}{})", i, d.common.name, d.arch_name,
+                                    d.common.multiprocessors, d.warp_size, memory_and_clock(d.common)));
   }
   return r;
 }

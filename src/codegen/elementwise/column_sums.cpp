@@ -22,6 +22,46 @@ int column_sum_blocks_per_sm(const ElementwiseTile& resolved) {
 // registers of half a multiprocessor's threads allow; two of 8 spilled.
 int column_sum_rows_in_flight(const ElementwiseTile& resolved) { return resolved.vec <= 4 ? 2 : 1; }
 
+int column_sum_stages(const KernelSpec& spec, const ElementwiseTile& resolved, int wanted) {
+  if (wanted < 2 || column_sum_rows_in_flight(resolved) != 1) return 0;
+  int full = 0;
+  for (auto id : spec.graph.inputs()) {
+    const Node& n = spec.graph.node(id);
+    if (n.broadcast != Broadcast::full) continue;
+    if (static_cast<std::size_t>(resolved.vec) * size_of(n.dtype) != 16) return 0;
+    ++full;
+  }
+  if (full == 0) return 0;
+  constexpr int k_max_bytes = 32 * 1024;  // a block's slots
+  for (int stages = wanted; stages >= 2; --stages)
+    if (stages * full * resolved.threads * 16 <= k_max_bytes) return stages;
+  return 0;
+}
+
+bool staged_column_loads_pay(std::string_view target, const DeviceInfo& device) {
+  constexpr double k_staged_from = 16.0;  // DRAM bytes an SM a clock (Note [Staged column loads])
+  return !target.starts_with("gfx") && dram_bytes_per_sm_clock(device) >= k_staged_from;
+}
+
+ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                        const DeviceInfo& device) {
+  const ElementwiseTile plain = resolve_elementwise_tile(spec, ElementwiseTile{});
+  if (!staged_column_loads_pay(target, device) || shape.n % plain.vec != 0) return plain;
+  // 512 threads, two rows of slots; one block an SM where that grid is at
+  // most two waves of column tiles (Note [Staged column loads]).
+  ElementwiseTile wide = resolve_elementwise_tile(spec, ElementwiseTile{512, 0, 0, 2});
+  if (column_sum_stages(spec, wide, 2) == 2) {
+    wide.blocks_per_sm = 1;
+    const std::int64_t waves = ceil_div(column_grid(wide, shape, device.multiprocessors).column_tiles,
+                                        std::max(device.multiprocessors, 1));
+    if (waves > 2) wide.blocks_per_sm = 0;
+    return wide;
+  }
+  ElementwiseTile narrow = plain;  // three inputs or more: 256 threads, fewer bytes of slots a block
+  narrow.stages = column_sum_stages(spec, narrow, 3);
+  return narrow;
+}
+
 ColumnGrid column_grid(const ElementwiseTile& resolved, const Shape& shape, int multiprocessors) {
   EPIFUSE_ASSERT(resolved.vec > 0 && resolved.threads % 32 == 0, "column_grid needs a resolved tile");
   ColumnGrid g;

@@ -74,6 +74,37 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // (Note [GEMM column sums], gemm/gemm.hpp): a partial row per row tile, the
 // last block of a column tile adding them in order.
 
+// Note [Staged column loads]
+// With 16-bit tensors (8-element vectors, one row in flight) the column-sum
+// kernel's registers limit it to half a multiprocessor's threads, and its
+// loads to 16 bytes a tensor a thread in flight. With a tile of `stages` ST
+// each thread instead copies its full inputs ST - 1 rows ahead into shared
+// memory slots of its own with cp.async, waits for the oldest row and reads
+// it back: no registers hold the bytes in flight, and no barrier is needed, a
+// slot being written and read by one thread. The arithmetic and its order are
+// the register path's, so the bits are too. Only the vector-only path stages,
+// where every full input moves 16 bytes a vector, and ST shrinks (to 2, else
+// 0) where its slots would pass 32 KB a block; the register path stays in the
+// same source for AMD targets (the preprocessor picks).
+//
+// Whether it pays depends on the GPU: the bytes in flight that cover DRAM's
+// latency grow with the bytes each multiprocessor must take a clock
+// (dram_bytes_per_sm_clock). The bf16 bias+GELU+dropout+residual backward,
+// staged tiles against the register loop's t256v8g0 in turns:
+// - H100 SXM (12.8 bytes an SM a clock; 91.6% of copy in registers):
+//   t256v8g0s3 1.035-1.061x the time (2026-11-27);
+// - H200 (18.4; 74-82% of copy in registers; 2026-11-29, alternate
+//   processes, M*N = 2^27 at rows of 1,024 to 262,144 and three more shapes):
+//   t256v8g0s3 0.95-0.99x, t512v8g0s2 0.94-0.98x, and t512v8g1s2 0.89-0.94x
+//   (87-91% of copy) wherever its grid is one or two waves of column tiles,
+//   1.06x at rows of 262,144 (1,024 column tiles of one block an SM).
+// Fewer blocks walk fewer rows at once, so more of each DRAM page is read
+// while it is open; the register loop on the same grid (t512v8g1) is slower
+// than t256v8g0, as it has half the loads in flight. f32 (4-element
+// vectors, two rows in flight in registers) measured 0.98-1.02x staged on
+// the H200, so it never stages. default_column_sum_tile stages from 16 bytes
+// an SM a clock, between the two GPUs measured; `epifuse tune` times both.
+
 // Which outputs are sums: column_sum_outputs and has_column_sums (codegen/column_sums.hpp).
 
 // Note [Strided rows] (docs/strided-batched.md, "Built: strided tensors in
@@ -123,6 +154,24 @@ int column_sum_blocks_per_sm(const ElementwiseTile& resolved);
 /// Rows whose loads a thread issues before it computes any of them (the
 /// kernel's ROWS): 2 up to 4-element vectors, else 1.
 int column_sum_rows_in_flight(const ElementwiseTile& resolved);
+/// Note [Staged column loads]: the rows of shared-memory slots a thread of
+/// this spec's column-sum kernel copies ahead through, at most `wanted` (2-4),
+/// or 0 for loads into registers (16-bit full inputs only; none where two
+/// rows' slots pass 32 KB a block).
+int column_sum_stages(const KernelSpec& spec, const ElementwiseTile& resolved, int wanted);
+/// Whether staging pays on this GPU: NVIDIA, and each multiprocessor must
+/// take 16 DRAM bytes a clock or more (Note [Staged column loads]).
+bool staged_column_loads_pay(std::string_view target, const DeviceInfo& device);
+/// The column-sum kernel's tile when none is asked for, vec resolved: 256
+/// threads of 16-byte vectors loading into registers, or where staging pays
+/// and the shape's rows are whole vectors, 512 threads with two rows of
+/// slots (one block an SM up to two waves of column tiles), else 256 threads
+/// with three (Note [Staged column loads]).
+ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                        const DeviceInfo& device);
+/// What the emitted kernel stages: the tile's stages on the vector-only
+/// path, 0 on a path with a scalar branch.
+int emitted_column_sum_stages(const ElementwisePlan& e);
 /// The block's shape and the grid of column tiles x row slices: a warp across
 /// the columns, the block's warps down the rows; as many blocks as
 /// `multiprocessors` hold at the tile's occupancy (rounded down to whole

@@ -33,8 +33,10 @@ class ElementwiseFamily final : public KernelFamily {
   }
 
   TileConfig resolve_tile(const KernelSpec& spec, const Shape& shape, const std::optional<TileConfig>& requested,
-                          std::string_view, const DeviceInfo&) const override {
+                          std::string_view target, const DeviceInfo& device) const override {
+    const bool column_sums = has_column_sums(spec);
     ElementwiseTile tile;
+    if (column_sums && !requested) tile = default_column_sum_tile(spec, shape, target, device);
     if (requested) {
       const auto* t = std::get_if<ElementwiseTile>(&*requested);
       EPIFUSE_CHECK(t, "tile {}: an elementwise kernel takes an elementwise tile (threads, vec, blocks per SM)",
@@ -44,11 +46,20 @@ class ElementwiseFamily final : public KernelFamily {
     check_threads_and_vec("tile", tile.threads, tile.vec);
     EPIFUSE_CHECK(tile.blocks_per_sm >= 0 && tile.blocks_per_sm <= limits::k_max_blocks_per_sm,
                   "tile: blocks per SM must be in [0, {}], got {}", limits::k_max_blocks_per_sm, tile.blocks_per_sm);
+    EPIFUSE_CHECK(tile.stages == 0 || (column_sums && tile.stages >= 2 && tile.stages <= 4),
+                  "tile {}: s{} asks for shared-memory stages, which only a column-sum kernel has (2 to 4; "
+                  "Note [Staged column loads])",
+                  tile.str(), tile.stages);
     ElementwiseTile resolved = resolve_elementwise_tile(spec, tile);
     // Note [Strided rows]: over strided rows a narrower vector rather than
     // none (the column-sum kernel keeps its tile: its VEC orders the sums).
-    if (epilogue_strided(shape) && !has_column_sums(spec))
+    if (epilogue_strided(shape) && !column_sums)
       resolved.vec = strided_rows_vector_width(spec, shape, resolved.vec);
+    if (column_sums) {
+      // Note [Staged column loads]: what the fastest path's kernel stages.
+      const bool vector_only = shape.n % resolved.vec == 0 && !ragged(resolved, shape);
+      resolved.stages = vector_only ? column_sum_stages(spec, resolved, tile.stages) : 0;
+    }
     return resolved;
   }
 
@@ -61,7 +72,7 @@ class ElementwiseFamily final : public KernelFamily {
     return ragged(std::get<ElementwiseTile>(resolved), shape) ? KernelPath::general : KernelPath::fastest;
   }
 
-  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape&, std::string_view,
+  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape&, std::string_view target,
                                           const DeviceInfo&) const override {
     const int natural = natural_vector_width(spec);
     if (has_column_sums(spec)) {
@@ -69,11 +80,17 @@ class ElementwiseFamily final : public KernelFamily {
       // (blocks_per_sm: 0 is half a multiprocessor's threads, 2048 / threads
       // all of them, 512 / threads a quarter), so the candidates trade
       // registers against threads in flight; twice the vector width gives a
-      // lane two 16-byte accesses per tensor and row.
+      // lane two 16-byte accesses per tensor and row, and on NVIDIA GPUs 16-bit
+      // vectors also run staged (Note [Staged column loads]), whichever the
+      // GPU's default is.
       std::vector<TileConfig> out;
+      const bool stages = !target.starts_with("gfx");
       for (int threads : {256, 512, 128})
-        for (int blocks : {0, 2048 / threads, std::max(1, 512 / threads)})
+        for (int blocks : {0, 2048 / threads, std::max(1, 512 / threads)}) {
           for (int vec : {natural, std::min(2 * natural, 16)}) out.push_back(ElementwiseTile{threads, vec, blocks});
+          const ElementwiseTile staged{threads, natural, blocks, 3};
+          if (stages && column_sum_stages(spec, resolve_elementwise_tile(spec, staged), 3) > 0) out.push_back(staged);
+        }
       out.push_back(ElementwiseTile{1024, natural, 0});
       return out;
     }

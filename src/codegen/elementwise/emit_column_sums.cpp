@@ -76,7 +76,69 @@ std::string emit_loads(const ElementwisePlan& e, const ColumnPaths& c, std::stri
          body + "      }";
 }
 
+// Note [Staged column loads]: the loop over rows with the full inputs copied
+// ST - 1 rows ahead into the thread's shared slots, ahead of the register
+// loop it replaces on sm_80 and later (closed by `staged_end`); its body is
+// the register loop's, for its one row (k = 0).
+std::string staged_loop(const ElementwisePlan& e, int stages, std::string_view index_t, const std::string& body) {
+  std::vector<const TensorPlan*> full;
+  std::string cols;
+  for (const TensorPlan& t : e.plan->inputs) {
+    if (t.broadcast == Broadcast::full) full.push_back(&t);
+    if (t.broadcast == Broadcast::col)
+      cols += fmt::format("      float {0}_v[1][VEC];\n      {{\n        const float s = ef_to_float(p.{0}[rk]);\n"
+                          "#pragma unroll\n        for (int j = 0; j < VEC; ++j) {0}_v[0][j] = s;\n      }}\n",
+                          t.field);
+  }
+  auto copies = [&](std::string_view slot) {
+    std::string out;
+    for (std::size_t i = 0; i < full.size(); ++i)
+      out += fmt::format("        ef_stage16(&stage[{}][{}][tid], p.{} + {});\n", slot, i, full[i]->field,
+                         full[i]->strided ? full_offset(*full[i], "ahead") : "ahead * n + c0");  // Note [Strided rows]
+    return out;
+  };
+  std::string reads;
+  for (std::size_t i = 0; i < full.size(); ++i)
+    reads += fmt::format(
+        "      float {0}_v[1][VEC];\n"
+        "      ef_load_vec<{1}, VEC>(reinterpret_cast<const {1}*>(&stage[slot][{2}][tid]), {0}_v[0]);\n",
+        full[i]->field, storage_type_name(full[i]->dtype), i);
+  return fmt::format(
+      "\n#if !EF_HIP && __CUDA_ARCH__ >= 800  // Note [Staged column loads]: slots of this thread's own\n"
+      "    constexpr int ST = {0};\n"
+      "    __shared__ uint4 stage[ST][{1}][{2}];\n"
+      "    const int tid = ty * (int)blockDim.x + lane;\n"
+      "    const {3} S = ({3})gridDim.y * TY;\n"
+      "    {3} ahead = ({3})blockIdx.y * TY + ty;  // the next row to copy\n"
+      "#pragma unroll\n"
+      "    for (int s = 0; s < ST - 1; ++s, ahead += S) {{\n"
+      "      if (ahead < m) {{\n{4}      }}\n"
+      "      ef_stage_commit();\n"
+      "    }}\n"
+      "    int slot = 0;  // row r's\n"
+      "    for ({3} r = ({3})blockIdx.y * TY + ty; r < m; r += S, ahead += S) {{\n"
+      "      const int next = slot == 0 ? ST - 1 : slot - 1;  // row r - S's, read already\n"
+      "      if (ahead < m) {{\n{5}      }}\n"
+      "      ef_stage_commit();\n"
+      "      ef_stage_wait<ST - 1>();  // row r's copies have landed\n"
+      "      constexpr int k = 0;\n"
+      "      const {3} rk = r;\n"
+      "      const {3} e0 = rk * n + c0;\n"
+      "{6}{7}"
+      "      slot = slot == ST - 1 ? 0 : slot + 1;\n"
+      "{8}\n"
+      "    }}\n"
+      "    ef_stage_wait<0>();\n"
+      "#else",
+      stages, full.size(), e.tile.threads, index_t, copies("s"), copies("next"), reads, cols, body);
+}
+
 }  // namespace
+
+int emitted_column_sum_stages(const ElementwisePlan& e) {
+  const ColumnPaths paths = column_paths(e);
+  return paths.vector && !paths.scalar ? e.tile.stages : 0;
+}
 
 // Draws at the element's flat index r*N + c (docs/design.md §4). On the vector
 // path e0 is a multiple of VEC >= 4, so one Philox call serves four elements;
@@ -269,6 +331,16 @@ KernelSource emit_column_sums(const ElementwisePlan& e) {
       {"block_partials", emit_block_partials(plan, sums, index_t)},
       {"final_sums", emit_final_sums(plan, sums, index_t)},
   };
+  const int stages = emitted_column_sum_stages(e);
+  std::string staged, staged_end;
+  if (stages > 0) {
+    const std::string body =
+        vars.at("draws") + "\n" + vars.at("compute") + "\n" + vars.at("stores") + "\n" + vars.at("accumulate");
+    staged = staged_loop(e, stages, index_t, body);
+    staged_end = "\n#endif  // Note [Staged column loads]";
+  }
+  vars.emplace("staged_loop", staged);
+  vars.emplace("staged_end", staged_end);
   layout.finish(ks);
   ks.text = render_template(embedded_template("elementwise_col_sum.cu.in"), vars, "elementwise_col_sum.cu.in");
   return ks;
