@@ -200,7 +200,11 @@ TEST_SUITE("unit") {
     CHECK(tile_on(backward(DType::bf16), h200, {2048, 65536, 0}) == ElementwiseTile{512, 8, 1, 2});  // 256 tiles
     CHECK(tile_on(backward(DType::bf16), h200, {512, 262144, 0}) == ElementwiseTile{512, 8, 0, 2});  // 1,024
     CHECK(tile_on(backward(DType::bf16), h100, shape) == ElementwiseTile{256, 8, 0});
-    CHECK(tile_on(backward(DType::f32), h200, shape) == ElementwiseTile{256, 4, 0});  // two rows in registers
+    // f32: two 16-byte vectors a row in registers, the same grid; beyond two waves the plain tile.
+    CHECK(tile_on(backward(DType::f32), h200, shape) == ElementwiseTile{512, 8, 1});
+    CHECK(tile_on(backward(DType::f32), h200, {512, 262144, 0}) == ElementwiseTile{256, 4, 0});
+    CHECK(tile_on(backward(DType::f32), h200, {64, 1028, 0}) == ElementwiseTile{256, 4, 0});  // N % 8
+    CHECK(tile_on(backward(DType::f32), h100, shape) == ElementwiseTile{256, 4, 0});
     CHECK(tile_on(backward(DType::bf16), h200, {33, 67, 0}) == ElementwiseTile{256, 8, 0});  // N % VEC: scalar path
     {
       // Four full inputs: two rows of slots at 512 threads pass 32 KB, and

@@ -47,17 +47,24 @@ ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& sha
                                         const DeviceInfo& device) {
   const ElementwiseTile plain = resolve_elementwise_tile(spec, ElementwiseTile{});
   if (!staged_column_loads_pay(target, device) || shape.n % plain.vec != 0) return plain;
-  // 512 threads, two rows of slots; one block an SM where that grid is at
-  // most two waves of column tiles (Note [Staged column loads]).
-  ElementwiseTile wide = resolve_elementwise_tile(spec, ElementwiseTile{512, 0, 0, 2});
-  if (column_sum_stages(spec, wide, 2) == 2) {
-    wide.blocks_per_sm = 1;
-    const std::int64_t waves = ceil_div(column_grid(wide, shape, device.multiprocessors).column_tiles,
+  // 512 threads of one block an SM, where that grid is at most two waves of
+  // column tiles (Note [Staged column loads]).
+  const auto one_block_an_sm = [&](ElementwiseTile t) {
+    t.blocks_per_sm = 1;
+    const std::int64_t waves = ceil_div(column_grid(t, shape, device.multiprocessors).column_tiles,
                                         std::max(device.multiprocessors, 1));
-    if (waves > 2) wide.blocks_per_sm = 0;
-    return wide;
+    if (waves > 2) t.blocks_per_sm = 0;
+    return t;
+  };
+  // 16-bit: two rows of slots.
+  const ElementwiseTile wide = resolve_elementwise_tile(spec, ElementwiseTile{512, 0, 0, 2});
+  if (column_sum_stages(spec, wide, 2) == 2) return one_block_an_sm(wide);
+  // f32: two 16-byte vectors a row in registers, no stages.
+  if (plain.vec == 4 && shape.n % 8 == 0) {
+    const ElementwiseTile f32 = one_block_an_sm(ElementwiseTile{512, 8, 0});
+    return f32.blocks_per_sm == 1 ? f32 : plain;
   }
-  ElementwiseTile narrow = plain;  // three inputs or more: 256 threads, fewer bytes of slots a block
+  ElementwiseTile narrow = plain;  // more 16-bit inputs: 256 threads, fewer bytes of slots a block
   narrow.stages = column_sum_stages(spec, narrow, 3);
   return narrow;
 }

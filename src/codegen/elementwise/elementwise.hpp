@@ -102,8 +102,12 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // while it is open; the register loop on the same grid (t512v8g1) is slower
 // than t256v8g0, as it has half the loads in flight. f32 (4-element
 // vectors, two rows in flight in registers) measured 0.98-1.02x staged on
-// the H200, so it never stages. default_column_sum_tile stages from 16 bytes
-// an SM a clock, between the two GPUs measured; `epifuse tune` times both.
+// the H200, so it never stages; there the tuner (in turns) put 512 threads
+// of 8-element vectors an SM first or within 1.2% of first at rows of 1,024
+// to 65,536 (t512v8g1 0.957-0.966x t256v4g0's time), and nothing ahead of
+// t256v4g0 by more than 1% at 262,144. default_column_sum_tile takes these
+// from 16 bytes an SM a clock, between the two GPUs measured; `epifuse tune`
+// times every candidate.
 
 // Which outputs are sums: column_sum_outputs and has_column_sums (codegen/column_sums.hpp).
 
@@ -164,9 +168,10 @@ int column_sum_stages(const KernelSpec& spec, const ElementwiseTile& resolved, i
 bool staged_column_loads_pay(std::string_view target, const DeviceInfo& device);
 /// The column-sum kernel's tile when none is asked for, vec resolved: 256
 /// threads of 16-byte vectors loading into registers, or where staging pays
-/// and the shape's rows are whole vectors, 512 threads with two rows of
-/// slots (one block an SM up to two waves of column tiles), else 256 threads
-/// with three (Note [Staged column loads]).
+/// and the shape's rows are whole vectors, 512 threads of one block an SM up
+/// to two waves of column tiles, with two rows of slots (16-bit) or two
+/// 16-byte vectors a row (f32); 256 threads with three rows of slots where
+/// 512 threads' would pass 32 KB (Note [Staged column loads]).
 ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
                                         const DeviceInfo& device);
 /// What the emitted kernel stages: the tile's stages on the vector-only
