@@ -17,7 +17,7 @@ struct DeviceInfo {
 };
 
 /// DRAM bytes a multiprocessor must be fed each clock for the whole GPU to
-/// reach its peak bandwidth (about 12.8 on an H100 SXM, 18.6 on an H200); 0
+/// reach its peak bandwidth (about 12.8 on an H100 SXM, 18.4 on an H200); 0
 /// when the device does not say.
 double dram_bytes_per_sm_clock(const DeviceInfo& d);
 
