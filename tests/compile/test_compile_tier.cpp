@@ -10,6 +10,7 @@
 
 #include "backend/nvrtc.hpp"
 #include "backend/target.hpp"
+#include "epifuse/autodiff.hpp"
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
 #include "epifuse/json.hpp"
@@ -55,6 +56,27 @@ TEST_SUITE("compile") {
     }
     MESSAGE("compiled " << compiled << " example kernels for " << targets.size() << " targets");
     CHECK(compiled >= 6 * static_cast<int>(targets.size()));
+  }
+
+  TEST_CASE("staged column-sum tiles compile for every target epifuse accepts" * doctest::test_suite("nvrtc")) {
+    // Note [Staged column loads]: cp.async from sm_80 on; the default tile
+    // takes stages only on GPUs it measures, so a compile tier without a GPU
+    // asks for them.
+    if (!have_nvrtc()) return;
+    const KernelSpec backward = grad(test_specs::bias_gelu_dropout_add(DType::bf16)).backward;
+    int compiled = 0;
+    for (int arch : backend::nvrtc().supported_archs()) {
+      if (arch < 80) continue;
+      Jit jit(fmt::format("sm_{}{}", arch, arch >= 90 ? "a" : ""));
+      for (const ElementwiseTile& t : {ElementwiseTile{512, 8, 1, 2}, ElementwiseTile{256, 8, 0, 3}}) {
+        INFO(jit.target() << " " << t.str());
+        auto kernel = jit.compile(backward, {4096, 1024, 0}, TileConfig{t});
+        CHECK(kernel->source().text.find("ef_stage16(") != std::string::npos);
+        CHECK(kernel->binary().size() > 4);
+        ++compiled;
+      }
+    }
+    CHECK(compiled >= 8);
   }
 
   TEST_CASE("wgmma kernels compile for sm_90a with every layout, dtype and tile candidate" * doctest::test_suite("nvrtc")) {

@@ -128,6 +128,23 @@ TEST_SUITE("compile") {
       CHECK_THROWS_WITH_AS(first.launch(*kernel, {}, k_shape, {}), doctest::Contains("cannot run here"), UserError);
   }
 
+  TEST_CASE("Jit(gfx90a): a column-sum tile with stages compiles the register loop (Note [Staged column loads])" *
+            doctest::test_suite("hiprtc")) {
+    if (!have_hiprtc()) return;
+    // bf16 dx = dy * h and its column sum: the kernel's source holds both
+    // loops, and the preprocessor keeps HIP on the register one.
+    KernelSpec spec;
+    Graph& g = spec.graph;
+    const Value dx = g.mul(g.input("dy", DType::bf16), g.input("h", DType::bf16));
+    g.output("dx", dx, DType::bf16);
+    g.output("db", g.col_sum(dx), DType::f32);
+    Jit jit("gfx90a");
+    const auto kernel = jit.compile(spec, {512, 1024, 0}, TileConfig{ElementwiseTile{256, 8, 0, 3}});
+    CHECK(std::get<ElementwiseTile>(kernel->source().tile).stages == 3);
+    CHECK(kernel->source().text.find("#if !EF_HIP && __CUDA_ARCH__ >= 800") != std::string::npos);
+    CHECK(is_elf(kernel->binary()));
+  }
+
   TEST_CASE("Jit on AMD targets ROCm 5's hipRTC aborts on: the documented UserError, never a crash" * doctest::test_suite("hiprtc")) {
     if (!have_hiprtc()) return;
     if (hiprtc().rocm_major() != 5) {
