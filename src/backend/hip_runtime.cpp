@@ -19,7 +19,10 @@ constexpr int k_error_no_device = 100;       // hipGetDeviceCount without a GPU
 
 // hipDeviceAttribute_t values. ROCm 5.2.3 (/usr/include/hip/hip_runtime_api.h)
 // and ROCm 6.0 give these the same numbers; checked by printing both headers'
-// enumerators from a small program.
+// enumerators from a small program. The clocks and bus width were printed from
+// 5.2.3's only; they sit in the same block of the enum (ClockRate after
+// CanUseHostPointerForRegisteredMem, MemoryBusWidth and MemoryClockRate after
+// MaxPitch), and only `epifuse info` and heuristics that skip AMD read them.
 enum DeviceAttribute : int {
   kClockRate = 5,
   kL2CacheSize = 19,
