@@ -188,6 +188,10 @@ then pass "an empty result is written as a (0, 4) array"; else fail "an empty re
 expect 2 "bench on an empty shape" -- "$EPIFUSE" bench "$AM" --shape 0,4
 expect_stderr 2 "bench --tile with --no-tune" "give one or the other" -- "$EPIFUSE" bench "$CHAINS/gemm.json" --tile h128x64x64s6g8p --no-tune
 expect_stderr 2 "bench --tile that does not parse" "wgmma tile 'h128x64x'" -- "$EPIFUSE" bench "$CHAINS/gemm.json" --tile h128x64x
+expect_stderr 2 "emit --tile with stages on a chain without column sums" "only a column-sum kernel has" -- \
+  "$EPIFUSE" emit "$AM" --shape 64,64 --tile t256v4g0s3
+expect_stderr 0 "emit --tile with stages on a column-sum chain" "" -- \
+  "$EPIFUSE" emit "$CHAINS/bias_gelu_dropout_add_backward.json" --shape 64,1024 --tile t512v4g1s2
 expect 2 "bad --shape 4,4,4 (elementwise)" -- "$EPIFUSE" run "$AM" --shape 4,4,4 --device cpu
 expect 2 "bad --shape 4,4 (gemm needs K)" -- "$EPIFUSE" run "$CHAINS/gemm.json" --shape 4,4 --device cpu
 expect_stderr 2 "--ld below the rows' length" "operand 'a': ld 30 is less than its rows' 32 elements" -- \
