@@ -102,10 +102,11 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // while it is open; the register loop on the same grid (t512v8g1) is slower
 // than t256v8g0, as it has half the loads in flight. f32 (4-element
 // vectors, two rows in flight in registers) measured 0.98-1.02x staged on
-// the H200, so it never stages; there the tuner (in turns) put 512 threads
-// of 8-element vectors an SM first or within 1.2% of first at rows of 1,024
-// to 65,536 (t512v8g1 0.957-0.966x t256v4g0's time), and nothing ahead of
-// t256v4g0 by more than 1% at 262,144. default_column_sum_tile takes these
+// the H200, so it never stages; there the tuner (in turns) put a tile of 512
+// threads of 8-element vectors an SM first at rows of 1,024 to 65,536
+// (t512v8g1 0.957-0.966x t256v4g0's time, at most 2% behind the first),
+// and nothing ahead of t256v4g0 by more than 1% at 262,144.
+// default_column_sum_tile takes these
 // from 16 bytes an SM a clock, between the two GPUs measured; `epifuse tune`
 // times every candidate.
 
