@@ -56,13 +56,18 @@ ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& sha
     if (waves > 2) t.blocks_per_sm = 0;
     return t;
   };
-  // 16-bit: two rows of slots.
-  const ElementwiseTile wide = resolve_elementwise_tile(spec, ElementwiseTile{512, 0, 0, 2});
-  if (column_sum_stages(spec, wide, 2) == 2) return one_block_an_sm(wide);
+  // 16-bit: two rows of slots (the vector width does not depend on the threads).
+  ElementwiseTile wide = plain;
+  wide.threads = 512;
+  if (column_sum_stages(spec, wide, 2) == 2) {
+    wide.stages = 2;
+    return one_block_an_sm(wide);
+  }
   // f32: two 16-byte vectors a row in registers, no stages.
   if (plain.vec == 4 && shape.n % 8 == 0) {
-    const ElementwiseTile f32 = one_block_an_sm(ElementwiseTile{512, 8, 0});
-    return f32.blocks_per_sm == 1 ? f32 : plain;
+    wide.vec = 8;
+    wide = one_block_an_sm(wide);
+    return wide.blocks_per_sm == 1 ? wide : plain;
   }
   ElementwiseTile narrow = plain;  // more 16-bit inputs: 256 threads, fewer bytes of slots a block
   narrow.stages = column_sum_stages(spec, narrow, 3);
