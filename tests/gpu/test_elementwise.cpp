@@ -214,6 +214,32 @@ TEST_SUITE("gpu") {
     for (const TileConfig& tile : tile_candidates(spec, shape, jit->target())) check_against_reference(*jit, spec, shape, 300, {11, 4}, tile);
   }
 
+  TEST_CASE("the default tile of a 16-bit dropout chain gives one 16-byte vector's bits on any GPU") {
+    // Note [Two vectors a thread]: from 16 blocks of 256 x 16 elements an SM
+    // on GPUs that feed each SM 16 bytes a clock or more (an H200), the default
+    // tile moves two 16-byte vectors a thread; elementwise results do not
+    // depend on the width, so its outputs must equal t256v8g0's bit for bit.
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    for (DType dt : {DType::bf16, DType::f16}) {
+      const KernelSpec spec = test_specs::bias_gelu_dropout_add(dt);
+      for (const Shape& shape : {Shape{4096, 2112, 0}, Shape{16384, 1024, 0}}) {
+        INFO("dtype " << to_string(dt) << " shape " << shape.m << "x" << shape.n << " default tile "
+                      << to_string(jit->compile(spec, shape)->source().tile));
+        const TensorMap inputs = make_inputs(spec, shape, 350);
+        const LaunchArgs args{0x5eed, 17};
+        const TensorMap want = evaluate(spec, shape, inputs, args);
+        const TensorMap got = run_on_device(*jit, spec, shape, inputs, args);
+        const TensorMap one = run_on_device(*jit, spec, shape, inputs, args, ElementwiseTile{256, 8, 0});
+        const Comparison c = compare(got.at("y"), want.at("y"), tolerance_for(dt, spec.precision));
+        CHECK_MESSAGE(c.ok, c.message);
+        std::int64_t differ = 0;
+        for (std::int64_t i = 0; i < one.at("y").numel(); ++i) differ += got.at("y").get(i) != one.at("y").get(i);
+        CHECK(differ == 0);
+      }
+    }
+  }
+
   TEST_CASE("dropout masks equal the reference bit for bit in both RNG modes") {
     Jit* jit = gpu_jit();
     if (!jit) return;

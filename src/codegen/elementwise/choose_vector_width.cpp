@@ -40,6 +40,26 @@ ElementwiseTile resolve_elementwise_tile(const KernelSpec& spec, ElementwiseTile
   return tile;
 }
 
+bool feeds_16_bytes_an_sm_clock(std::string_view target, const DeviceInfo& device) {
+  return !target.starts_with("gfx") && dram_bytes_per_sm_clock(device) >= 16.0;
+}
+
+ElementwiseTile default_elementwise_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                         const DeviceInfo& device) {
+  const ElementwiseTile plain = resolve_elementwise_tile(spec, ElementwiseTile{});
+  // Note [Two vectors a thread]: 16-bit chains with dropout draws.
+  const bool draws = std::any_of(spec.graph.nodes().begin(), spec.graph.nodes().end(), [](const Node& n) {
+    return n.kind == NodeKind::op && n.op == OpKind::dropout && n.p > 0.0 && n.p < 1.0;
+  });
+  if (!draws || plain.vec != 8 || !feeds_16_bytes_an_sm_clock(target, device)) return plain;
+  ElementwiseTile wide = plain;
+  wide.vec = 16;
+  constexpr std::int64_t k_blocks_an_sm = 16;
+  const std::int64_t blocks = shape.m * shape.n / (std::int64_t{wide.threads} * wide.vec);
+  if (shape.n % wide.vec != 0 || blocks < k_blocks_an_sm * std::max(device.multiprocessors, 1)) return plain;
+  return wide;
+}
+
 namespace {
 std::atomic<bool> g_force_index64{false};
 // 32-bit indexing holds while every index the loop forms stays below 2^31:

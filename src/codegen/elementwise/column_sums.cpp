@@ -39,8 +39,7 @@ int column_sum_stages(const KernelSpec& spec, const ElementwiseTile& resolved, i
 }
 
 bool staged_column_loads_pay(std::string_view target, const DeviceInfo& device) {
-  constexpr double k_staged_from = 16.0;  // DRAM bytes an SM a clock (Note [Staged column loads])
-  return !target.starts_with("gfx") && dram_bytes_per_sm_clock(device) >= k_staged_from;
+  return feeds_16_bytes_an_sm_clock(target, device);  // Note [Staged column loads]
 }
 
 ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,

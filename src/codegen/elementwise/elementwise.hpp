@@ -37,6 +37,17 @@ int natural_vector_width(const KernelSpec& spec);
 /// The tile with vec decided: `tile.vec`, else 16 bytes of the narrowest full
 /// tensor; at least 4 (one Philox call) when the graph tests dropout draws.
 ElementwiseTile resolve_elementwise_tile(const KernelSpec& spec, ElementwiseTile tile);
+/// Whether each multiprocessor must take 16 DRAM bytes a clock or more for the
+/// GPU to reach its peak, on NVIDIA: the side of the threshold the default
+/// tiles read (Note [Staged column loads], Note [Two vectors a thread]).
+bool feeds_16_bytes_an_sm_clock(std::string_view target, const DeviceInfo& device);
+/// The tile of a kernel without column sums when none is asked for, vec
+/// resolved: 256 threads of 16-byte vectors over a grid covering the tensor;
+/// 16-bit chains with dropout draws take two 16-byte vectors a thread where
+/// the GPU feeds each SM 16 bytes a clock or more, on shapes of whole vectors
+/// a row and at least 16 such blocks an SM (Note [Two vectors a thread]).
+ElementwiseTile default_elementwise_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                         const DeviceInfo& device);
 /// What the code is specialised for besides the spec and tile: "row_aligned" or
 /// "row_unaligned" (N % vec), then "/i32" or "/i64" (index width), then
 /// "/ragged" when M*N % vec != 0 (row_aligned shapes never are), then the
@@ -109,6 +120,25 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // default_column_sum_tile takes these
 // from 16 bytes an SM a clock, between the two GPUs measured; `epifuse tune`
 // times every candidate.
+
+// Note [Two vectors a thread]
+// A 16-bit chain with dropout does about 35 instructions an element for 6 DRAM
+// bytes (docs/perf/elementwise.md, "What bounds it"), so where each SM must
+// take 18.4 bytes a clock (an H200) it runs near the issue limit, and the
+// tuner has always put 16-element vectors first there. Two 16-byte vectors a
+// thread halve the index and address work an element and give four Philox
+// calls a thread instead of two. In `epifuse tune` turns on an H200
+// (bias+GELU+dropout+residual, bf16) t256v16g0 took 0.91-0.92x t256v8g0's time
+// at 16384x8192 and 131072x1024, within 1% of the fastest candidate; a light
+// 16-bit chain (add and scale) ran 5% slower on it, and f32 chains 1.6% slower
+// on two vectors, so the rule is for 16-bit chains with dropout only. The
+// H100 (12.8 bytes an SM a clock) keeps one vector until measured there. A
+// grid of fewer than 16 blocks an SM keeps one vector (more threads), and so
+// do rows that are not whole 16-element vectors (not timed on two). Strided
+// views keep two where their rows start on 16 bytes (Note [Strided rows]):
+// with x, the residual and y strided the kernel took 0.97x the time it takes
+// on one vector. Elementwise results do not depend on the vector width, so
+// the choice changes speed, never bits.
 
 // Which outputs are sums: column_sum_outputs and has_column_sums (codegen/column_sums.hpp).
 

@@ -36,7 +36,9 @@ class ElementwiseFamily final : public KernelFamily {
                           std::string_view target, const DeviceInfo& device) const override {
     const bool column_sums = has_column_sums(spec);
     ElementwiseTile tile;
-    if (column_sums && !requested) tile = default_column_sum_tile(spec, shape, target, device);
+    if (!requested)
+      tile = column_sums ? default_column_sum_tile(spec, shape, target, device)
+                         : default_elementwise_tile(spec, shape, target, device);
     if (requested) {
       const auto* t = std::get_if<ElementwiseTile>(&*requested);
       EPIFUSE_CHECK(t, "tile {}: an elementwise kernel takes an elementwise tile (threads, vec, blocks per SM)",
