@@ -2,8 +2,9 @@
 their --dry-run builds the chains, lists every strided position with its strides, and
 asks epifuse.batching for each batched configuration's launch plan, which must be one
 batched launch, never folded into M; their arguments are checked. The timed runs need
-a GPU (test_gpu_perf_scripts.py). tools/perf/default_vs_tuned.py's measurement is
-checked with its epifuse calls stood in for."""
+a GPU (test_gpu_perf_scripts.py). tools/perf/default_vs_tuned.py's and
+tools/perf/elementwise_default_vs_tuned.py's measurements are checked with their epifuse
+calls stood in for."""
 import json
 import os
 import subprocess
@@ -183,3 +184,50 @@ def test_default_vs_tuned_counts_the_default_against_cublaslt_s_fused_epilogue(m
     assert text.startswith("cuBLASLt's fused epilogue, 3 shapes with one: the default no slower at 1, within 5% at 2;")
     assert text.endswith("worst 1.300x its time")
     assert dvt.cublaslt_line(rows[3:]) is None
+
+
+def test_elementwise_default_vs_tuned_scores_the_rule_s_default_against_every_candidate(monkeypatch, tmp_path):
+    # The default comes from `epifuse compile` with the disk cache off (an earlier tune
+    # would stand in for it otherwise), its time from the tune's candidates.
+    monkeypatch.syspath_prepend(str(PERF))
+    import elementwise_default_vs_tuned as ewdt
+
+    real_run = subprocess.run
+    calls = []
+
+    def fake_run(argv, capture_output, text, env=None):
+        calls.append((argv, env))
+        if argv[1] == "compile":
+            doc = [{"key": "dc415a4be55e8cd8 tile=t256v8g0 shape_class=row_aligned/i32 path=vector target=sm_90a"}]
+        else:
+            assert argv[1] == "tune"
+            doc = {"results": [{"tile": "t256v16g0", "candidates": [
+                {"tile": "t256v8g0", "ms": 0.209}, {"tile": "t256v16g0", "ms": 0.2}, {"tile": "t128v8g0", "ms": 0.25}]}]}
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps(doc), stderr="")
+
+    monkeypatch.setattr(ewdt.subprocess, "run", fake_run)
+    monkeypatch.setattr(sys, "argv", ["elementwise_default_vs_tuned.py", "--out", str(tmp_path), "--configs",
+                                      "bga,add_mul", "--dtypes", "bf16", "--shapes", "16384,8192"])
+    ewdt.main()
+    assert all(env is not None and env["EPIFUSE_CACHE"] == "0" for _, env in calls)
+    assert [argv[1] for argv, _ in calls] == ["compile"] + ["compile", "tune"] * 2  # a GPU check first
+    summary = (tmp_path / "summary.txt").read_text().splitlines()
+    assert summary[0].split()[:5] == ["bga", "bf16", "16384x8192", "default", "t256v8g0"]
+    assert "1.045x the fastest (t256v16g0" in summary[0]
+    assert summary[-1] == "default within 5% of the fastest candidate: 2 of 2; within 10%: 2 of 2"
+    assert json.loads((tmp_path / "bga_bf16_16384x8192.tune.json").read_text())["results"][0]["tile"] == "t256v16g0"
+    # The chain without its dropout is a valid chain of the same inputs and output.
+    monkeypatch.setattr(ewdt.subprocess, "run", real_run)
+    bga = json.loads((tmp_path / "bga_bf16.json").read_text())
+    assert [op["op"] for op in bga["ops"]] == ["add", "gelu_tanh", "add"] and bga["ops"][2]["args"] == ["g", "residual"]
+    assert all(t["dtype"] == "bf16" for t in list(bga["inputs"].values()) + list(bga["outputs"].values()))
+    epifuse = str(ROOT / "build" / "epifuse")
+    if os.path.exists(epifuse):
+        r = real_run([epifuse, "validate", str(tmp_path / "bga_bf16.json")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_elementwise_default_vs_tuned_refuses_bad_arguments():
+    for argv in (["--configs", "bgda,nope"], ["--dtypes", "f64"], ["--shapes", "64"], ["--shapes", "0,64"]):
+        r = run("elementwise_default_vs_tuned.py", *argv)
+        assert r.returncode == 2 and "error:" in r.stderr, (argv, r.stderr)
