@@ -19,7 +19,8 @@ triton do_bench median on one GPU, bf16, weights in nn.Linear's layout:
 Each row's time over cublas's in the same round, rounds in turns (median and range).
 Every GEMM operand holds random data: on zeros cuBLAS runs 10-20% faster. The fused
 dgrad's outputs are checked against the two-step ones (bf16 rounding of dh is the only
-difference), and its strided outputs against its dense ones, bit for bit.
+difference: exit 1 past 2e-2 relative), and its strided outputs against its dense
+ones, bit for bit.
 
 `--pieces` times each launch alone as well, against its own count: the GEMMs against
 their FLOPs at the rate the K = 2F GEMM reaches, the elementwise backward and the
@@ -32,6 +33,7 @@ Default shapes: 8192,4096,11008 (the bar's) and 16384,4096,11008.
 """
 import argparse
 import statistics
+import sys
 
 import torch
 import triton.testing
@@ -99,6 +101,8 @@ def run(tokens, hidden, ffn, activation, pieces, rounds):
 
     a, b = two_step(), fused()
     errs = {k: ((a[k].float() - b[k].float()).norm() / a[k].float().norm()).item() for k in a}
+    if not max(errs.values()) <= 2e-2:  # dh's bf16 rounding gives ~3e-3; NaN fails too
+        sys.exit(f"the fused dgrad's outputs differ from the two steps': relative errors {errs}")
     fused_cat()
     assert torch.equal(halves[0], b["dacc0"]) and torch.equal(halves[1], b["dacc1"]), \
         "the fused dgrad's outputs differ between dense and strided out="
