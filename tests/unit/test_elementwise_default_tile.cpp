@@ -1,7 +1,7 @@
 // The elementwise family's default tile for kernels without column sums
 // (Note [Two vectors a thread]): the tile a chain gets without `epifuse tune`,
 // pinned for a few chains, shapes and devices. The timings behind the choice
-// are in docs/perf/elementwise.md ("Two vectors a thread by default").
+// are in docs/perf/elementwise.md ("Changes that were kept").
 #include <doctest/doctest.h>
 
 #include <string>
