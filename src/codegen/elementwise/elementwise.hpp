@@ -131,8 +131,10 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // (bias+GELU+dropout+residual, bf16) t256v16g0 took 0.92x t256v8g0's time
 // at 16384x8192 and 131072x1024, within 1% of the fastest candidate; a light
 // 16-bit chain (add and scale) ran 5% slower on it, and the f32 chain 1.1%
-// slower on two vectors, so the rule is for 16-bit chains with dropout only. The
-// H100 (12.8 bytes an SM a clock) keeps one vector until measured there. A
+// slower on two vectors, so the rule is for 16-bit chains with dropout only
+// (f16 takes it with bf16: the same bytes, conversions no dearer; not yet
+// timed). The H100 (12.8 bytes an SM a clock) keeps one vector until measured
+// there. A
 // grid of fewer than 16 blocks an SM keeps one vector (more threads), and so
 // do rows that are not whole 16-element vectors (not timed on two). Strided
 // views keep two where their rows start on 16 bytes (Note [Strided rows]):
