@@ -3,6 +3,7 @@
 // workspace that grid needs, and what the emitted kernel holds.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "codegen/elementwise/elementwise.hpp"
@@ -226,6 +227,27 @@ TEST_SUITE("unit") {
     CHECK(staged_candidates(backward(DType::bf16), "sm_90a") > 0);
     CHECK(staged_candidates(backward(DType::f32), "sm_90a") == 0);
     CHECK(staged_candidates(backward(DType::bf16), "gfx942") == 0);
+    {
+      // Four rows of slots where all four fit in 32 KB: two 16-bit inputs at 256
+      // threads, one at 512 too (a bias gradient alone); never a tile that would
+      // resolve to fewer (the tuner would time one kernel twice).
+      KernelSpec bias_grad;
+      Graph& g = bias_grad.graph;
+      g.output("db", g.col_sum(g.input("dy", DType::bf16)), DType::bf16);
+      const auto has = [&](const KernelSpec& spec, const ElementwiseTile& t) {
+        const std::vector<TileConfig> c = tile_candidates(spec, shape, "sm_90a");
+        return std::find(c.begin(), c.end(), TileConfig{t}) != c.end();
+      };
+      CHECK(has(bias_grad, ElementwiseTile{512, 8, 1, 4}));
+      CHECK(has(bias_grad, ElementwiseTile{256, 8, 0, 4}));
+      CHECK(has(backward(DType::bf16), ElementwiseTile{256, 8, 0, 4}));
+      CHECK_FALSE(has(backward(DType::bf16), ElementwiseTile{512, 8, 1, 4}));
+      for (const TileConfig& t : tile_candidates(backward(DType::bf16), shape, "sm_90a")) {
+        const ElementwiseTile& e = std::get<ElementwiseTile>(t);
+        if (e.stages == 4) CHECK(column_sum_stages(backward(DType::bf16), e, 4) == 4);
+      }
+      CHECK(std::get<ElementwiseTile>(emit_kernel(bias_grad, shape, ElementwiseTile{512, 8, 1, 4}).tile).stages == 4);
+    }
 
     // Spelled as the tile prints; refused where there is nothing to stage.
     CHECK(parse_tile("t256v8g0s3") == TileConfig{ElementwiseTile{256, 8, 0, 3}});

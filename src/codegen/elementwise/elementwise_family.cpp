@@ -92,6 +92,11 @@ class ElementwiseFamily final : public KernelFamily {
           for (int vec : {natural, std::min(2 * natural, 16)}) out.push_back(ElementwiseTile{threads, vec, blocks});
           const ElementwiseTile staged{threads, natural, blocks, 3};
           if (stages && column_sum_stages(spec, resolve_elementwise_tile(spec, staged), 3) > 0) out.push_back(staged);
+          // Four rows of slots where all four fit (one 16-bit input at 512
+          // threads, two at 256): a column sum of few inputs has few bytes in
+          // flight a block (docs/perf/elementwise.md, "Open").
+          const ElementwiseTile deeper{threads, natural, blocks, 4};
+          if (stages && column_sum_stages(spec, resolve_elementwise_tile(spec, deeper), 4) == 4) out.push_back(deeper);
         }
       out.push_back(ElementwiseTile{1024, natural, 0});
       return out;
