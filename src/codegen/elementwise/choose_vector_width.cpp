@@ -32,10 +32,18 @@ int natural_vector_width(const KernelSpec& spec) {
   return static_cast<int>(16 / narrowest);
 }
 
+namespace {
+// Whether a dropout draws (0 < p < 1): its Philox call serves four elements.
+bool draws_dropout(const KernelSpec& spec) {
+  return std::any_of(spec.graph.nodes().begin(), spec.graph.nodes().end(), [](const Node& n) {
+    return n.kind == NodeKind::op && n.op == OpKind::dropout && n.p > 0.0 && n.p < 1.0;
+  });
+}
+}  // namespace
+
 ElementwiseTile resolve_elementwise_tile(const KernelSpec& spec, ElementwiseTile tile) {
   int vec = tile.vec ? tile.vec : natural_vector_width(spec);
-  for (const Node& n : spec.graph.nodes())
-    if (n.kind == NodeKind::op && n.op == OpKind::dropout && n.p > 0.0 && n.p < 1.0) vec = std::max(vec, 4);
+  if (draws_dropout(spec)) vec = std::max(vec, 4);
   tile.vec = vec;
   return tile;
 }
@@ -48,10 +56,7 @@ ElementwiseTile default_elementwise_tile(const KernelSpec& spec, const Shape& sh
                                          const DeviceInfo& device) {
   const ElementwiseTile plain = resolve_elementwise_tile(spec, ElementwiseTile{});
   // Note [Two vectors a thread]: 16-bit chains with dropout draws.
-  const bool draws = std::any_of(spec.graph.nodes().begin(), spec.graph.nodes().end(), [](const Node& n) {
-    return n.kind == NodeKind::op && n.op == OpKind::dropout && n.p > 0.0 && n.p < 1.0;
-  });
-  if (!draws || plain.vec != 8 || !feeds_16_bytes_an_sm_clock(target, device)) return plain;
+  if (plain.vec != 8 || !feeds_16_bytes_an_sm_clock(target, device) || !draws_dropout(spec)) return plain;
   ElementwiseTile wide = plain;
   wide.vec = 16;
   constexpr std::int64_t k_blocks_an_sm = 16;
@@ -114,10 +119,7 @@ bool row_starts_take(const KernelSpec& spec, const Shape& shape, int vec) {
 }
 
 int strided_rows_vector_width(const KernelSpec& spec, const Shape& shape, int vec) {
-  bool draws = false;
-  for (const Node& n : spec.graph.nodes())
-    draws |= n.kind == NodeKind::op && n.op == OpKind::dropout && n.p > 0.0 && n.p < 1.0;
-  const int least = draws ? 4 : 1;
+  const int least = draws_dropout(spec) ? 4 : 1;
   // N % VEC: a lane's vector never straddles a row's end.
   while (vec > least && (shape.n % vec != 0 || !row_starts_take(spec, shape, vec))) vec /= 2;
   return vec;

@@ -117,9 +117,8 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // threads of 8-element vectors an SM first at rows of 1,024 to 65,536
 // (t512v8g1 0.957-0.966x t256v4g0's time, at most 2% behind the first),
 // and nothing ahead of t256v4g0 by more than 1% at 262,144.
-// default_column_sum_tile takes these
-// from 16 bytes an SM a clock, between the two GPUs measured; `epifuse tune`
-// times every candidate.
+// default_column_sum_tile takes these from 16 bytes an SM a clock, between
+// the two GPUs measured; `epifuse tune` times every candidate.
 
 // Note [Two vectors a thread]
 // A 16-bit chain with dropout does about 35 instructions an element for 6 DRAM
@@ -134,9 +133,9 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // slower on two vectors, so the rule is for 16-bit chains with dropout only
 // (f16 takes it with bf16: the same bytes, conversions no dearer; not yet
 // timed). The H100 (12.8 bytes an SM a clock) keeps one vector until measured
-// there. A
-// grid of fewer than 16 blocks an SM keeps one vector (more threads), and so
-// do rows that are not whole 16-element vectors (not timed on two). Strided
+// there. A grid of fewer than 16 blocks an SM keeps one vector (more
+// threads), and so do rows that are not whole 16-element vectors (not timed
+// on two). Strided
 // views keep two where their rows start on 16 bytes (Note [Strided rows]):
 // with x, the residual and y strided the kernel took 0.97x the time it takes
 // on one vector. Elementwise results do not depend on the vector width, so
