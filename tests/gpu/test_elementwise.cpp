@@ -215,7 +215,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("the default tile of a 16-bit dropout chain gives one 16-byte vector's bits on any GPU") {
-    // Note [Two vectors a thread]: from 16 blocks of 256 x 16 elements an SM
+    // Note [Two vectors a thread]: from 4 blocks of 256 x 16 elements an SM
     // on GPUs that feed each SM 16 bytes a clock or more (an H200), the default
     // tile moves two 16-byte vectors a thread; elementwise results do not
     // depend on the width, so its outputs must equal t256v8g0's bit for bit.
@@ -504,6 +504,30 @@ TEST_SUITE("gpu") {
           CHECK(jit->compile(spec, shape, TileConfig{staged})->key().tile == TileConfig{staged});
           for (const Output& o : spec.graph.outputs()) CHECK_MESSAGE(same_bits(a.at(o.name), b.at(o.name)), o.name);
         }
+  }
+
+  TEST_CASE("column sums: a bias gradient alone on its default tile and on every threads-an-SM tile") {
+    // Note [Threads an SM for a sum alone]: 256 to 2048 threads an SM in
+    // blocks of up to 1024, against the reference and the same bits twice.
+    Jit* jit = gpu_jit();
+    if (!jit) return;
+    std::uint64_t seed = 1250;
+    for (const auto& [in, vec] : {std::pair{DType::bf16, 8}, std::pair{DType::f32, 4}})
+      for (DType out : {DType::f32, in}) {
+        KernelSpec spec;
+        spec.graph.output("db", spec.graph.col_sum(spec.graph.input("dy", in)), out);
+        for (const Shape& shape : {Shape{4096, 2048, 0}, Shape{3000, 1000, 0}, Shape{40, 520, 0}})
+          for (const std::optional<TileConfig>& tile :
+               {std::optional<TileConfig>{}, std::optional<TileConfig>{ElementwiseTile{1024, vec, 2}},
+                std::optional<TileConfig>{ElementwiseTile{1024, vec, 1}},
+                std::optional<TileConfig>{ElementwiseTile{512, vec, 1}},
+                std::optional<TileConfig>{ElementwiseTile{256, vec, 1}}}) {
+            INFO("dy " << to_string(in) << " db " << to_string(out));
+            const TensorMap a = check_column_sums(*jit, spec, shape, ++seed, {}, tile);
+            const TensorMap b = run_on_device(*jit, spec, shape, make_inputs(spec, shape, seed), {}, tile);
+            CHECK(same_bits(a.at("db"), b.at("db")));
+          }
+      }
   }
 
   TEST_CASE("column sums: misaligned pointers and every tile candidate") {

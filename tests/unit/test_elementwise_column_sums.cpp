@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "codegen/elementwise/elementwise.hpp"
 #include "codegen/family.hpp"
@@ -258,5 +259,57 @@ TEST_SUITE("unit") {
                          doctest::Contains("only a column-sum kernel has"), UserError);
     CHECK_THROWS_WITH_AS(emit_kernel(backward(DType::bf16), shape, ElementwiseTile{256, 8, 0, 1}),
                          doctest::Contains("s1 asks for shared-memory stages"), UserError);
+  }
+
+  TEST_CASE("column sums: a bias gradient alone fills the threads an SM its size gives work") {
+    // Note [Threads an SM for a sum alone], on a GPU where staging pays (an H200).
+    const DeviceInfo h100{132, 227 * 1024, 50ull << 20, 3'352'000'000'000ull, 1'980'000};
+    const DeviceInfo h200{132, 227 * 1024, 60ull << 20, 4'810'000'000'000ull, 1'980'000};
+    const auto bias_grad = [](DType in, DType out) {
+      KernelSpec s;
+      s.graph.output("db", s.graph.col_sum(s.graph.input("dy", in)), out);
+      return s;
+    };
+    const auto tile_on = [&](const KernelSpec& spec, const DeviceInfo& d, const Shape& sh) {
+      return std::get<ElementwiseTile>(emit_kernel(spec, sh, std::nullopt, KernelPath::fastest, "sm_90a", d).tile);
+    };
+    // Each thread at least threads / 16 elements: 2048 threads an SM from
+    // 132 x 2048 x 128 elements, 1024 from 132 x 1024 x 64, 512 from 132 x 512 x 32.
+    CHECK(column_sum_threads_an_sm({4096, 8448, 0}, 132) == 2048);  // 34,603,008
+    CHECK(column_sum_threads_an_sm({4095, 8448, 0}, 132) == 1024);
+    CHECK(column_sum_threads_an_sm({8192, 2048, 0}, 132) == 1024);
+    CHECK(column_sum_threads_an_sm({2048, 4096, 0}, 132) == 512);
+    CHECK(column_sum_threads_an_sm({1024, 1024, 0}, 132) == 256);
+    CHECK(column_sum_threads_an_sm({8192, 2048, 0}, 264) == 512);  // twice the SMs, half the work each
+    for (const auto& [in, out, vec] : {std::tuple{DType::bf16, DType::f32, 8}, std::tuple{DType::bf16, DType::bf16, 8},
+                                       std::tuple{DType::f32, DType::f32, 4}}) {
+      CAPTURE(to_string(in));
+      CAPTURE(to_string(out));
+      const KernelSpec spec = bias_grad(in, out);
+      CHECK(sums_alone(spec));
+      CHECK(tile_on(spec, h200, {16384, 8192, 0}) == ElementwiseTile{1024, vec, 2});
+      CHECK(tile_on(spec, h200, {131072, 1024, 0}) == ElementwiseTile{1024, vec, 2});
+      CHECK(tile_on(spec, h200, {8192, 2048, 0}) == ElementwiseTile{1024, vec, 1});
+      CHECK(tile_on(spec, h200, {2048, 4096, 0}) == ElementwiseTile{512, vec, 1});
+      CHECK(tile_on(spec, h200, {1024, 1024, 0}) == ElementwiseTile{256, vec, 1});
+      CHECK(tile_on(spec, h100, {16384, 8192, 0}) == ElementwiseTile{256, vec, 0});  // the registers rule
+    }
+    // Not alone: [M,N] outputs, a dropout that draws, two sums.
+    CHECK_FALSE(sums_alone(backward(DType::bf16)));
+    {
+      KernelSpec dropped;
+      Graph& g = dropped.graph;
+      g.output("db", g.col_sum(g.dropout(g.input("dy", DType::bf16), 0.1, RngMode::philox4, 0)), DType::f32);
+      CHECK_FALSE(sums_alone(dropped));
+      KernelSpec two;
+      Graph& h = two.graph;
+      h.output("db", h.col_sum(h.input("dy", DType::bf16)), DType::f32);
+      h.output("dg", h.col_sum(h.input("g", DType::bf16)), DType::f32);
+      CHECK_FALSE(sums_alone(two));
+      CHECK(tile_on(two, h200, {16384, 8192, 0}) == ElementwiseTile{512, 8, 1, 2});
+    }
+    // With [M,N] outputs f32 takes two vectors a row only where 512 threads an SM have work enough.
+    CHECK(tile_on(backward(DType::f32), h200, {2048, 4096, 0}) == ElementwiseTile{512, 8, 1});
+    CHECK(tile_on(backward(DType::f32), h200, {1024, 1024, 0}) == ElementwiseTile{512, 4, 1});
   }
 }

@@ -71,9 +71,12 @@ TEST_SUITE("elementwise") {
     CHECK(tile_on(add_scale(DType::bf16), h200, big) == ElementwiseTile{256, 8, 0});
     CHECK(tile_on(bias_gelu_dropout_add(DType::f32), h200, big) == ElementwiseTile{256, 4, 0});
     CHECK(tile_on(bias_gelu_dropout_add(DType::bf16, 0.0), h200, big) == ElementwiseTile{256, 8, 0});
-    // Fewer than 16 blocks of 256 x 16 elements an SM (2^23 elements on 132 SMs), or rows
+    // Fewer than 4 blocks of 256 x 16 elements an SM (2^21 elements on 132 SMs), or rows
     // that are not whole 16-element vectors: one vector.
     CHECK(tile_on(bias_gelu_dropout_add(DType::bf16), h200, {1024, 1024, 0}) == ElementwiseTile{256, 8, 0});
+    CHECK(tile_on(bias_gelu_dropout_add(DType::bf16), h200, {1024, 2048, 0}) == ElementwiseTile{256, 8, 0});
+    CHECK(tile_on(bias_gelu_dropout_add(DType::bf16), h200, {1024, 4096, 0}) == ElementwiseTile{256, 16, 0});
+    CHECK(tile_on(bias_gelu_dropout_add(DType::bf16), h200, {2048, 4096, 0}) == ElementwiseTile{256, 16, 0});
     CHECK(tile_on(bias_gelu_dropout_add(DType::bf16), h200, {1024, 8448, 0}) == ElementwiseTile{256, 16, 0});
     CHECK(tile_on(bias_gelu_dropout_add(DType::bf16), h200, {1024, 8440, 0}) == ElementwiseTile{256, 8, 0});
     // A tile asked for is the tile.

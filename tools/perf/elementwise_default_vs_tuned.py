@@ -18,6 +18,7 @@ Chains (f32 examples with every dtype replaced, so f32 is the example itself):
   bga       the same without its dropout (y = gelu(x + bias) + residual)
   add_mul   examples/chains/add_mul.json ((x + y) * 0.5: a stream)
   bgda_bwd  `epifuse grad` of bgda (dropout regenerated, GELU', a column sum)
+  bias_grad a bias's gradient alone, db = col_sum(dy) in dy's dtype (a Linear's dbias)
 Prints a line per measurement as it goes, writes DIR/<config>_<dtype>_<M>x<N>.tune.json
 and DIR/summary.txt, which ends with the counts of defaults within 5% and 10% of the
 fastest candidate. Needs a GPU and build/epifuse (EPIFUSE to override).
@@ -32,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 EPIFUSE = os.environ.get("EPIFUSE", str(ROOT / "build" / "epifuse"))
-CONFIGS = ["bgda", "bga", "add_mul", "bgda_bwd"]
+CONFIGS = ["bgda", "bga", "add_mul", "bgda_bwd", "bias_grad"]
 DTYPES = ["f32", "bf16", "f16"]
 # M*N = 2^27 at rows of 1,024 to 65,536, then 2^23 and 2^20 (the default's grid guard).
 SHAPES = [(131072, 1024), (16384, 8192), (2048, 65536), (2048, 4096), (1024, 1024)]
@@ -54,6 +55,11 @@ def chain_file(config, dtype, out):
         if not f32.exists():
             run([EPIFUSE, "grad", str(ROOT / "examples/chains/bias_gelu_dropout_add.json"), "--backward", str(f32)])
         text = f32.read_text()
+    elif config == "bias_grad":
+        text = json.dumps({"epifuse": 1, "name": "bias_grad", "mainloop": "elementwise",
+                           "inputs": {"dy": {"dtype": "f32"}},
+                           "ops": [{"name": "db", "op": "col_sum", "args": ["dy"]}],
+                           "outputs": {"dbias": {"dtype": "f32", "value": "db"}}, "shape": [256, 1024]}, indent=1)
     else:
         name = "add_mul" if config == "add_mul" else "bias_gelu_dropout_add"
         text = (ROOT / "examples/chains" / f"{name}.json").read_text()

@@ -32,14 +32,11 @@ int natural_vector_width(const KernelSpec& spec) {
   return static_cast<int>(16 / narrowest);
 }
 
-namespace {
-// Whether a dropout draws (0 < p < 1): its Philox call serves four elements.
 bool draws_dropout(const KernelSpec& spec) {
   return std::any_of(spec.graph.nodes().begin(), spec.graph.nodes().end(), [](const Node& n) {
     return n.kind == NodeKind::op && n.op == OpKind::dropout && n.p > 0.0 && n.p < 1.0;
   });
 }
-}  // namespace
 
 ElementwiseTile resolve_elementwise_tile(const KernelSpec& spec, ElementwiseTile tile) {
   int vec = tile.vec ? tile.vec : natural_vector_width(spec);
@@ -59,7 +56,7 @@ ElementwiseTile default_elementwise_tile(const KernelSpec& spec, const Shape& sh
   if (plain.vec != 8 || !feeds_16_bytes_an_sm_clock(target, device) || !draws_dropout(spec)) return plain;
   ElementwiseTile wide = plain;
   wide.vec = 16;
-  constexpr std::int64_t k_blocks_an_sm = 16;
+  constexpr std::int64_t k_blocks_an_sm = 4;
   const std::int64_t blocks = shape.m * shape.n / (std::int64_t{wide.threads} * wide.vec);
   if (shape.n % wide.vec != 0 || blocks < k_blocks_an_sm * std::max(device.multiprocessors, 1)) return plain;
   return wide;

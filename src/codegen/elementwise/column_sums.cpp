@@ -2,6 +2,7 @@
 // the grid of column tiles x row slices, and the workspace that grid needs.
 #include <algorithm>
 
+#include "codegen/column_sums.hpp"
 #include "codegen/elementwise/elementwise.hpp"
 #include "epifuse/errors.hpp"
 
@@ -42,10 +43,30 @@ bool staged_column_loads_pay(std::string_view target, const DeviceInfo& device) 
   return feeds_16_bytes_an_sm_clock(target, device);  // Note [Staged column loads]
 }
 
+int column_sum_threads_an_sm(const Shape& shape, int multiprocessors) {
+  // Note [Threads an SM for a sum alone]: each thread at least threads / 16 elements.
+  const std::int64_t sms = std::max(multiprocessors, 1);
+  for (std::int64_t threads : {2048, 1024, 512})
+    if (shape.m * shape.n >= sms * threads * threads / 16) return static_cast<int>(threads);
+  return 256;
+}
+
+bool sums_alone(const KernelSpec& spec) {
+  const std::vector<bool> sums = column_sum_outputs(spec);
+  return sums.size() == 1 && sums[0] && !draws_dropout(spec);
+}
+
 ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
                                         const DeviceInfo& device) {
   const ElementwiseTile plain = resolve_elementwise_tile(spec, ElementwiseTile{});
   if (!staged_column_loads_pay(target, device) || shape.n % plain.vec != 0) return plain;
+  const int threads_an_sm = column_sum_threads_an_sm(shape, device.multiprocessors);
+  if (sums_alone(spec)) {  // Note [Threads an SM for a sum alone]: registers, no stages
+    ElementwiseTile t = plain;
+    t.threads = std::min(threads_an_sm, 1024);
+    t.blocks_per_sm = threads_an_sm / t.threads;
+    return t;
+  }
   // 512 threads of one block an SM, where that grid is at most two waves of
   // column tiles (Note [Staged column loads]).
   const auto one_block_an_sm = [&](ElementwiseTile t) {
@@ -62,9 +83,10 @@ ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& sha
     wide.stages = 2;
     return one_block_an_sm(wide);
   }
-  // f32: two 16-byte vectors a row in registers, no stages.
+  // f32: two 16-byte vectors a row in registers, no stages, where 512 threads
+  // an SM have work enough (one vector below that).
   if (plain.vec == 4 && shape.n % 8 == 0) {
-    wide.vec = 8;
+    if (threads_an_sm >= 512) wide.vec = 8;
     wide = one_block_an_sm(wide);
     return wide.blocks_per_sm == 1 ? wide : plain;
   }

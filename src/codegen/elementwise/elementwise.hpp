@@ -41,11 +41,14 @@ ElementwiseTile resolve_elementwise_tile(const KernelSpec& spec, ElementwiseTile
 /// GPU to reach its peak, on NVIDIA: the side of the threshold the default
 /// tiles read (Note [Staged column loads], Note [Two vectors a thread]).
 bool feeds_16_bytes_an_sm_clock(std::string_view target, const DeviceInfo& device);
+/// Whether a dropout of the spec draws (0 < p < 1): its Philox call serves
+/// four elements, so a vector is never narrower than four.
+bool draws_dropout(const KernelSpec& spec);
 /// The tile of a kernel without column sums when none is asked for, vec
 /// resolved: 256 threads of 16-byte vectors over a grid covering the tensor;
 /// 16-bit chains with dropout draws take two 16-byte vectors a thread where
 /// the GPU feeds each SM 16 bytes a clock or more, on shapes of whole vectors
-/// a row and at least 16 such blocks an SM (Note [Two vectors a thread]).
+/// a row and at least 4 such blocks an SM (Note [Two vectors a thread]).
 ElementwiseTile default_elementwise_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
                                          const DeviceInfo& device);
 /// What the code is specialised for besides the spec and tile: "row_aligned" or
@@ -120,6 +123,25 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // default_column_sum_tile takes these from 16 bytes an SM a clock, between
 // the two GPUs measured; `epifuse tune` times every candidate.
 
+// Note [Threads an SM for a sum alone]
+// A column sum with nothing else to do (a bias's gradient: one col_sum output,
+// no [M,N] output, no draws) holds few registers, so its bytes in flight come
+// from threads, not from stages: on the H200 (2026-11-29, `epifuse tune` in
+// turns, one bf16 or f32 input, seven shapes from 1024x1024 to 2^27; docs/perf/
+// elementwise.md, "A bias gradient alone") the staged t512v8g1s2 ran
+// 1.07-1.22x the fastest tile, and the fastest filled 2048 threads an SM at
+// M*N = 2^26 and 2^27, 1024 at 2^24, 512 at 2^23 and 256 at 2^20. More
+// threads each walk fewer rows and the fixed cost a block pays (its rows
+// combined through shared memory, a partial row written and read back) weighs
+// more; the fastest count kept each thread at least threads / 16 elements, and
+// column_sum_threads_an_sm picks the largest count that does. 1024 threads a
+// block up to 2048 an SM (t1024v8g2 within 3.5% of the fastest at every
+// 2048-thread shape in bf16, 5% in f32). Where a sum shares the kernel with
+// [M,N] outputs or draws (the backward of bias+GELU+dropout+residual), the
+// registers rule and the staged tile above stands; there f32's two vectors a
+// row need 512 threads an SM with work enough (at 1024x1024 t512v8g1 took
+// 1.47x the time of t512v4g1).
+
 // Note [Two vectors a thread]
 // A 16-bit chain with dropout does about 35 instructions an element for 6 DRAM
 // bytes (docs/perf/elementwise.md, "What bounds it"), so where each SM must
@@ -133,8 +155,9 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // slower on two vectors, so the rule is for 16-bit chains with dropout only
 // (f16 takes it with bf16: the same bytes, conversions no dearer; not yet
 // timed). The H100 (12.8 bytes an SM a clock) keeps one vector until measured
-// there. A grid of fewer than 16 blocks an SM keeps one vector (more
-// threads), and so do rows that are not whole 16-element vectors (not timed
+// there. A grid of fewer than 4 blocks an SM keeps one vector (more
+// threads; on the H200 two vectors ran 0.97-1.04x one vector's time at
+// 1024x1024, 2 blocks an SM, and 0.93-0.96x at 8 and 15.5), and so do rows that are not whole 16-element vectors (not timed
 // on two). Strided
 // views keep two where their rows start on 16 bytes (Note [Strided rows]):
 // with x, the residual and y strided the kernel took 0.97x the time it takes
@@ -198,12 +221,21 @@ int column_sum_stages(const KernelSpec& spec, const ElementwiseTile& resolved, i
 /// Whether staging pays on this GPU: NVIDIA, and each multiprocessor must
 /// take 16 DRAM bytes a clock or more (Note [Staged column loads]).
 bool staged_column_loads_pay(std::string_view target, const DeviceInfo& device);
+/// Whether a spec's one output is a column sum and nothing draws: a bias's
+/// gradient alone, a kernel that only reads (Note [Threads an SM for a sum alone]).
+bool sums_alone(const KernelSpec& spec);
+/// Threads a multiprocessor for a column sum alone: the most of 2048, 1024 and
+/// 512 that give each thread at least threads / 16 of the M*N elements, else
+/// 256 (Note [Threads an SM for a sum alone]).
+int column_sum_threads_an_sm(const Shape& shape, int multiprocessors);
 /// The column-sum kernel's tile when none is asked for, vec resolved: 256
 /// threads of 16-byte vectors loading into registers, or where staging pays
-/// and the shape's rows are whole vectors, 512 threads of one block an SM up
-/// to two waves of column tiles, with two rows of slots (16-bit) or two
-/// 16-byte vectors a row (f32); 256 threads with three rows of slots where
-/// 512 threads' would pass 32 KB (Note [Staged column loads]).
+/// and the shape's rows are whole vectors: a sum alone on the threads an SM
+/// its size fills, in registers (Note [Threads an SM for a sum alone]); else
+/// 512 threads of one block an SM up to two waves of column tiles, with two
+/// rows of slots (16-bit) or two 16-byte vectors a row (f32, where 512
+/// threads an SM have work enough); 256 threads with three rows of slots
+/// where 512 threads' would pass 32 KB (Note [Staged column loads]).
 ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
                                         const DeviceInfo& device);
 /// What the emitted kernel stages: the tile's stages on the vector-only

@@ -98,7 +98,10 @@ class ElementwiseFamily final : public KernelFamily {
           const ElementwiseTile deeper{threads, natural, blocks, 4};
           if (stages && column_sum_stages(spec, resolve_elementwise_tile(spec, deeper), 4) == 4) out.push_back(deeper);
         }
+      // 1024 threads a block, one and two blocks an SM: a sum alone's default
+      // (Note [Threads an SM for a sum alone]).
       out.push_back(ElementwiseTile{1024, natural, 0});
+      out.push_back(ElementwiseTile{1024, natural, 2});
       return out;
     }
     // Grid policies seen to matter on Hopper (docs/perf/peers.md): covering
