@@ -126,8 +126,13 @@ class Jit {
     double ms = 0;
     std::vector<TunedCandidate> all;  ///< every candidate that ran
   };
+  /// Empty `candidates`: this GPU's (tile_candidates()).
   TuneResult tune(const KernelSpec& spec, const Shape& shape, const DeviceBindings& bindings,
                   const LaunchArgs& args, std::vector<TileConfig> candidates = {});
+  /// The tiles tune() times by default: the family's candidates for this GPU
+  /// (its multiprocessors, shared memory and bandwidth), and the default tile
+  /// compile() would take untuned where they leave it out.
+  std::vector<TileConfig> tile_candidates(const KernelSpec& spec, const Shape& shape) const;
   /// The remembered tile for (spec, shape); nullopt when none was tuned.
   std::optional<TileConfig> tuned_tile(const KernelSpec& spec, const Shape& shape) const;
 

@@ -199,7 +199,7 @@ TuneReport tune_on_random_data(Jit& jit, const KernelSpec& spec, const Shape& sh
   drv.ensure_context();
   const auto t0 = std::chrono::steady_clock::now();
   TuneReport report;
-  if (candidates.empty()) candidates = tile_candidates(spec, shape, jit.target());
+  if (candidates.empty()) candidates = jit.tile_candidates(spec, shape);  // this GPU's, with its default
   report.candidates = candidates.size();
   auto first = jit.compile(spec, shape, candidates.front());
   DeviceTensors t = upload(first->source(), make_inputs(spec, shape, data_seed), spec, shape);

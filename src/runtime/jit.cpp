@@ -339,7 +339,7 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
                           const LaunchArgs& args, std::vector<TileConfig> candidates) {
   EPIFUSE_CHECK(shape.m > 0 && shape.n > 0, "tune: M={} N={} is an empty problem: there is nothing to time",
                 shape.m, shape.n);
-  if (candidates.empty()) candidates = tile_candidates(spec, shape, target(), impl_->device_info);
+  if (candidates.empty()) candidates = tile_candidates(spec, shape);
   // The runtime of the target's vendor (RuntimeError when there is none); a
   // GPU of another architecture gets as far as the first launch's UserError.
   backend::DeviceRuntime& drv = impl_->device ? *impl_->device : backend::device_runtime(backend::vendor_of(target()));
@@ -396,6 +396,10 @@ Jit::TuneResult Jit::tune(const KernelSpec& spec, const Shape& shape, const Devi
   if (impl_->disk)
     impl_->disk->store(DiskCache::Kind::tuned, impl_->tuned_disk_key(tk), encode_tuned({result.tile, result.ms}));
   return result;
+}
+
+std::vector<TileConfig> Jit::tile_candidates(const KernelSpec& spec, const Shape& shape) const {
+  return epifuse::tile_candidates(spec, shape, target(), impl_->device_info);
 }
 
 std::optional<TileConfig> Jit::tuned_tile(const KernelSpec& spec, const Shape& shape) const {

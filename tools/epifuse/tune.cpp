@@ -43,7 +43,7 @@ void tune_command(const TuneOptions& opt) {
   for (const Shape& shape : shapes) {
     const std::string shape_text = fmt::format("{},{},{}", shape.m, shape.n, shape.k);
     std::cerr << fmt::format("epifuse: tuning {} at {}: compiling {} candidates in parallel, then timing them ...\n",
-                             printable(opt.chain), shape_text, tiles.empty() ? tile_candidates(spec, shape, jit.target()).size() : tiles.size());
+                             printable(opt.chain), shape_text, tiles.empty() ? jit.tile_candidates(spec, shape).size() : tiles.size());
     const TuneReport r = tune_on_random_data(jit, spec, shape, 1, {}, tiles);
     nlohmann::ordered_json res = {{"shape", {shape.m, shape.n, shape.k}}, {"tile", to_string(r.result.tile)},
                                   {"ms", r.result.ms}, {"seconds", r.seconds},
