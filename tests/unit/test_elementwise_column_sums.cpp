@@ -273,11 +273,14 @@ TEST_SUITE("unit") {
     const auto tile_on = [&](const KernelSpec& spec, const DeviceInfo& d, const Shape& sh) {
       return std::get<ElementwiseTile>(emit_kernel(spec, sh, std::nullopt, KernelPath::fastest, "sm_90a", d).tile);
     };
-    // Each thread at least threads / 16 elements: 2048 threads an SM from
-    // 132 x 2048 x 128 elements, 1024 from 132 x 1024 x 64, 512 from 132 x 512 x 32.
-    CHECK(column_sum_threads_an_sm({4096, 8448, 0}, 132) == 2048);  // 34,603,008
-    CHECK(column_sum_threads_an_sm({4095, 8448, 0}, 132) == 1024);
+    // Each thread at least 96 elements: 2048 threads an SM from 132 x 2048 x 96
+    // elements, 1024 from 132 x 1024 x 96, 512 from 132 x 512 x 96.
+    CHECK(column_sum_threads_an_sm({4096, 6336, 0}, 132) == 2048);  // 25,952,256
+    CHECK(column_sum_threads_an_sm({4095, 6336, 0}, 132) == 1024);
+    CHECK(column_sum_threads_an_sm({4096, 8192, 0}, 132) == 2048);
     CHECK(column_sum_threads_an_sm({8192, 2048, 0}, 132) == 1024);
+    CHECK(column_sum_threads_an_sm({4096, 3168, 0}, 132) == 1024);  // 12,976,128
+    CHECK(column_sum_threads_an_sm({4095, 3168, 0}, 132) == 512);
     CHECK(column_sum_threads_an_sm({2048, 4096, 0}, 132) == 512);
     CHECK(column_sum_threads_an_sm({1024, 1024, 0}, 132) == 256);
     CHECK(column_sum_threads_an_sm({8192, 2048, 0}, 264) == 512);  // twice the SMs, half the work each

@@ -44,10 +44,11 @@ bool staged_column_loads_pay(std::string_view target, const DeviceInfo& device) 
 }
 
 int column_sum_threads_an_sm(const Shape& shape, int multiprocessors) {
-  // Note [Threads an SM for a sum alone]: each thread at least threads / 16 elements.
+  // Note [Threads an SM for a sum alone]: each thread at least 96 elements.
+  constexpr std::int64_t k_elements_a_thread = 96;
   const std::int64_t sms = std::max(multiprocessors, 1);
   for (std::int64_t threads : {2048, 1024, 512})
-    if (shape.m * shape.n >= sms * threads * threads / 16) return static_cast<int>(threads);
+    if (shape.m * shape.n >= sms * threads * k_elements_a_thread) return static_cast<int>(threads);
   return 256;
 }
 

@@ -127,16 +127,18 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // A column sum with nothing else to do (a bias's gradient: one col_sum output,
 // no [M,N] output, no draws) holds few registers, so its bytes in flight come
 // from threads, not from stages: on the H200 (2026-11-29, `epifuse tune` in
-// turns, one bf16 or f32 input, seven shapes from 1024x1024 to 2^27; docs/perf/
+// turns, one bf16 or f32 input, eight shapes from 1024x1024 to 2^27; docs/perf/
 // elementwise.md, "A bias gradient alone") the staged t512v8g1s2 ran
-// 1.07-1.22x the fastest tile, and the fastest filled 2048 threads an SM at
-// M*N = 2^26 and 2^27, 1024 at 2^24, 512 at 2^23 and 256 at 2^20. More
-// threads each walk fewer rows and the fixed cost a block pays (its rows
-// combined through shared memory, a partial row written and read back) weighs
-// more; the fastest count kept each thread at least threads / 16 elements, and
-// column_sum_threads_an_sm picks the largest count that does. 1024 threads a
-// block up to 2048 an SM (t1024v8g2 within 3.5% of the fastest at every
-// 2048-thread shape in bf16, 5% in f32). Where a sum shares the kernel with
+// 1.07-1.22x the fastest tile, and the fastest filled 2048 threads an SM from
+// M*N = 2^25, 1024 at 2^24, 512 at 2^23 and 256 at 2^20. More threads each
+// walk fewer rows, and the fixed cost a block pays (its rows combined through
+// shared memory, a partial row written and read back) weighs more: on 132 SMs
+// each count won where it gave a thread 124 elements and lost where it gave
+// 62, so column_sum_threads_an_sm picks the largest count that gives each
+// thread at least 96. 1024 threads a block up to 2048 an SM: t1024v8g2 ran
+// within 3.5% of the fastest at every 2048-thread shape from 2^26 in bf16 and
+// 5% in f32, 5.6% at 2^25 in bf16; t512v8g4 was as close but 5.7% behind at
+// 131072x1024. Where a sum shares the kernel with
 // [M,N] outputs or draws (the backward of bias+GELU+dropout+residual), the
 // registers rule and the staged tile above stands; there f32's two vectors a
 // row need 512 threads an SM with work enough (at 1024x1024 t512v8g1 took
@@ -225,8 +227,8 @@ bool staged_column_loads_pay(std::string_view target, const DeviceInfo& device);
 /// gradient alone, a kernel that only reads (Note [Threads an SM for a sum alone]).
 bool sums_alone(const KernelSpec& spec);
 /// Threads a multiprocessor for a column sum alone: the most of 2048, 1024 and
-/// 512 that give each thread at least threads / 16 of the M*N elements, else
-/// 256 (Note [Threads an SM for a sum alone]).
+/// 512 that give each thread at least 96 of the M*N elements, else 256
+/// (Note [Threads an SM for a sum alone]).
 int column_sum_threads_an_sm(const Shape& shape, int multiprocessors);
 /// The column-sum kernel's tile when none is asked for, vec resolved: 256
 /// threads of 16-byte vectors loading into registers, or where staging pays
