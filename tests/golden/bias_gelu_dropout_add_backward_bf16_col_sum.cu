@@ -71,8 +71,12 @@ extern "C" __global__ void __launch_bounds__(256) ef_b97c21ec081a1ef3(const ef_b
 extern "C" __global__ void __launch_bounds__(256, 4) ef_b97c21ec081a1ef3(const ef_b97c21ec081a1ef3_params p) {
 #endif
   constexpr int VEC = 8;
+#if !EF_HIP && __CUDA_ARCH__ >= 800  // Note [Staged column loads]: the slots, then the rows' sums
+  __shared__ uint4 stage[3][2][256];
+  float* const red = reinterpret_cast<float*>(&stage[0][0][0]);
+#else
   __shared__ float red[256];
-  __shared__ bool last;
+#endif
   // Indices are 32-bit when M*N < 2^30 (cheaper index math), else 64-bit.
   const int n = (int)p.n, m = (int)p.m;
   const int lane = threadIdx.x, ty = threadIdx.y, TY = blockDim.y;
@@ -91,7 +95,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) ef_b97c21ec081a1ef3(const e
     const ef_rng_state rng = ef_rng_read(p);  // read once (Note [Seeds on the device])
 #if !EF_HIP && __CUDA_ARCH__ >= 800  // Note [Staged column loads]: slots of this thread's own
     constexpr int ST = 3;
-    __shared__ uint4 stage[ST][2][256];
     const int tid = ty * (int)blockDim.x + lane;
     const int S = (int)gridDim.y * TY;
     int ahead = (int)blockIdx.y * TY + ty;  // the next row to copy
@@ -203,8 +206,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) ef_b97c21ec081a1ef3(const e
   __threadfence();  // the partials are visible before the arrival counts
   __syncthreads();
   const bool first = threadIdx.x == 0 && threadIdx.y == 0;
-  if (first) last = atomicAdd(&p.arrivals[blockIdx.x], 1u) == gridDim.y - 1;
-  __syncthreads();
+  const bool last = __syncthreads_or(first && atomicAdd(&p.arrivals[blockIdx.x], 1u) == gridDim.y - 1);
   if (!last) return;
   __threadfence();  // every other block's partials are read after its arrival
   {

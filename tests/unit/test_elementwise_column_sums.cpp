@@ -130,9 +130,14 @@ TEST_SUITE("unit") {
     // Note [Staged column loads]: with a tile of three stages, 16-bit vectors
     // copy three rows of slots ahead on sm_80+, beside the register loop for
     // other targets: each loop draws and stores once.
-    CHECK(count(v.text, "#if !EF_HIP && __CUDA_ARCH__ >= 800") == 1);
+    CHECK(count(v.text, "#if !EF_HIP && __CUDA_ARCH__ >= 800") == 2);  // the slots, the loop
     CHECK(count(v.text, "constexpr int ST = 3;") == 1);
-    CHECK(count(v.text, "__shared__ uint4 stage[ST][2][256];") == 1);  // dy and x
+    CHECK(count(v.text, "__shared__ uint4 stage[3][2][256];") == 1);  // dy and x
+    // The rows' sums reuse the slots, and the last block is a barrier's vote:
+    // 48 KB of slots leave no byte for anything else.
+    CHECK(count(v.text, "float* const red = reinterpret_cast<float*>(&stage[0][0][0]);") == 1);
+    CHECK(count(v.text, "const bool last = __syncthreads_or(first && atomicAdd(") == 1);
+    CHECK(v.text.find("__shared__ bool last;") == std::string::npos);
     CHECK(count(v.text, "ef_stage16(") == 4);  // two tensors, before the loop and in it
     CHECK(count(v.text, "ef_philox4_draws(") == 2);
     CHECK(v.text.find("ef_philox4_draw(") == std::string::npos);
@@ -140,16 +145,17 @@ TEST_SUITE("unit") {
     CHECK(v.text.find("o1 = v4;  // a column term") != std::string::npos);  // dbias receives dact
     CHECK(count(v.text, "ef_store_vec<ef_bf16, VEC>") == 4);  // dx and dres, per loop; dbias by element
     // f32 (two rows in flight in registers) and 512 threads of 16-bit vectors
-    // (three rows of slots would pass 32 KB): none, and two rows; the
+    // (four rows of slots would pass 48 KB): none, and three rows; the
     // resolved tile says so.
     CHECK(emit_kernel(backward(DType::f32), {64, 1024, 0}, ElementwiseTile{256, 4, 0, 3}).text.find("ef_stage16(") ==
           std::string::npos);
-    const KernelSource two = emit_kernel(backward(DType::bf16), {64, 1024, 0}, ElementwiseTile{512, 8, 0, 3});
-    CHECK(two.text.find("constexpr int ST = 2;") != std::string::npos);
-    CHECK(std::get<ElementwiseTile>(two.tile).str() == "t512v8g0s2");
+    const KernelSource three = emit_kernel(backward(DType::bf16), {64, 1024, 0}, ElementwiseTile{512, 8, 0, 4});
+    CHECK(three.text.find("constexpr int ST = 3;") != std::string::npos);
+    CHECK(std::get<ElementwiseTile>(three.tile).str() == "t512v8g0s3");
     // Without stages in the tile: the register loop alone.
     const KernelSource regs = emit_kernel(backward(DType::bf16), {64, 1024, 0}, ElementwiseTile{256, 8, 0});
     CHECK(regs.text.find("ef_stage16(") == std::string::npos);
+    CHECK(count(regs.text, "__shared__ bool last;") == 1);
     CHECK(count(regs.text, "ef_philox4_draws(") == 1);
     int workspace_fields = 0;
     for (const ParamField& f : v.params) workspace_fields += f.role == ParamRole::workspace;
@@ -197,11 +203,11 @@ TEST_SUITE("unit") {
     const auto tile_on = [&](const KernelSpec& spec, const DeviceInfo& d, const Shape& sh) {
       return std::get<ElementwiseTile>(emit_kernel(spec, sh, std::nullopt, KernelPath::fastest, "sm_90a", d).tile);
     };
-    // Where staging pays: 512 threads, two rows of slots, one block an SM up
+    // Where staging pays: 512 threads, three rows of slots, one block an SM up
     // to two waves of column tiles (256 columns each), else as many as fit.
-    CHECK(tile_on(backward(DType::bf16), h200, shape) == ElementwiseTile{512, 8, 1, 2});
-    CHECK(tile_on(backward(DType::bf16), h200, {2048, 65536, 0}) == ElementwiseTile{512, 8, 1, 2});  // 256 tiles
-    CHECK(tile_on(backward(DType::bf16), h200, {512, 262144, 0}) == ElementwiseTile{512, 8, 0, 2});  // 1,024
+    CHECK(tile_on(backward(DType::bf16), h200, shape) == ElementwiseTile{512, 8, 1, 3});
+    CHECK(tile_on(backward(DType::bf16), h200, {2048, 65536, 0}) == ElementwiseTile{512, 8, 1, 3});  // 256 tiles
+    CHECK(tile_on(backward(DType::bf16), h200, {512, 262144, 0}) == ElementwiseTile{512, 8, 0, 3});  // 1,024
     CHECK(tile_on(backward(DType::bf16), h100, shape) == ElementwiseTile{256, 8, 0});
     // f32: two 16-byte vectors a row in registers, the same grid; beyond two waves the plain tile.
     CHECK(tile_on(backward(DType::f32), h200, shape) == ElementwiseTile{512, 8, 1});
@@ -210,12 +216,12 @@ TEST_SUITE("unit") {
     CHECK(tile_on(backward(DType::f32), h100, shape) == ElementwiseTile{256, 4, 0});
     CHECK(tile_on(backward(DType::bf16), h200, {33, 67, 0}) == ElementwiseTile{256, 8, 0});  // N % VEC: scalar path
     {
-      // Four full inputs: two rows of slots at 512 threads pass 32 KB, and
-      // three at 256; two at 256 fit.
+      // Four full inputs: two rows of slots at 512 threads pass 48 KB; three
+      // at 256 fit.
       KernelSpec four = backward(DType::bf16);
       Graph& g = four.graph;
       g.output("dz", g.mul(g.input("z", DType::bf16), g.input("dy2", DType::bf16)), DType::bf16);
-      CHECK(tile_on(four, h200, shape) == ElementwiseTile{256, 8, 0, 2});
+      CHECK(tile_on(four, h200, shape) == ElementwiseTile{256, 8, 0, 3});
     }
     CHECK(emit_kernel(backward(DType::bf16), shape).text.find("ef_stage16(") == std::string::npos);  // assumed H100
 
@@ -229,7 +235,7 @@ TEST_SUITE("unit") {
     CHECK(staged_candidates(backward(DType::f32), "sm_90a") == 0);
     CHECK(staged_candidates(backward(DType::bf16), "gfx942") == 0);
     {
-      // Four rows of slots where all four fit in 32 KB: two 16-bit inputs at 256
+      // Four rows of slots where all four fit in 48 KB: two 16-bit inputs at 256
       // threads, one at 512 too (a bias gradient alone); never a tile that would
       // resolve to fewer (the tuner would time one kernel twice).
       KernelSpec bias_grad;
@@ -309,7 +315,7 @@ TEST_SUITE("unit") {
       h.output("db", h.col_sum(h.input("dy", DType::bf16)), DType::f32);
       h.output("dg", h.col_sum(h.input("g", DType::bf16)), DType::f32);
       CHECK_FALSE(sums_alone(two));
-      CHECK(tile_on(two, h200, {16384, 8192, 0}) == ElementwiseTile{512, 8, 1, 2});
+      CHECK(tile_on(two, h200, {16384, 8192, 0}) == ElementwiseTile{512, 8, 1, 3});
     }
     // With [M,N] outputs f32 takes two vectors a row only where 512 threads an SM have work enough.
     CHECK(tile_on(backward(DType::f32), h200, {2048, 4096, 0}) == ElementwiseTile{512, 8, 1});

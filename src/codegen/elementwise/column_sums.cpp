@@ -33,7 +33,7 @@ int column_sum_stages(const KernelSpec& spec, const ElementwiseTile& resolved, i
     ++full;
   }
   if (full == 0) return 0;
-  constexpr int k_max_bytes = 32 * 1024;  // a block's slots
+  constexpr int k_max_bytes = 48 * 1024;  // a block's slots: its static shared memory (red reuses them)
   for (int stages = wanted; stages >= 2; --stages)
     if (stages * full * resolved.threads * 16 <= k_max_bytes) return stages;
   return 0;
@@ -77,11 +77,12 @@ ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& sha
     if (waves > 2) t.blocks_per_sm = 0;
     return t;
   };
-  // 16-bit: two rows of slots (the vector width does not depend on the threads).
+  // 16-bit: three rows of slots where they fit, else two (the vector width
+  // does not depend on the threads).
   ElementwiseTile wide = plain;
   wide.threads = 512;
-  if (column_sum_stages(spec, wide, 2) == 2) {
-    wide.stages = 2;
+  if (const int stages = column_sum_stages(spec, wide, 3); stages >= 2) {
+    wide.stages = stages;
     return one_block_an_sm(wide);
   }
   // f32: two 16-byte vectors a row in registers, no stages, where 512 threads

@@ -98,8 +98,12 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // slot being written and read by one thread. The arithmetic and its order are
 // the register path's, so the bits are too. Only the vector-only path stages,
 // where every full input moves 16 bytes a vector, and ST shrinks (to 2, else
-// 0) where its slots would pass 32 KB a block; the register path stays in the
-// same source for AMD targets (the preprocessor picks).
+// 0) where its slots would pass 48 KB a block, the static shared memory a
+// block has without opting in. The slots take all of it: once every thread
+// has left the loop the rows' sums reuse their bytes (`red`), and the last
+// block of a column tile is found by a barrier's vote, not a shared flag. The
+// register path stays in the same source for AMD targets (the preprocessor
+// picks).
 //
 // Whether it pays depends on the GPU: the bytes in flight that cover DRAM's
 // latency grow with the bytes each multiprocessor must take a clock
@@ -111,7 +115,10 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 //   processes, M*N = 2^27 at rows of 1,024 to 262,144 and three more shapes):
 //   t256v8g0s3 0.95-0.99x, t512v8g0s2 0.94-0.98x, and t512v8g1s2 0.89-0.94x
 //   (87-91% of copy) wherever its grid is one or two waves of column tiles,
-//   1.06x at rows of 262,144 (1,024 column tiles of one block an SM).
+//   1.06x at rows of 262,144 (1,024 column tiles of one block an SM); three
+//   rows of slots on the same grid (48 KB, t512v8g1s3) then took 0.970-0.985x
+//   t512v8g1s2's time at 16384x8192 and 131072x1024 (three rounds in turns),
+//   89-90% of copy to 91-92%.
 // Fewer blocks walk fewer rows at once, so more of each DRAM page is read
 // while it is open; the register loop on the same grid (t512v8g1) is slower
 // than t256v8g0, as it has half the loads in flight. f32 (4-element
@@ -218,7 +225,7 @@ int column_sum_rows_in_flight(const ElementwiseTile& resolved);
 /// Note [Staged column loads]: the rows of shared-memory slots a thread of
 /// this spec's column-sum kernel copies ahead through, at most `wanted` (2-4),
 /// or 0 for loads into registers (16-bit full inputs only; none where two
-/// rows' slots pass 32 KB a block).
+/// rows' slots pass 48 KB a block).
 int column_sum_stages(const KernelSpec& spec, const ElementwiseTile& resolved, int wanted);
 /// Whether staging pays on this GPU: NVIDIA, and each multiprocessor must
 /// take 16 DRAM bytes a clock or more (Note [Staged column loads]).
@@ -234,10 +241,11 @@ int column_sum_threads_an_sm(const Shape& shape, int multiprocessors);
 /// threads of 16-byte vectors loading into registers, or where staging pays
 /// and the shape's rows are whole vectors: a sum alone on the threads an SM
 /// its size fills, in registers (Note [Threads an SM for a sum alone]); else
-/// 512 threads of one block an SM up to two waves of column tiles, with two
-/// rows of slots (16-bit) or two 16-byte vectors a row (f32, where 512
-/// threads an SM have work enough); 256 threads with three rows of slots
-/// where 512 threads' would pass 32 KB (Note [Staged column loads]).
+/// 512 threads of one block an SM up to two waves of column tiles, with three
+/// rows of slots where they fit 48 KB, else two (16-bit), or two 16-byte
+/// vectors a row (f32, where 512 threads an SM have work enough); 256 threads
+/// with three rows of slots where 512 threads' two would pass 48 KB (Note
+/// [Staged column loads]).
 ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
                                         const DeviceInfo& device);
 /// What the emitted kernel stages: the tile's stages on the vector-only

@@ -93,8 +93,8 @@ class ElementwiseFamily final : public KernelFamily {
           const ElementwiseTile staged{threads, natural, blocks, 3};
           if (stages && column_sum_stages(spec, resolve_elementwise_tile(spec, staged), 3) > 0) out.push_back(staged);
           // Four rows of slots where all four fit (one 16-bit input at 512
-          // threads, two at 256): a column sum of few inputs has few bytes in
-          // flight a block (docs/perf/elementwise.md, "Open").
+          // threads, two or three at 256): a column sum of few inputs has few
+          // bytes in flight a block.
           const ElementwiseTile deeper{threads, natural, blocks, 4};
           if (stages && column_sum_stages(spec, resolve_elementwise_tile(spec, deeper), 4) == 4) out.push_back(deeper);
         }

@@ -106,7 +106,6 @@ std::string staged_loop(const ElementwisePlan& e, int stages, std::string_view i
   return fmt::format(
       "\n#if !EF_HIP && __CUDA_ARCH__ >= 800  // Note [Staged column loads]: slots of this thread's own\n"
       "    constexpr int ST = {0};\n"
-      "    __shared__ uint4 stage[ST][{1}][{2}];\n"
       "    const int tid = ty * (int)blockDim.x + lane;\n"
       "    const {3} S = ({3})gridDim.y * TY;\n"
       "    {3} ahead = ({3})blockIdx.y * TY + ty;  // the next row to copy\n"
@@ -131,6 +130,29 @@ std::string staged_loop(const ElementwisePlan& e, int stages, std::string_view i
       "    ef_stage_wait<0>();\n"
       "#else",
       stages, full.size(), e.tile.threads, index_t, copies("s"), copies("next"), reads, cols, body);
+}
+
+// The block's shared memory: `red` (a float a thread, for its rows' sums) and
+// `last`, or with stages the slots, whose bytes `red` reuses once every thread
+// has left the loop (the sums start with a barrier), and `last` from a
+// barrier's vote: three rows of two 16-bit inputs' slots at 512 threads fill
+// the 48 KB a block has without opting in (Note [Staged column loads]).
+std::string shared_decls(int stages, std::size_t full, int threads) {
+  if (stages == 0) return fmt::format("  __shared__ float red[{}];\n  __shared__ bool last;\n", threads);
+  return fmt::format(
+      "#if !EF_HIP && __CUDA_ARCH__ >= 800  // Note [Staged column loads]: the slots, then the rows' sums\n"
+      "  __shared__ uint4 stage[{0}][{1}][{2}];\n"
+      "  float* const red = reinterpret_cast<float*>(&stage[0][0][0]);\n"
+      "#else\n"
+      "  __shared__ float red[{2}];\n"
+      "#endif\n",
+      stages, full, threads);
+}
+
+std::string arrival(int stages) {
+  if (stages == 0)
+    return "  if (first) last = atomicAdd(&p.arrivals[blockIdx.x], 1u) == gridDim.y - 1;\n  __syncthreads();";
+  return "  const bool last = __syncthreads_or(first && atomicAdd(&p.arrivals[blockIdx.x], 1u) == gridDim.y - 1);";
 }
 
 }  // namespace
@@ -341,6 +363,10 @@ KernelSource emit_column_sums(const ElementwisePlan& e) {
   }
   vars.emplace("staged_loop", staged);
   vars.emplace("staged_end", staged_end);
+  std::size_t full = 0;
+  for (const TensorPlan& t : plan.inputs) full += t.broadcast == Broadcast::full;
+  vars.emplace("shared", shared_decls(stages, full, e.tile.threads));
+  vars.emplace("arrive", arrival(stages));
   layout.finish(ks);
   ks.text = render_template(embedded_template("elementwise_col_sum.cu.in"), vars, "elementwise_col_sum.cu.in");
   return ks;
