@@ -2,7 +2,8 @@
 # for a file too slow for one process, a part of its test cases. Each file's cases are
 # independent, and the slow ones (the 4096^3 checks, the tile sweeps) sit in different
 # groups. Sourced by tools/gpu_suite.sh and tools/sanitize_suite.sh; a new file in
-# tests/gpu/ joins a group here.
+# tests/gpu/ joins a group here (tools/check_gpu_groups.sh, which tools/test.sh runs,
+# fails while a case is in no group or in two).
 #   gpu_groups[i]      the group's files (-sf)
 #   gpu_group_only[i]  its test cases (-tc), empty for all of them
 #   gpu_group_skip[i]  test cases it leaves to other groups (-tce), empty for none

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up and builds (tools/setup.sh), then checks that every reference points inside
 # the repository and that no words of work history remain (tools/check_repo_docs.sh),
-# and runs the doctest suite, the CLI tests, the installed package's checks (tools/test_install.sh: install to a temporary
+# and runs the doctest suite, checks that the GPU tier's groups run every GPU case once
+# (tools/check_gpu_groups.sh), the CLI tests, the installed package's checks (tools/test_install.sh: install to a temporary
 # prefix, build and run tests/consumer against it) and the fuzzers (tools/fuzz.sh:
 # their own clang build in build-fuzz/, then FUZZ_SECONDS of fuzzing the chain
 # reader, default 60, and FUZZ_C_API_SECONDS of fuzzing the C ABI, default 420).
@@ -23,6 +24,9 @@ tools/check_repo_docs.sh || failed+=("repository references and wording")
 echo
 echo "== doctest suite ($BUILD_DIR/epifuse_tests)"
 "$BUILD_DIR/epifuse_tests" || failed+=("doctest suite")
+echo
+echo "== every GPU test case in one group of the GPU tier (tools/check_gpu_groups.sh)"
+tools/check_gpu_groups.sh "$BUILD_DIR/epifuse_tests" || failed+=("GPU test groups")
 echo
 echo "== CLI tests (tests/cli/run_examples.sh)"
 tests/cli/run_examples.sh "$BUILD_DIR/epifuse" || failed+=("CLI tests")
