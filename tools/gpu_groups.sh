@@ -13,13 +13,13 @@
 gpu_groups=("*test_gemm.cpp,*test_gemm_col_sum.cpp" "*test_gemm_sm90.cpp" "*test_dual_gemm.cpp" "*test_elementwise.cpp"
             "*test_row.cpp" "*test_row.cpp" "*test_row.cpp"
             "*test_gemm_wave.cpp" "*test_driver.cpp,*test_disk_cache_gpu.cpp,*test_devices.cpp" "*test_strided_operands.cpp"
-            "*test_batched_gemm.cpp" "*test_strided_epilogue.cpp" "*test_strided_rows.cpp")
+            "*test_batched_gemm.cpp" "*test_strided_epilogue.cpp" "*test_strided_rows.cpp" "*test_row_backward.cpp")
 gpu_group_only=("" "" "" ""
                 "*bit-equal to one block per row (N <= 20000)" "*bit-equal to one block per row (long rows)" ""
-                "" "" "" "" "" "")
+                "" "" "" "" "" "" "")
 gpu_group_skip=("" "" "" ""
                 "" "" "*bit-equal to one block per row*"
-                "" "" "" "" "" "")
+                "" "" "" "" "" "" "")
 # The doctest options of group i: gpu_group_args i [EXTRA_SKIP] (EXTRA_SKIP: more -tce patterns).
 gpu_group_args() {
   local i=$1 skip=${gpu_group_skip[$1]}
