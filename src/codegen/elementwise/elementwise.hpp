@@ -144,12 +144,11 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // 62, so column_sum_threads_an_sm picks the largest count that gives each
 // thread at least 96. 1024 threads a block up to 2048 an SM: t1024v8g2 ran
 // within 3.5% of the fastest at every 2048-thread shape from 2^26 in bf16 and
-// 5% in f32, 5.6% at 2^25 in bf16; t512v8g4 was as close but 5.7% behind at
-// 131072x1024. Where a sum shares the kernel with
-// [M,N] outputs or draws (the backward of bias+GELU+dropout+residual), the
-// registers rule and the staged tile above stands; there f32's two vectors a
-// row need 512 threads an SM with work enough (at 1024x1024 t512v8g1 took
-// 1.47x the time of t512v4g1).
+// 5% in f32, 5.6-6.3% at 2^25 in bf16; t512v8g4 was as close but 5.7% behind
+// at 131072x1024. Where a sum shares the kernel with [M,N] outputs or draws
+// (the backward of bias+GELU+dropout+residual), the registers rule and the
+// staged tile above stand; there f32's two vectors a row need 512 threads an
+// SM with work enough (at 1024x1024 t512v8g1 took 1.47x the time of t512v4g1).
 
 // Note [Two vectors a thread]
 // A 16-bit chain with dropout does about 35 instructions an element for 6 DRAM
@@ -166,8 +165,8 @@ bool ragged(const ElementwiseTile& resolved, const Shape& shape);
 // timed). The H100 (12.8 bytes an SM a clock) keeps one vector until measured
 // there. A grid of fewer than 4 blocks an SM keeps one vector (more
 // threads; on the H200 two vectors ran 0.97-1.04x one vector's time at
-// 1024x1024, 2 blocks an SM, and 0.93-0.96x at 8 and 15.5), and so do rows that are not whole 16-element vectors (not timed
-// on two). Strided
+// 1024x1024, 2 blocks an SM, and 0.93-0.96x at 8 and 15.5), and so do rows
+// that are not whole 16-element vectors (not timed on two). Strided
 // views keep two where their rows start on 16 bytes (Note [Strided rows]):
 // with x, the residual and y strided the kernel took 0.97x the time it takes
 // on one vector. Elementwise results do not depend on the vector width, so
