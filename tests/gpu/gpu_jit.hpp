@@ -1,6 +1,7 @@
 #pragma once
 // One Jit for the GPU tier (compiling is the slow part), shared by every test
-// file of the binary: null without a GPU, with a MESSAGE saying why.
+// file of the binary: null without a GPU, with a MESSAGE saying why; and the
+// bit-for-bit comparison the tier's repeat and tile checks use.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -8,8 +9,12 @@
 
 #include "epifuse/errors.hpp"
 #include "epifuse/jit.hpp"
+#include "epifuse/tensor.hpp"
 
 namespace epifuse::testing {
+
+// Two results with the same dtype and the same bytes.
+inline bool same_bits(const HostTensor& a, const HostTensor& b) { return a.dtype == b.dtype && a.bytes == b.bytes; }
 
 inline Jit* gpu_jit() {
   static std::unique_ptr<Jit> jit;

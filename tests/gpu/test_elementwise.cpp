@@ -52,7 +52,6 @@ KernelSpec dropout_only(DType dt, double p, RngMode rng, int extra_streams = 0) 
   return s;
 }
 
-
 // dx = dropout(dy, p, stream 0) * gelu_tanh_deriv(h), dbias = col_sum(dx),
 // dres = dy: the backward of bias + GELU-tanh + dropout + residual.
 KernelSpec bias_gelu_dropout_add_backward(DType dt, DType dbias_dt, double p = 0.1) {
@@ -100,7 +99,7 @@ TensorMap check_column_sums(Jit& jit, const KernelSpec& spec, const Shape& shape
   return got;
 }
 
-bool same_bits(const HostTensor& a, const HostTensor& b) { return a.bytes == b.bytes; }
+using testing::same_bits;
 
 }  // namespace
 

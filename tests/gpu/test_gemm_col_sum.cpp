@@ -99,7 +99,7 @@ TensorMap check_gemm_column_sums(Jit& jit, const KernelSpec& spec, const Shape& 
   return got;
 }
 
-bool same_bits(const HostTensor& a, const HostTensor& b) { return a.dtype == b.dtype && a.bytes == b.bytes; }
+using testing::same_bits;
 
 void check_two_launches(Jit& jit, const KernelSpec& spec, const KernelSpec& other, const Shape& s,
                         const TileConfig& tile, std::uint64_t seed) {

@@ -78,7 +78,7 @@ void check(Jit& jit, const KernelSpec& spec, const Shape& shape, std::uint64_t s
   }
 }
 
-bool same_bits(const HostTensor& a, const HostTensor& b) { return a.bytes == b.bytes; }
+using testing::same_bits;
 
 // Every tile candidate at row length n, and the persistent grid, streaming,
 // clusters and rings against one block per row, bit for bit.

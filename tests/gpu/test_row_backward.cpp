@@ -25,7 +25,7 @@ namespace {
 
 using testing::gpu_jit;
 
-bool same_bits(const HostTensor& a, const HostTensor& b) { return a.bytes == b.bytes; }
+using testing::same_bits;
 
 // A spec with [M] and [N] outputs, and the graphs its tolerances come from
 // (row_backward_specs.hpp): `terms` with each col_sum's operand an output,

@@ -42,9 +42,10 @@ void tune_command(const TuneOptions& opt) {
   nlohmann::ordered_json doc = {{"chain", opt.chain}, {"target", jit.target()}, {"results", nlohmann::ordered_json::array()}};
   for (const Shape& shape : shapes) {
     const std::string shape_text = fmt::format("{},{},{}", shape.m, shape.n, shape.k);
+    const std::vector<TileConfig> candidates = tiles.empty() ? jit.tile_candidates(spec, shape) : tiles;
     std::cerr << fmt::format("epifuse: tuning {} at {}: compiling {} candidates in parallel, then timing them ...\n",
-                             printable(opt.chain), shape_text, tiles.empty() ? jit.tile_candidates(spec, shape).size() : tiles.size());
-    const TuneReport r = tune_on_random_data(jit, spec, shape, 1, {}, tiles);
+                             printable(opt.chain), shape_text, candidates.size());
+    const TuneReport r = tune_on_random_data(jit, spec, shape, 1, {}, candidates);
     nlohmann::ordered_json res = {{"shape", {shape.m, shape.n, shape.k}}, {"tile", to_string(r.result.tile)},
                                   {"ms", r.result.ms}, {"seconds", r.seconds},
                                   {"candidates", nlohmann::ordered_json::array()}};

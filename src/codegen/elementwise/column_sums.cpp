@@ -53,8 +53,7 @@ int column_sum_threads_an_sm(const Shape& shape, int multiprocessors) {
 }
 
 bool sums_alone(const KernelSpec& spec) {
-  const std::vector<bool> sums = column_sum_outputs(spec);
-  return sums.size() == 1 && sums[0] && !draws_dropout(spec);
+  return spec.graph.outputs().size() == 1 && column_sum_count(spec) == 1 && !draws_dropout(spec);
 }
 
 ElementwiseTile default_column_sum_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
