@@ -140,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) ef_b97c21ec081a1ef3(const e
         ef_b97c21ec081a1ef3_epilogue(p, in0_v[k][j], in1_v[k][j], in2_v[j], d0[j], out0_v[j], out1_v[j], out2_v[j]);
       {
         ef_store_vec<ef_bf16, VEC>(p.out0 + e0, out0_v);
-        ef_store_vec<ef_bf16, VEC>(p.out2 + e0, out2_v);
+        ef_store_vec<ef_bf16, VEC>(p.out2 + e0, in0_v[k]);
       }
 #pragma unroll
       for (int j = 0; j < VEC; ++j) { out1_s[j] += out1_v[j]; }
@@ -185,7 +185,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) ef_b97c21ec081a1ef3(const e
         ef_b97c21ec081a1ef3_epilogue(p, in0_v[k][j], in1_v[k][j], in2_v[j], d0[j], out0_v[j], out1_v[j], out2_v[j]);
       {
         ef_store_vec<ef_bf16, VEC>(p.out0 + e0, out0_v);
-        ef_store_vec<ef_bf16, VEC>(p.out2 + e0, out2_v);
+        ef_store_vec<ef_bf16, VEC>(p.out2 + e0, in0_v[k]);
       }
 #pragma unroll
       for (int j = 0; j < VEC; ++j) { out1_s[j] += out1_v[j]; }

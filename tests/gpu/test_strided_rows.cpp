@@ -33,8 +33,9 @@ using testing::gpu_jit;
 
 int checked = 0;
 
-// x [M,N] + bias [N], times s [M], dropped where `p` > 0, plus res [M,N]: y; `sums`
-// adds y's column sum (the column-sum kernel).
+// x [M,N] + bias [N], times s [M], dropped where `p` > 0, plus res [M,N]: y, and
+// res passed through in f32 (as a residual's backward passes dy: Note [Outputs
+// that pass an input through]); `sums` adds y's column sum (the column-sum kernel).
 KernelSpec elementwise_chain(DType dt, double p, bool sums = false) {
   KernelSpec spec;
   Graph& g = spec.graph;
@@ -44,6 +45,7 @@ KernelSpec elementwise_chain(DType dt, double p, bool sums = false) {
   if (p > 0) v = g.dropout(v, p);
   const Value y = g.add(v, res);
   g.output("y", y, dt);
+  g.output("res_f32", res, DType::f32);
   if (sums) g.output("dy", g.col_sum(y), DType::f32);
   return spec;
 }

@@ -285,7 +285,9 @@ std::string column_branch(const ColumnPaths& c, const std::string& vector, const
 std::string full_offset(const TensorPlan& t, std::string_view row);
 /// The dropout draws of a lane's vector at element index e0 (the [M,N]
 /// place), the stores of its full outputs (those `sums` does not mark) in
-/// row `row`, and the alignment a tensor's accesses need: shared by both
+/// row `row` (an output that passes a full input through is stored from that
+/// input's vector, `<field>_v<input_row>`: Note [Outputs that pass an input
+/// through]), and the alignment a tensor's accesses need: shared by both
 /// walking kernels.
 std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c);
 /// A walking kernel's row and scalar inputs, the same at every row: loaded once
@@ -293,7 +295,7 @@ std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c);
 std::string column_walk_row_loads(const ElementwisePlan& e, const ColumnPaths& c, const std::string& indent,
                                   std::string_view guard);
 std::string column_walk_stores(const ElementwisePlan& e, const ColumnPaths& c, const std::vector<bool>& sums,
-                               std::string_view row);
+                               std::string_view row, std::string_view input_row);
 int column_walk_alignment(const ElementwisePlan& e, const ColumnPaths& c, const TensorPlan& t);
 
 /// Tests only: generate 64-bit indexing for every shape, so the GPU suite

@@ -219,17 +219,25 @@ std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c) {
   return decl + column_branch(c, vec, scalar, "      ");
 }
 
+// Note [Outputs that pass an input through]: an [M,N] output whose value is a
+// full input (dresidual = dy in a residual's backward) is stored from the
+// input's loaded vector, not from the epilogue's copy of it. The values are
+// the same floats; the form matters to hipRTC 5.2 (ROCm 5.2's LLVM), which at
+// -O3 did not finish the bf16 backward of bias+GELU+dropout+residual for
+// gfx90a in 120 s with the copy (docs/amd.md) and compiles it in 0.5 s without.
 std::string column_walk_stores(const ElementwisePlan& e, const ColumnPaths& c, const std::vector<bool>& sums,
-                               std::string_view row) {
+                               std::string_view row, std::string_view input_row) {
   std::string vec, scalar;
   for (std::size_t k = 0; k < e.plan->outputs.size(); ++k) {
     if (sums[k]) continue;
     const TensorPlan& t = e.plan->outputs[k];
     const auto type = storage_type_name(t.dtype);
     const std::string at = full_offset(t, row);  // Note [Strided rows]
-    vec += fmt::format("        ef_store_vec<{}, VEC>(p.{} + {}, {}_v);\n", type, t.field, at, t.field);
-    scalar += fmt::format("          if (c0 + j < n) p.{}[{} + j] = ef_from_float<{}>({}_v[j]);\n", t.field, at, type,
-                          t.field);
+    std::string from = t.field + "_v";
+    for (const TensorPlan& in : e.plan->inputs)
+      if (in.value == t.value && in.broadcast == Broadcast::full) from = fmt::format("{}_v{}", in.field, input_row);
+    vec += fmt::format("        ef_store_vec<{}, VEC>(p.{} + {}, {});\n", type, t.field, at, from);
+    scalar += fmt::format("          if (c0 + j < n) p.{}[{} + j] = ef_from_float<{}>({}[j]);\n", t.field, at, type, from);
   }
   if (vec.empty()) return "      // no full output";
   return column_branch(c, vec, "#pragma unroll\n        for (int j = 0; j < VEC; ++j) {\n" + scalar + "        }\n", "      ");
@@ -348,7 +356,7 @@ KernelSource emit_column_sums(const ElementwisePlan& e) {
                                          return fmt::format("{}_v{}[j]", t.field, per_row ? "[k]" : "");
                                        },
                                        "      ")},
-      {"stores", column_walk_stores(e, c, sums, "rk")},
+      {"stores", column_walk_stores(e, c, sums, "rk", "[k]")},
       {"accumulate", emit_accumulate(plan, sums)},
       {"block_partials", emit_block_partials(plan, sums, index_t)},
       {"final_sums", emit_final_sums(plan, sums, index_t)},

@@ -85,7 +85,7 @@ KernelSource emit_elementwise_rows(const ElementwisePlan& e) {
       {"compute", emit_vector_epilogue(
                       e, contract, [&](std::size_t k) { return fmt::format("{}_v[j]", plan.inputs[k].field); },
                       "      ")},
-      {"stores", column_walk_stores(e, c, std::vector<bool>(plan.outputs.size(), false), "r")},
+      {"stores", column_walk_stores(e, c, std::vector<bool>(plan.outputs.size(), false), "r", "")},
   };
   layout.finish(ks);
   ks.text = render_template(embedded_template("elementwise_rows.cu.in"), vars, "elementwise_rows.cu.in");
