@@ -120,6 +120,48 @@ std::vector<std::pair<KernelSpec, Shape>> wave_col_sum_kernels() {
   return out;
 }
 
+// The backward of every elementwise and row example chain with its dtypes set
+// to f32 and then to bf16, labelled "<chain> backward, <dtype>".
+std::vector<std::pair<std::string, KernelSpec>> example_backwards() {
+  std::vector<std::pair<std::string, KernelSpec>> out;
+  for (const std::filesystem::path& chain : example_chains()) {
+    std::ifstream in(chain);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (is_gemm(spec_from_json_text(text))) continue;
+    for (const char* dtype : {"f32", "bf16"}) {
+      std::string typed = text;
+      const std::string to = fmt::format("\"{}\"", dtype);
+      for (const char* from : {"\"f32\"", "\"bf16\"", "\"f16\""})
+        for (std::size_t at = 0; (at = typed.find(from, at)) != std::string::npos; at += to.size())
+          typed.replace(at, std::strlen(from), to);
+      out.emplace_back(fmt::format("{} backward, {}", chain.filename().string(), dtype),
+                       grad(spec_from_json_text(typed, chain.string())).backward);
+    }
+  }
+  return out;
+}
+
+bool have_clang19() {
+  if (std::system("command -v clang++-19 > /dev/null 2>&1") == 0 && std::filesystem::exists("/usr/include/hip/hip_runtime.h"))
+    return true;
+  MESSAGE("clang-19 AMD tier skipped: clang++-19 or /usr/include/hip/hip_runtime.h missing (tools/setup.sh installs them)");
+  return false;
+}
+
+// A kernel's device assembly for `target` from Debian's clang-19 with
+// libamdhip64-dev's headers (math library calls left unresolved: -nogpulib),
+// its files in `dir`.
+std::string clang19_assembly(const KernelSource& ks, const std::string& target, const std::vector<Header>& headers,
+                             const std::filesystem::path& dir) {
+  const std::filesystem::path src = dir / fmt::format("{}_{}.hip", ks.name, target);
+  std::ofstream(src) << inline_headers(ks.text, headers);
+  const std::filesystem::path out = dir / fmt::format("{}_{}.s", ks.name, target);
+  return run_and_read(fmt::format("clang++-19 -x hip --offload-arch={} --cuda-device-only -nogpulib "
+                                  "-O3 -S -include hip/hip_runtime.h -o '{}' '{}' 2> '{}.log'; cat '{}'",
+                                  target, out.string(), src.string(), out.string(), out.string()),
+                      dir / "asm.txt");
+}
+
 }  // namespace
 
 TEST_SUITE("compile") {
@@ -317,34 +359,22 @@ TEST_SUITE("compile") {
     if (!have_hiprtc()) return;
     const ScopedEnv timeout("EPIFUSE_HIPRTC_TIMEOUT_S", "60");
     const std::vector<Header> headers = template_headers();
-    int compiled = 0, chains = 0;
-    for (const std::filesystem::path& chain : example_chains()) {
-      std::ifstream in(chain);
-      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (is_gemm(spec_from_json_text(text))) continue;
-      ++chains;
-      for (const char* dtype : {"f32", "bf16"}) {
-        std::string typed = text;
-        const std::string to = fmt::format("\"{}\"", dtype);
-        for (const char* from : {"\"f32\"", "\"bf16\"", "\"f16\""})
-          for (std::size_t at = 0; (at = typed.find(from, at)) != std::string::npos; at += to.size())
-            typed.replace(at, std::strlen(from), to);
-        const KernelSpec backward = grad(spec_from_json_text(typed, chain.string())).backward;
-        for (const char* target : {"gfx90a", "gfx1030"}) {
-          INFO(chain.filename().string() << " backward, " << std::string(dtype) << ", for " << std::string(target));
-          const KernelSource ks = emit_kernel(backward, Shape{4096, 1024, 0}, std::nullopt, KernelPath::fastest, target);
-          const auto start = std::chrono::steady_clock::now();
-          const HiprtcBinary bin =
-              compile_hip_isolated(inline_headers(ks.text, headers), ks.name + ".hip", parse_amd_target(target));
-          CHECK(is_elf(bin.code));
-          CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
-          ++compiled;
-        }
+    const auto backwards = example_backwards();
+    int compiled = 0;
+    for (const auto& [label, backward] : backwards)
+      for (const char* target : {"gfx90a", "gfx1030"}) {
+        INFO(label << ", for " << std::string(target));
+        const KernelSource ks = emit_kernel(backward, Shape{4096, 1024, 0}, std::nullopt, KernelPath::fastest, target);
+        const auto start = std::chrono::steady_clock::now();
+        const HiprtcBinary bin =
+            compile_hip_isolated(inline_headers(ks.text, headers), ks.name + ".hip", parse_amd_target(target));
+        CHECK(is_elf(bin.code));
+        CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+        ++compiled;
       }
-    }
     MESSAGE("compiled " << compiled << " backward kernels with " << hiprtc().version_string());
-    CHECK(chains >= 7);
-    CHECK(compiled == 4 * chains);  // two dtypes, two targets
+    CHECK(backwards.size() >= 14);  // seven or more chains, two dtypes
+    CHECK(compiled == 2 * static_cast<int>(backwards.size()));
   }
 
   TEST_CASE("epifuse compile --target gfx...: exit 0 with a code object, 2 for a refused target" * doctest::test_suite("hiprtc")) {
@@ -369,11 +399,7 @@ TEST_SUITE("compile") {
     // ROCm 5's hipRTC cannot compile for these (it aborts); Debian's clang-19
     // with libamdhip64-dev's headers can emit their device assembly. Math
     // library calls stay unresolved (-nogpulib): a code-generation check.
-    if (std::system("command -v clang++-19 > /dev/null 2>&1") != 0 ||
-        !std::filesystem::exists("/usr/include/hip/hip_runtime.h")) {
-      MESSAGE("clang-19 AMD tier skipped: clang++-19 or /usr/include/hip/hip_runtime.h missing (tools/setup.sh installs them)");
-      return;
-    }
+    if (!have_clang19()) return;
     const std::vector<Header> headers = template_headers();
     const std::filesystem::path dir = scratch_dir("clang19_tier");
     int compiled = 0, matrix = 0;
@@ -386,13 +412,7 @@ TEST_SUITE("compile") {
       for (const char* target : {"gfx1100", "gfx942"}) {
         INFO(chain.filename().string() << " for " << std::string(target) << " at " << shape.m << "x" << shape.n << "x" << shape.k);
         const KernelSource ks = emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, target);
-        const std::filesystem::path src = dir / fmt::format("{}_{}.hip", ks.name, target);
-        std::ofstream(src) << inline_headers(ks.text, headers);
-        const std::filesystem::path out = dir / fmt::format("{}_{}.s", ks.name, target);
-        const std::string s = run_and_read(fmt::format("clang++-19 -x hip --offload-arch={} --cuda-device-only -nogpulib "
-                                                       "-O3 -S -include hip/hip_runtime.h -o '{}' '{}' 2> '{}.log'; cat '{}'",
-                                                       target, out.string(), src.string(), out.string(), out.string()),
-                                           dir / "asm.txt");
+        const std::string s = clang19_assembly(ks, target, headers, dir);
         CHECK(s.find(fmt::format("amdgcn-amd-amdhsa--{}", target)) != std::string::npos);
         CHECK(s.find(ks.name + ":") != std::string::npos);  // the kernel's entry
         CHECK(s.find("global_load") != std::string::npos);
@@ -411,6 +431,27 @@ TEST_SUITE("compile") {
     CHECK(compiled >= 2 * static_cast<int>(example_chains().size()));
     CHECK(matrix >= 24);  // the six f16/bf16 GEMM and dual GEMM examples at two shapes, for both targets
   }
+  TEST_CASE("AMD compile tier, clang-19: the backward of every elementwise and row example chain gives gfx1100 and gfx942 assembly without spills") {
+    if (!have_clang19()) return;
+    const std::vector<Header> headers = template_headers();
+    const std::filesystem::path dir = scratch_dir("clang19_backward");
+    const auto backwards = example_backwards();
+    int compiled = 0;
+    for (const auto& [label, backward] : backwards)
+      for (const char* target : {"gfx1100", "gfx942"}) {
+        INFO(label << ", for " << std::string(target));
+        const KernelSource ks = emit_kernel(backward, Shape{4096, 1024, 0}, std::nullopt, KernelPath::fastest, target);
+        const std::string s = clang19_assembly(ks, target, headers, dir);
+        CHECK(s.find(fmt::format("amdgcn-amd-amdhsa--{}", target)) != std::string::npos);
+        CHECK(s.find(ks.name + ":") != std::string::npos);
+        CHECK(s.find(".vgpr_spill_count: 0") != std::string::npos);
+        CHECK(s.find(".private_segment_fixed_size: 0") != std::string::npos);
+        ++compiled;
+      }
+    std::filesystem::remove_all(dir);
+    CHECK(compiled == 2 * static_cast<int>(backwards.size()));
+  }
+
   TEST_CASE("AMD compile tier: gemm col_sum wave kernels compile for gfx90a and gfx1030 through hipRTC" * doctest::test_suite("hiprtc")) {
     if (!have_hiprtc()) return;
     const std::vector<Header> headers = template_headers();
@@ -430,11 +471,7 @@ TEST_SUITE("compile") {
   }
 
   TEST_CASE("AMD compile tier, clang-19: gemm col_sum wave kernels give gfx1100 and gfx942 assembly without spills") {
-    if (std::system("command -v clang++-19 > /dev/null 2>&1") != 0 ||
-        !std::filesystem::exists("/usr/include/hip/hip_runtime.h")) {
-      MESSAGE("clang-19 AMD tier skipped: clang++-19 or /usr/include/hip/hip_runtime.h missing (tools/setup.sh installs them)");
-      return;
-    }
+    if (!have_clang19()) return;
     const std::vector<Header> headers = template_headers();
     const std::filesystem::path dir = scratch_dir("clang19_col_sum");
     int compiled = 0;
@@ -443,13 +480,7 @@ TEST_SUITE("compile") {
         INFO(to_string(spec.mainloop.a) << " " << spec.graph.outputs().size() << " outputs for " << std::string(target)
                                         << " at " << shape.m << "x" << shape.n << "x" << shape.k);
         const KernelSource ks = emit_kernel(spec, shape, std::nullopt, KernelPath::fastest, target);
-        const std::filesystem::path src = dir / fmt::format("{}_{}.hip", ks.name, target);
-        std::ofstream(src) << inline_headers(ks.text, headers);
-        const std::filesystem::path out = dir / fmt::format("{}_{}.s", ks.name, target);
-        const std::string s = run_and_read(fmt::format("clang++-19 -x hip --offload-arch={} --cuda-device-only -nogpulib "
-                                                       "-O3 -S -include hip/hip_runtime.h -o '{}' '{}' 2> '{}.log'; cat '{}'",
-                                                       target, out.string(), src.string(), out.string(), out.string()),
-                                           dir / "asm.txt");
+        const std::string s = clang19_assembly(ks, target, headers, dir);
         CHECK(s.find(ks.name + ":") != std::string::npos);
         CHECK(s.find("global_atomic_add") != std::string::npos);  // the column tile's arrival counter
         CHECK(s.find(".vgpr_spill_count: 0") != std::string::npos);
