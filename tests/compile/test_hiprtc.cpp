@@ -142,7 +142,8 @@ std::vector<std::pair<std::string, KernelSpec>> example_backwards() {
 }
 
 bool have_clang19() {
-  if (std::system("command -v clang++-19 > /dev/null 2>&1") == 0 && std::filesystem::exists("/usr/include/hip/hip_runtime.h"))
+  if (std::system("command -v clang++-19 > /dev/null 2>&1") == 0 &&
+      std::filesystem::exists("/usr/include/hip/hip_runtime.h"))
     return true;
   MESSAGE("clang-19 AMD tier skipped: clang++-19 or /usr/include/hip/hip_runtime.h missing (tools/setup.sh installs them)");
   return false;

@@ -222,10 +222,10 @@ std::string column_walk_draws(const ElementwisePlan& e, const ColumnPaths& c) {
 // Note [Outputs that pass an input through]: in the walking kernels (column
 // sums, strided rows) an [M,N] output whose value is a full input (dresidual =
 // dy in a residual's backward) is stored from the input's loaded vector, not
-// from the epilogue's copy of it. The values are
-// the same floats; the form matters to hipRTC 5.2 (ROCm 5.2's LLVM), which at
-// -O3 did not finish the bf16 backward of bias+GELU+dropout+residual for
-// gfx90a in 120 s with the copy (docs/amd.md) and compiles it in 0.5 s without.
+// from the epilogue's copy of it. The values are the same floats; the form
+// matters to hipRTC 5.2 (ROCm 5.2's LLVM), which at -O3 did not finish the bf16
+// backward of bias+GELU+dropout+residual for gfx90a in 120 s with the copy
+// (docs/amd.md) and compiles it in 0.5 s without.
 std::string column_walk_stores(const ElementwisePlan& e, const ColumnPaths& c, const std::vector<bool>& sums,
                                std::string_view row, std::string_view input_row) {
   std::string vec, scalar;
