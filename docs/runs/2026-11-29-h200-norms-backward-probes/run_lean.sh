@@ -14,7 +14,10 @@ for c in layernorm add_rmsnorm; do
   for d in bf16 f32; do
     for n in 1024 4096 16384 65536 262144; do
       m=$(( (1 << 27) / n )) s=${c}_${d}_$n
-      "$bin" emit "${c}_$d.json" --shape $m,$n > "$s.cu"
+      # the default tile on this GPU, from a one-repeat bench (emit alone does not know the GPU)
+      tile=$("$bin" bench "${c}_$d.json" --shape $m,$n --no-tune --no-sweep --no-unfused --no-cublas --repeats 3 --json 2>/dev/null |
+             python3 -c "import json,sys; print(json.load(sys.stdin)['results'][0]['fused']['tile'])")
+      "$bin" emit "${c}_$d.json" --shape $m,$n --target sm_90a --tile "$tile" > "$s.cu"
       (cd "$here" && python3 mklean.py "$out/src/$s.cu" "$out/src/lean_$s.cu" 2) || { echo "$s: no lean variant"; continue; }
       "$bin" bench "${c}_$d.json" --shape $m,$n --no-tune --no-sweep --no-unfused --repeats 30 --json \
         --variant "lean_$s.cu" > "$out/$s.json" 2> "$out/$s.err" || echo "$s: bench failed"
