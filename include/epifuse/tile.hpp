@@ -78,9 +78,20 @@ struct RowTile {
   /// as the row's last stage has read it, and ring - P pieces of the next rows
   /// are in flight while a row is reduced (docs/row-reductions.md, "Ring pieces")
   int pieces = 0;
+  /// 0, or B >= 1 (sm_90): `__launch_bounds__(threads, B)`, so that the
+  /// compiler keeps the registers a thread to what B blocks a multiprocessor
+  /// leave (spilling if it must); the persistent grid takes as many blocks as
+  /// then fit (docs/row-reductions.md, "Blocks a multiprocessor")
+  int min_blocks = 0;
+  /// 1 (ring tiles with column sums, one row a block): the column sums' tree
+  /// works through the ring's shared memory after the last row, one (sum,
+  /// item) pair at a time, instead of in registers beside the block's sums
+  /// (Note [Column sums]); the same bits, fewer registers
+  int tree = 0;
   friend bool operator==(const RowTile&, const RowTile&) = default;
   /// "r256v8x2"; then "g32" for a group, "c4" for a cluster, "s2" for a ring ("s5p4": 5 slots of quarter
-  /// rows), "k" to keep ("kr": in the ring), "b" for one block per row
+  /// rows), "m2" for two blocks a multiprocessor, "t" for the tree in shared memory, "k" to keep ("kr":
+  /// in the ring), "b" for one block per row
   std::string str() const;
   int group_threads() const { return group > 0 ? group : threads; }  ///< threads of a block on one row
   int row_threads() const { return group_threads() * cluster; }      ///< threads on one row in all

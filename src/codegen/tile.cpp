@@ -95,10 +95,12 @@ struct TileFormat<RowTile> {
   static constexpr std::string_view kind = "row", prefix = "r",
                                     example = "r256v8x2, r256v8x4g32 (32 threads a row), r1024v8x4c4 (a cluster of 4 "
                                               "blocks a row), r512v8x8c8s2 (a 2-stage shared-memory ring), "
-                                              "r1024v4x4c16s5p4 (a ring of 5 quarter-row pieces); x0 streams "
+                                              "r1024v4x4c16s5p4 (a ring of 5 quarter-row pieces), r256v8x2c4s2t "
+                                              "(column sums' tree in the ring's shared memory), r512v8x2c8s2m2t "
+                                              "(and registers for two blocks a multiprocessor); x0 streams "
                                               "the row, k keeps a stage's values for the next (kr: in the ring's "
                                               "bytes), b one block a row";
-  static constexpr std::array<TileField<RowTile>, 9> fields{{
+  static constexpr std::array<TileField<RowTile>, 11> fields{{
       {"", "THREADS", &RowTile::threads},
       {"v", "VEC", &RowTile::vec},
       {"x", "REGS", &RowTile::regs},
@@ -106,6 +108,8 @@ struct TileFormat<RowTile> {
       {"c", "CLUSTER", &RowTile::cluster, FieldKind::optional_number, 1},
       {"s", "RING", &RowTile::ring, FieldKind::optional_number, 0},
       {"p", "PIECES", &RowTile::pieces, FieldKind::optional_number, 0},
+      {"m", "MINBLOCKS", &RowTile::min_blocks, FieldKind::optional_number, 0},
+      {"", "[t]", &RowTile::tree, FieldKind::choice, 0, {{{1, "t"}, {0, ""}}}, 2},
       {"", "[k|kr]", &RowTile::keep, FieldKind::choice, 0, {{{2, "kr"}, {1, "k"}, {0, ""}}}, 3},
       {"", "[b]", &RowTile::persistent, FieldKind::choice, 0, {{{0, "b"}, {1, ""}}}, 2},
   }};

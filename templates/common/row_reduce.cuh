@@ -254,6 +254,115 @@ __device__ __forceinline__ void ef_col_partial_store_vec(float* p, const float (
   for (int j = 0; j < VEC; ++j) ef_col_partial_store(p + j, v[j]);
 }
 
+// The tree's walk from this block's unit to the root, shared by both forms of
+// the finish: at each node with siblings, `publish(idx, span)` writes this
+// node's sums to its partial rows, the children count themselves in, and the
+// last to arrive calls `combine(q, expect, idx, span)` (children q * F ...
+// q * F + expect - 1 in order; child idx is this block's own, not yet in the
+// workspace) and goes on up. Returns false where a sibling carries the sums up.
+template <int F, class Publish, class Combine>
+__device__ __forceinline__ bool ef_col_tree_climb(unsigned* flag, unsigned* counters, long long unit, long long units,
+                                                  int rank, int cluster, Publish publish, Combine combine) {
+  long long idx = unit, count = units, span = 1, off = 0;  // this block's node, the nodes of its level
+  while (count > 1) {
+    const long long q = idx / F;
+    const int expect = (int)(count - q * F < F ? count - q * F : F);
+    if (expect > 1) {
+      publish(idx, span);
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        unsigned* c = counters + (off + q) * cluster + rank;
+        const bool last = atomicAdd(c, 1u) == (unsigned)expect - 1;
+        if (last) atomicExch(c, 0u);  // left zero for the next launch
+        *flag = last ? 1u : 0u;
+        __threadfence();
+      }
+      __syncthreads();
+      if (*flag == 0) return false;  // a sibling arrives later and carries the sum up
+      combine(q, expect, idx, span);
+    }
+    off += (count + F - 1) / F;
+    idx = q;
+    span *= F;
+    count = (count + F - 1) / F;
+  }
+  return true;
+}
+
+// The same tree with the block's sums staged in shared memory (a row tile's
+// `t`, one row a block): after the last row the ring's bytes are free, so the
+// sums move there (`slots`, C x ITEMS x VEC x THREADS floats, each thread's
+// own and conflict-free) and the tree works on one (sum, item) pair at a
+// time. The kernel then needs registers for the row loop's sums alone, not
+// for the tree's C x ITEMS x VEC partial sums besides them, which can leave
+// room for another block a multiprocessor. Children are added in the same
+// order: the bits are those of ef_col_sums_finish.
+template <int C, int ITEMS, int VEC, int THREADS, int F, class ColOf, class Store>
+__device__ __forceinline__ void ef_col_sums_finish_shared(const float (&cs)[C][ITEMS][VEC], float* slots, unsigned* flag,
+                                                          unsigned* counters, float* partials, long long n,
+                                                          long long unit, long long units, int rank, int cluster,
+                                                          ColOf col_of, Store store) {
+  static_assert(VEC % 4 == 0, "a ring's vectors are 16 bytes of its narrowest input: 4, 8 or 16 floats");
+  // Slot (k, it)'s VEC floats of this thread, four at a time, THREADS x 4 apart.
+  auto slot = [&](int k, int it, int j) {
+    return reinterpret_cast<float4*>(slots) + ((k * ITEMS + it) * (VEC / 4) + j / 4) * THREADS + (int)threadIdx.x;
+  };
+  auto put = [&](int k, int it, const float (&v)[VEC]) {
+#pragma unroll
+    for (int j = 0; j < VEC; j += 4) *slot(k, it, j) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
+  };
+  auto get = [&](int k, int it, float (&v)[VEC]) {
+#pragma unroll
+    for (int j = 0; j < VEC; j += 4) {
+      const float4 w = *slot(k, it, j);
+      v[j] = w.x, v[j + 1] = w.y, v[j + 2] = w.z, v[j + 3] = w.w;
+    }
+  };
+  __syncthreads();  // every thread has read the ring's last row
+#pragma unroll
+  for (int k = 0; k < C; ++k)
+#pragma unroll
+    for (int it = 0; it < ITEMS; ++it) put(k, it, cs[k][it]);
+  // f(k, it, col) for each (sum, item) pair whose columns this thread owns, one at a time.
+  auto each_pair = [&](auto&& f) {
+#pragma unroll 1
+    for (int kit = 0; kit < C * ITEMS; ++kit) {
+      const int k = kit / ITEMS, it = kit % ITEMS;
+      const long long col = col_of(it);
+      if (col >= 0) f(k, it, col);
+    }
+  };
+  auto publish = [&](long long idx, long long span) {
+    each_pair([&](int k, int it, long long col) {
+      float v[VEC];
+      get(k, it, v);
+      ef_col_partial_store_vec<VEC>(partials + (k * units + idx * span) * n + col, v);
+    });
+  };
+  auto combine = [&](long long q, int expect, long long idx, long long span) {
+    each_pair([&](int k, int it, long long col) {
+      float t[VEC];
+#pragma unroll 4
+      for (int ch = 0; ch < expect; ++ch) {
+        const long long child = q * F + ch;
+        float v[VEC];
+        if (child == idx) get(k, it, v);
+        else ef_col_partial_load_vec<VEC>(partials + (k * units + child * span) * n + col, v);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) t[j] = ch == 0 ? v[j] : t[j] + v[j];
+      }
+      put(k, it, t);
+    });
+  };
+  if (!ef_col_tree_climb<F>(flag, counters, unit, units, rank, cluster, publish, combine)) return;
+  each_pair([&](int k, int it, long long col) {
+    float v[VEC];
+    get(k, it, v);
+    store(k, col, v);
+  });
+}
+
 template <int C, int ITEMS, int VEC, int THREADS, int GROUP, int F, class ColOf, class Store>
 __device__ __forceinline__ void ef_col_sums_finish(float (&cs)[C][ITEMS][VEC], float* buf, unsigned* flag,
                                                    unsigned* counters, float* partials, long long n, long long unit,
@@ -285,76 +394,55 @@ __device__ __forceinline__ void ef_col_sums_finish(float (&cs)[C][ITEMS][VEC], f
           for (int j = 0; j < VEC; ++j) cs[k][it][j] += buf[((k * ITEMS + it) * GROUP + lane) * VEC + j];
     }
   }
-  long long idx = unit, count = units, span = 1, off = 0;  // this block's node, the nodes of its level
-  while (count > 1) {
-    const long long q = idx / F;
-    const int expect = (int)(count - q * F < F ? count - q * F : F);
-    if (expect > 1) {
-      if (owner) {
-#pragma unroll
-        for (int it = 0; it < ITEMS; ++it) {
-          const long long col = col_of(it);
-          if (col < 0) continue;
-#pragma unroll
-          for (int k = 0; k < C; ++k) ef_col_partial_store_vec<VEC>(partials + (k * units + idx * span) * n + col, cs[k][it]);
-        }
-      }
-      __threadfence();
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        unsigned* c = counters + (off + q) * cluster + rank;
-        const bool last = atomicAdd(c, 1u) == (unsigned)expect - 1;
-        if (last) atomicExch(c, 0u);  // left zero for the next launch
-        *flag = last ? 1u : 0u;
-        __threadfence();
-      }
-      __syncthreads();
-      if (*flag == 0) return;  // a sibling arrives later and carries the sum up
-      if (owner) {
-        // Children in order; the loads of one child (C x ITEMS vectors) and of
-        // the next few are independent, so they are in flight together.
-        float t[C][ITEMS][VEC] = {};
-#pragma unroll 4
-        for (int ch = 0; ch < expect; ++ch) {
-          const long long child = q * F + ch;
-#pragma unroll
-          for (int it = 0; it < ITEMS; ++it) {
-            const long long col = col_of(it);
-            if (col < 0) continue;
-#pragma unroll
-            for (int k = 0; k < C; ++k) {
-              float v[VEC];
-              if (child == idx) {
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) v[j] = cs[k][it][j];
-              } else {
-                ef_col_partial_load_vec<VEC>(partials + (k * units + child * span) * n + col, v);
-              }
-#pragma unroll
-              for (int j = 0; j < VEC; ++j) t[k][it][j] = ch == 0 ? v[j] : t[k][it][j] + v[j];
-            }
-          }
-        }
-#pragma unroll
-        for (int k = 0; k < C; ++k)
-#pragma unroll
-          for (int it = 0; it < ITEMS; ++it)
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) cs[k][it][j] = t[k][it][j];
-      }
-    }
-    off += (count + F - 1) / F;
-    idx = q;
-    span *= F;
-    count = (count + F - 1) / F;
-  }
-  if (owner) {
+  auto publish = [&](long long idx, long long span) {
+    if (!owner) return;
 #pragma unroll
     for (int it = 0; it < ITEMS; ++it) {
       const long long col = col_of(it);
       if (col < 0) continue;
 #pragma unroll
-      for (int k = 0; k < C; ++k) store(k, col, cs[k][it]);
+      for (int k = 0; k < C; ++k) ef_col_partial_store_vec<VEC>(partials + (k * units + idx * span) * n + col, cs[k][it]);
     }
+  };
+  auto combine = [&](long long q, int expect, long long idx, long long span) {
+    if (!owner) return;
+    // Children in order; the loads of one child (C x ITEMS vectors) and of
+    // the next few are independent, so they are in flight together.
+    float t[C][ITEMS][VEC] = {};
+#pragma unroll 4
+    for (int ch = 0; ch < expect; ++ch) {
+      const long long child = q * F + ch;
+#pragma unroll
+      for (int it = 0; it < ITEMS; ++it) {
+        const long long col = col_of(it);
+        if (col < 0) continue;
+#pragma unroll
+        for (int k = 0; k < C; ++k) {
+          float v[VEC];
+          if (child == idx) {
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) v[j] = cs[k][it][j];
+          } else {
+            ef_col_partial_load_vec<VEC>(partials + (k * units + child * span) * n + col, v);
+          }
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) t[k][it][j] = ch == 0 ? v[j] : t[k][it][j] + v[j];
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < C; ++k)
+#pragma unroll
+      for (int it = 0; it < ITEMS; ++it)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) cs[k][it][j] = t[k][it][j];
+  };
+  if (!ef_col_tree_climb<F>(flag, counters, unit, units, rank, cluster, publish, combine) || !owner) return;
+#pragma unroll
+  for (int it = 0; it < ITEMS; ++it) {
+    const long long col = col_of(it);
+    if (col < 0) continue;
+#pragma unroll
+    for (int k = 0; k < C; ++k) store(k, col, cs[k][it]);
   }
 }

@@ -202,6 +202,44 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("row family backward: the column tree in shared memory (t) and launch bounds (m)" *
+            doctest::test_suite("gpu_sm90")) {
+    // Note [Column sums]: ef_col_sums_finish_shared adds the same children in
+    // the same order. Against the reference (and bit-identical on a second
+    // run): rows enough for a tree of two levels at 16,384 (more than 16 row
+    // units), and fewer rows than units at 65,536. Against the register tree bit for bit where both
+    // grids have the same units (fewer rows than one block a multiprocessor
+    // holds, so that the launch bound's blocks do not change them).
+    Jit* jit = gpu_jit();
+    if (!jit || !jit->target().starts_with("sm_9")) return;
+    std::uint64_t seed = 9500;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const int vec = dt == DType::f32 ? 4 : 8;
+      const RowCase cases[] = {layernorm_backward_case(dt), add_rmsnorm_backward_case(dt, DType::f32)};
+      for (const RowCase& rc : cases)
+        for (const auto& [n, rows, threads, cluster] : {std::tuple{16384, 120, 256, 4}, std::tuple{16384, 120, 512, 2},
+                                                        std::tuple{65536, 24, 512, 8}}) {
+          const RowTile regs{threads, vec, n / cluster / threads / vec, 1, 0, cluster, 2};
+          for (int m : {0, 2}) {
+            RowTile t = regs;
+            t.tree = 1;
+            t.min_blocks = m;
+            check_backward(*jit, rc, Shape{rows, n, 0}, ++seed, t);
+          }
+          const Shape few{5, n, 0};
+          const std::uint64_t s = ++seed;
+          const TensorMap want = run_on_device(*jit, rc.spec, few, make_inputs(rc.spec, few, s), {}, regs);
+          RowTile t = regs;
+          t.tree = 1;
+          const TensorMap got = run_on_device(*jit, rc.spec, few, make_inputs(rc.spec, few, s), {}, t);
+          for (const Output& o : rc.spec.graph.outputs()) {
+            INFO("output " << o.name << ", tile " << t.str() << " against " << regs.str());
+            CHECK(same_bits(want.at(o.name), got.at(o.name)));
+          }
+        }
+    }
+  }
+
   TEST_CASE("row family: [M] outputs of the forward (row max and sum, mean and rstd), with -inf in the mask") {
     Jit* jit = gpu_jit();
     if (!jit) return;

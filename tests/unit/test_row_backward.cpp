@@ -171,3 +171,62 @@ TEST_CASE("row backward: column sums the row family does not generate are user e
     CHECK(r.persistent == 1);
   }
 }
+
+TEST_CASE("row backward: the column tree in the ring's shared memory (t) and a launch bound (m)") {
+  using namespace epifuse::testing;
+  // Note [Column sums]: layernorm's bf16 backward at 65,536 on clusters of 8.
+  const KernelSpec ln = layernorm_backward_spec(DType::bf16);
+  const Shape shape{2048, 65536, 0};
+  RowTile t{512, 8, 2, 1, 0, 8, 2};
+  CHECK(t.str() == "r512v8x2c8s2");
+  t.tree = 1;
+  CHECK(t.str() == "r512v8x2c8s2t");
+  t.min_blocks = 2;
+  CHECK(t.str() == "r512v8x2c8s2m2t");
+  CHECK(parse_row_tile("r512v8x2c8s2m2t") == t);
+  CHECK(parse_row_tile("r512v8x2c8s2m2tkb").keep == 1);
+  CHECK_THROWS_AS(parse_row_tile("r512v8x2c8s2tm2"), UserError);  // the form's order
+
+  const std::string plain = emit_kernel(ln, shape, RowTile{512, 8, 2, 1, 0, 8, 2}, KernelPath::fastest, "sm_90a").text;
+  const std::string text = emit_kernel(ln, shape, t, KernelPath::fastest, "sm_90a").text;
+  CHECK(has(plain, "__launch_bounds__(THREADS) __cluster_dims__(8, 1, 1)"));
+  CHECK(has(text, "__launch_bounds__(THREADS, 2) __cluster_dims__(8, 1, 1)"));
+  CHECK(has(plain, "ef_col_sums_finish<2, ITEMS, VEC, THREADS, GROUP, 16>(cs, col_buf,"));
+  CHECK_FALSE(has(text, "ef_col_sums_finish<"));
+  CHECK(has(text, "ef_col_sums_finish_shared<2, ITEMS, VEC, THREADS, 16>(cs, reinterpret_cast<float*>(ring),"));
+  CHECK_FALSE(has(text, "col_buf"));
+  // Two sums of 512 threads x 16 floats: 64 KiB, what the two stages of dy and x hold.
+  CHECK(col_sum_bytes(ln, resolve_row_tile(ln, shape, t)) == 64 * 1024);
+  CHECK(ring_bytes(ln, resolve_row_tile(ln, shape, t)) == 64 * 1024);
+
+  const KernelFamily& row = family_for(ln);
+  auto refused = [&](const KernelSpec& spec, RowTile bad, const char* target, const char* why) {
+    CHECK_THROWS_WITH_AS(row.resolve_tile(spec, shape, bad, target), doctest::Contains(why), UserError);
+  };
+  RowTile bad = t;
+  bad.ring = 1;  // one stage: 32 KiB
+  refused(ln, bad, "sm_90a", "which do not hold them");
+  bad = t;
+  bad.ring = 0;
+  refused(ln, bad, "sm_90a", "it needs a ring (s)");
+  refused(softmax_backward_spec(DType::bf16), t, "sm_90a", "no col_sum output");
+  bad = t;
+  bad.threads = 1024;
+  bad.min_blocks = 3;
+  refused(ln, bad, "sm_90a", "is 1 to 2 for 1024 threads");
+  bad = RowTile{256, 8, 2, 1};
+  bad.min_blocks = 2;
+  refused(ln, bad, "gfx90a", "AMD targets");
+
+  // Candidates: the 512-thread two-stage ring also with the tree in shared memory, at one, two and three blocks.
+  const std::vector<TileConfig> c = tile_candidates(ln, shape, "sm_90a");
+  for (int m : {0, 2, 3}) {
+    RowTile want = t;
+    want.min_blocks = m;
+    CHECK(std::any_of(c.begin(), c.end(), [&](const TileConfig& x) { return x == TileConfig{want}; }));
+  }
+  for (const TileConfig& x : c) {
+    const RowTile& r = std::get<RowTile>(x);
+    if (r.tree) CHECK(ring_bytes(ln, r) >= col_sum_bytes(ln, r));
+  }
+}

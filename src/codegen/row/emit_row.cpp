@@ -492,6 +492,8 @@ KernelSource emit_row(const RowPlan& r) {
       {"group", std::to_string(r.tile.group_threads())},
       {"cluster", std::to_string(r.tile.cluster)},
       {"cluster_dims", r.tile.cluster > 1 ? fmt::format("__cluster_dims__({}, 1, 1)", r.tile.cluster) : ""},
+      {"launch_bounds", r.tile.min_blocks > 0 ? fmt::format("__launch_bounds__(THREADS, {})", r.tile.min_blocks)
+                                              : "__launch_bounds__(THREADS)"},
       {"vec", std::to_string(r.vec)},
       // Registers hold the same elements at any vector width: ITEMS vectors of VEC.
       {"items", std::to_string(r.in_registers || r.ring > 0 ? r.tile.regs * (r.tile.vec / r.vec) : 0)},

@@ -66,7 +66,11 @@ int reduced_together(const RowPlan& r) {
 // over its rows into cs[C][ITEMS][VEC] (the last stage); after the rows the
 // block's sums go into the tree of ef_col_sums_finish (common/row_reduce.cuh),
 // whose partial rows and counters are the family's workspace
-// (RowFamily::workspace): deterministic, no atomics on values.
+// (RowFamily::workspace): deterministic, no atomics on values. A tile's `t`
+// takes ef_col_sums_finish_shared instead: the same tree and the same bits,
+// the sums staged in the ring's bytes after the last row, so that the tree
+// holds no second set of them in registers (the kernel's register count, and
+// so the blocks a multiprocessor, is then the row loop's).
 std::string emit_col_setup(const RowPlan& r) {
   if (r.col_sums.empty()) return "";
   return fmt::format(
@@ -88,6 +92,16 @@ std::string emit_col_finish(const RowPlan& r) {
   const std::string col_of =
       r.ring > 0 ? "    const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n    return c < chunk ? (long long)(col0 + c) : -1ll;\n"
                  : "    const int c0 = (it * LANES + lane) * VEC;\n    return c0 < p.n ? (long long)c0 : -1ll;\n";
+  if (r.tile.tree)
+    return fmt::format(
+        "\n  // The [N] outputs: the block's column sums, then the grid's tree through the ring's shared memory\n"
+        "  // (Note [Column sums]).\n"
+        "  __shared__ unsigned col_flag;\n"
+        "  auto col_of = [&](int it) -> long long {{\n{1}  }};\n"
+        "  auto col_store = [&](int k, long long col, const float (&v)[VEC]) {{\n{2}  }};\n"
+        "  ef_col_sums_finish_shared<{0}, ITEMS, VEC, THREADS, {3}>(cs, reinterpret_cast<float*>(ring), &col_flag,\n"
+        "      p.col_counters, p.col_partials, p.n, red.unit(), red.units(), {4}, CLUSTER, col_of, col_store);",
+        c, col_of, store, k_col_sum_fan_in, r.tile.cluster > 1 ? "(int)ef_row_cluster_rank()" : "0");
   return fmt::format(
       "\n  // The [N] outputs: the block's column sums, then the grid's tree (Note [Column sums]).\n"
       "  __shared__ float col_buf[ROWS > 1 ? {0} * ITEMS * GROUP * VEC : 1];\n"

@@ -76,6 +76,9 @@ RowTile resolve_row_tile(const KernelSpec& spec, const Shape& shape, RowTile til
 std::string_view row_shape_class(const KernelSpec& spec, const RowTile& resolved, const Shape& shape);
 /// Dynamic shared memory of a resolved ring tile (0 without a ring).
 std::int64_t ring_bytes(const KernelSpec& spec, const RowTile& resolved);
+/// Bytes of a block's column sums (C x threads x vec x regs floats): what a
+/// tile's `t` stages in the ring after the last row.
+std::int64_t col_sum_bytes(const KernelSpec& spec, const RowTile& resolved);
 
 /// The [N] outputs' column sums (Note [Column sums]): the arity of the tree
 /// over the grid's partial sums, and the grid's bound for a kernel that has

@@ -277,6 +277,20 @@ class RowFamily final : public KernelFamily {
     EPIFUSE_CHECK(tile.keep >= 0 && tile.keep <= 2, "row tile: keep is 0, 1 (k) or 2 (kr), got {}", tile.keep);
     EPIFUSE_CHECK(tile.keep != 2 || tile.ring > 0, "row tile {}: kr keeps values in a ring's bytes; it needs a ring (s)",
                   tile.str());
+    EPIFUSE_CHECK(tile.min_blocks >= 0 && tile.min_blocks <= 32 && std::int64_t{tile.threads} * tile.min_blocks <= 2048,
+                  "row tile {}: m (blocks a multiprocessor the registers leave room for) is 1 to {} for {} threads "
+                  "a block (2,048 threads a multiprocessor), got {}",
+                  tile.str(), 2048 / tile.threads, tile.threads, tile.min_blocks);
+    EPIFUSE_CHECK(tile.min_blocks == 0 || !target.starts_with("gfx"),
+                  "row tile {}: m sets CUDA's __launch_bounds__ blocks a multiprocessor; AMD targets ({}) read that "
+                  "bound otherwise: drop the m",
+                  tile.str(), target);
+    EPIFUSE_CHECK(tile.tree == 0 || tile.tree == 1, "row tile: t is 0 or 1, got {}", tile.tree);
+    EPIFUSE_CHECK(tile.tree == 0 || row_col_sums(spec),
+                  "row tile {}: t moves the column sums' tree into shared memory; this chain has no col_sum output",
+                  tile.str());
+    EPIFUSE_CHECK(tile.tree == 0 || tile.ring > 0,
+                  "row tile {}: t stages the column sums in the ring's shared memory; it needs a ring (s)", tile.str());
     RowTile resolved = resolve_row_tile(spec, shape, tile);
     if (resolved.ring > 0 && epilogue_strided(shape) && !ring_vectors_fit(spec, resolved) &&
         ring_vectors_fit(spec, resolve_row_tile(spec, Shape{shape.m, shape.n, shape.k}, tile))) {
@@ -287,6 +301,7 @@ class RowFamily final : public KernelFamily {
       // memory in the narrower vectors instead of refusing the shape.
       tile.ring = 0;
       tile.pieces = 0;
+      tile.tree = 0;  // staged in the ring's bytes: the tile without the ring keeps the tree in registers
       tile.keep = std::min(tile.keep, 1);
       tile.regs = -1;
       resolved = resolve_row_tile(spec, shape, tile);
@@ -324,6 +339,10 @@ class RowFamily final : public KernelFamily {
                   "row tile {}: N = {} streams on this tile (x0), which cannot sum columns; the [N] outputs need a tile "
                   "that holds the row: more regs, a ring (s) or a cluster (c)",
                   resolved.str(), shape.n);
+    EPIFUSE_CHECK(resolved.tree == 0 || ring_bytes(spec, resolved) >= col_sum_bytes(spec, resolved),
+                  "row tile {}: t stages the block's column sums ({} bytes) in the ring's {} bytes, which do not hold "
+                  "them; use more ring stages (s) or drop the t",
+                  resolved.str(), col_sum_bytes(spec, resolved), ring_bytes(spec, resolved));
     EPIFUSE_CHECK(resolved.pieces == 0 || resolved.regs % resolved.pieces == 0,
                   "row tile {}: {} pieces split a thread's {} vectors of the row unevenly; use a regs that {} divides",
                   resolved.str(), resolved.pieces, resolved.regs, resolved.pieces);
@@ -408,6 +427,20 @@ class RowFamily final : public KernelFamily {
       if (sums && std::find_if(out.begin(), out.end(), [&](const TileConfig& t) { return t == TileConfig{rp}; }) != out.end())
         continue;
       out.push_back(rp);
+      if (sums && rp.ring == 2 && ring_bytes(spec, rp) >= col_sum_bytes(spec, rp)) {
+        // The column tree in the ring's bytes, and for 512-thread blocks the
+        // registers of two or three a multiprocessor: what measured fastest at
+        // some lengths and slowest at others (docs/perf/backward.md, "Measured:
+        // what the column sums cost the norms"), so the tuner's to choose.
+        RowTile tr = rp;
+        tr.tree = 1;
+        out.push_back(tr);
+        for (int m : {2, 3})
+          if (rp.threads == 512) {
+            tr.min_blocks = m;
+            out.push_back(tr);
+          }
+      }
       if (rp.ring == 1)  // the one stage in pieces (Note [Ring pieces])
         for (const auto& [pieces, slots] : {std::pair{2, 3}, std::pair{4, 5}, std::pair{4, 6}}) {
           RowTile pc = rp;
@@ -502,6 +535,11 @@ std::int64_t ring_bytes(const KernelSpec& spec, const RowTile& resolved) {
     if (node.kind == NodeKind::input && node.broadcast == Broadcast::full) per_element += size_of(node.dtype);
   const std::int64_t row = std::int64_t{resolved.threads} * resolved.vec * std::max(resolved.regs, 0) * per_element;
   return resolved.pieces > 0 ? resolved.ring * (row / resolved.pieces) : resolved.ring * row;
+}
+
+std::int64_t col_sum_bytes(const KernelSpec& spec, const RowTile& resolved) {
+  return std::int64_t{count_ops(spec, OpKind::col_sum)} * resolved.threads * resolved.vec * std::max(resolved.regs, 0) *
+         static_cast<std::int64_t>(sizeof(float));
 }
 
 std::string_view row_shape_class(const KernelSpec&, const RowTile& resolved, const Shape& shape) {
