@@ -78,7 +78,7 @@ struct RowTile {
   /// as the row's last stage has read it, and ring - P pieces of the next rows
   /// are in flight while a row is reduced (docs/row-reductions.md, "Ring pieces")
   int pieces = 0;
-  /// 0, or B >= 1 (sm_90): `__launch_bounds__(threads, B)`, so that the
+  /// 0, or B >= 1 (NVIDIA targets): `__launch_bounds__(threads, B)`, so that the
   /// compiler keeps the registers a thread to what B blocks a multiprocessor
   /// leave (spilling if it must); the persistent grid takes as many blocks as
   /// then fit (docs/row-reductions.md, "Blocks a multiprocessor")
@@ -86,7 +86,7 @@ struct RowTile {
   /// 1 (ring tiles with column sums, one row a block): the column sums' tree
   /// works through the ring's shared memory after the last row, one (sum,
   /// item) pair at a time, instead of in registers beside the block's sums
-  /// (Note [Column sums]); the same bits, fewer registers
+  /// (Note [Column sums]); the same bits on the same grid, fewer registers
   int tree = 0;
   friend bool operator==(const RowTile&, const RowTile&) = default;
   /// "r256v8x2"; then "g32" for a group, "c4" for a cluster, "s2" for a ring ("s5p4": 5 slots of quarter

@@ -1,5 +1,7 @@
 # Sourced by row_bench.sh, row_tune.sh and row_ab.sh: the row family's benchmark chains
 # (the shapes of docs/perf/rows.md), written into "$tmp" as <name>.json, and the default names.
+# Also written, by name only: the norms' backward with their weight gradients (column sums),
+# layernorm_backward_{bf16,f32} and add_rmsnorm_backward_{bf16,f32} (docs/perf/backward.md).
 row_chain_names=(softmax_bf16 softmax_f32 attention_bf16 add_rmsnorm_bf16 layernorm_bf16)
 write_row_chains() {  # directory
   local ex=examples/chains
@@ -8,4 +10,9 @@ write_row_chains() {  # directory
   cp $ex/scaled_masked_softmax_dropout.json "$1/attention_bf16.json"
   cp $ex/add_rmsnorm.json "$1/add_rmsnorm_bf16.json"
   cp $ex/layernorm.json "$1/layernorm_bf16.json"
+  local c
+  for c in layernorm add_rmsnorm; do
+    cp examples/backward/${c}_backward.json "$1/${c}_backward_bf16.json"
+    sed -e 's/"bf16"/"f32"/g' examples/backward/${c}_backward.json > "$1/${c}_backward_f32.json"
+  done
 }

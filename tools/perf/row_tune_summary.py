@@ -9,6 +9,9 @@ FEATURES = {
     "keep": lambda t: "k" in re.sub(r"^r\d+v\d+x-?\d+", "", t),
     "c16": lambda t: "c16" in t,
     "ring": lambda t: re.search(r"s\d", t) is not None,
+    # column-sum chains: the tree through the ring's shared memory, and a launch bound
+    "tree": lambda t: "t" in t,
+    "bound": lambda t: re.search(r"m\d", t) is not None,
 }
 
 def main(d):
