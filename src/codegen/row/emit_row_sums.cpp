@@ -92,25 +92,26 @@ std::string emit_col_finish(const RowPlan& r) {
   const std::string col_of =
       r.ring > 0 ? "    const int c = (it * THREADS + (int)threadIdx.x) * VEC;\n    return c < chunk ? (long long)(col0 + c) : -1ll;\n"
                  : "    const int c0 = (it * LANES + lane) * VEC;\n    return c0 < p.n ? (long long)c0 : -1ll;\n";
+  // The lambdas both forms of the tree take: which column an item is, and where a sum goes.
+  const std::string lambdas = fmt::format(
+      "  __shared__ unsigned col_flag;\n"
+      "  auto col_of = [&](int it) -> long long {{\n{0}  }};\n"
+      "  auto col_store = [&](int k, long long col, const float (&v)[VEC]) {{\n{1}  }};\n",
+      col_of, store);
+  const std::string_view rank = r.tile.cluster > 1 ? "(int)ef_row_cluster_rank()" : "0";
   if (r.tile.tree)
     return fmt::format(
         "\n  // The [N] outputs: the block's column sums, then the grid's tree through the ring's shared memory\n"
-        "  // (Note [Column sums]).\n"
-        "  __shared__ unsigned col_flag;\n"
-        "  auto col_of = [&](int it) -> long long {{\n{1}  }};\n"
-        "  auto col_store = [&](int k, long long col, const float (&v)[VEC]) {{\n{2}  }};\n"
-        "  ef_col_sums_finish_shared<{0}, ITEMS, VEC, THREADS, {3}>(cs, reinterpret_cast<float*>(ring), &col_flag,\n"
-        "      p.col_counters, p.col_partials, p.n, red.unit(), red.units(), {4}, CLUSTER, col_of, col_store);",
-        c, col_of, store, k_col_sum_fan_in, r.tile.cluster > 1 ? "(int)ef_row_cluster_rank()" : "0");
+        "  // (Note [Column sums]).\n{1}"
+        "  ef_col_sums_finish_shared<{0}, ITEMS, VEC, THREADS, {2}>(cs, reinterpret_cast<float*>(ring), &col_flag,\n"
+        "      p.col_counters, p.col_partials, p.n, red.unit(), red.units(), {3}, CLUSTER, col_of, col_store);",
+        c, lambdas, k_col_sum_fan_in, rank);
   return fmt::format(
       "\n  // The [N] outputs: the block's column sums, then the grid's tree (Note [Column sums]).\n"
-      "  __shared__ float col_buf[ROWS > 1 ? {0} * ITEMS * GROUP * VEC : 1];\n"
-      "  __shared__ unsigned col_flag;\n"
-      "  auto col_of = [&](int it) -> long long {{\n{1}  }};\n"
-      "  auto col_store = [&](int k, long long col, const float (&v)[VEC]) {{\n{2}  }};\n"
-      "  ef_col_sums_finish<{0}, ITEMS, VEC, THREADS, GROUP, {3}>(cs, col_buf, &col_flag, p.col_counters, p.col_partials, p.n,\n"
-      "      red.unit(), red.units(), {4}, CLUSTER, col_of, col_store);",
-      c, col_of, store, k_col_sum_fan_in, r.tile.cluster > 1 ? "(int)ef_row_cluster_rank()" : "0");
+      "  __shared__ float col_buf[ROWS > 1 ? {0} * ITEMS * GROUP * VEC : 1];\n{1}"
+      "  ef_col_sums_finish<{0}, ITEMS, VEC, THREADS, GROUP, {2}>(cs, col_buf, &col_flag, p.col_counters, p.col_partials, p.n,\n"
+      "      red.unit(), red.units(), {3}, CLUSTER, col_of, col_store);",
+      c, lambdas, k_col_sum_fan_in, rank);
 }
 
 }  // namespace epifuse

@@ -435,8 +435,8 @@ class RowFamily final : public KernelFamily {
         RowTile tr = rp;
         tr.tree = 1;
         out.push_back(tr);
-        for (int m : {2, 3})
-          if (rp.threads == 512) {
+        if (rp.threads == 512)
+          for (int m : {2, 3}) {
             tr.min_blocks = m;
             out.push_back(tr);
           }
