@@ -240,6 +240,23 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("row family backward: the default tiles that keep values, take the tree or bound the registers" *
+            doctest::test_suite("gpu_sm90")) {
+    // Note [Default column tree and keep]: layernorm's backward by default
+    // keeps a stage's values (k) on one block or a cluster of two, holds rows
+    // of 1,024 to 2,048 vectors in one block with the column tree (t), and at
+    // 65,536 in bf16 bounds 512-thread blocks to two a multiprocessor (m2t).
+    // Few rows each: the default tile is chosen from N.
+    Jit* jit = gpu_jit();
+    if (!jit || !jit->target().starts_with("sm_9")) return;
+    std::uint64_t seed = 9600;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const RowCase ln = layernorm_backward_case(dt);
+      for (const Shape shape : {Shape{33, 4096, 0}, Shape{17, 8192, 0}, Shape{9, 16384, 0}, Shape{7, 65536, 0}})
+        check_backward(*jit, ln, shape, ++seed);
+    }
+  }
+
   TEST_CASE("row family: [M] outputs of the forward (row max and sum, mean and rstd), with -inf in the mask") {
     Jit* jit = gpu_jit();
     if (!jit) return;

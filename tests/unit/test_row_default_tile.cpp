@@ -121,15 +121,24 @@ TEST_SUITE("unit") {
                        "sm_90a", h100) == "r512v4x8s1kb");
     // Column sums: a persistent grid, two vectors a thread; layernorm's two
     // sums of 16 accumulators leave no room in 64 registers a thread at 1024
-    // threads, add+rmsnorm's one does.
+    // threads, add+rmsnorm's one does. Note [Default column tree and keep]:
+    // 512-thread blocks of two vectors on a cluster of more than two take the
+    // tree and two blocks' registers (m2t); four vectors a thread do not.
     const KernelSpec layernorm_bwd = example("examples/backward/layernorm_backward.json");
-    CHECK(default_tile(layernorm_bwd, rows_of(65536), "sm_90a", h100) == "r512v8x2c8s2");
-    // Rows of 512 to 2,048 vectors: one a thread, and a cluster of two past 1,024 threads.
-    CHECK(default_tile(layernorm_bwd, rows_of(4096), "sm_90a", h100) == "r512v8x1s2");
-    CHECK(default_tile(layernorm_bwd, rows_of(16384), "sm_90a", h100) == "r1024v8x1c2s2");
-    CHECK(default_tile(layernorm_bwd, rows_of(1024), "sm_90a", h100) == "r128v8x1s2");
+    CHECK(default_tile(layernorm_bwd, rows_of(65536), "sm_90a", h100) == "r512v8x2c8s2m2t");
     CHECK(default_tile(layernorm_bwd, rows_of(262144), "sm_90a", h100) == "r512v8x4c16s2");
+    // Rows of 512 to 2,048 vectors: one a thread, keeping a stage's values (k)
+    // for layernorm's one [M,N] output; past 1,024 vectors, one block of two a
+    // thread with the tree in the ring (t) where that output is the only one,
+    // else a cluster of two.
+    CHECK(default_tile(layernorm_bwd, rows_of(1024), "sm_90a", h100) == "r128v8x1s2k");
+    CHECK(default_tile(layernorm_bwd, rows_of(4096), "sm_90a", h100) == "r512v8x1s2k");
+    CHECK(default_tile(layernorm_bwd, rows_of(16384), "sm_90a", h100) == "r1024v8x2s2t");
+    const KernelSpec layernorm_bwd_f32 = example("examples/backward/layernorm_backward.json", true);
+    CHECK(default_tile(layernorm_bwd_f32, rows_of(8192), "sm_90a", h100) == "r1024v4x2s2t");
+    CHECK(default_tile(layernorm_bwd_f32, rows_of(16384), "sm_90a", h100) == "r1024v4x2c2s2k");
     const KernelSpec add_rmsnorm_bwd = example("examples/backward/add_rmsnorm_backward.json");
+    CHECK(default_tile(add_rmsnorm_bwd, rows_of(16384), "sm_90a", h100) == "r1024v8x1c2s2");
     CHECK(default_tile(add_rmsnorm_bwd, rows_of(65536), "sm_90a", h100) == "r1024v8x2c4s2");
     // Where one ring stage is all that fits, it is copied in quarter rows,
     // five slots (Note [Ring pieces]), for a row that writes one [M,N] output;

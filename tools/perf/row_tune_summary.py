@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Summarise tools/perf/row_tune.sh: per chain and N, the fastest candidate
 overall and the fastest with and without each tile feature (same process, same
-data), as ratios to the fastest.
+data), as ratios to the fastest; and where row_tune.sh recorded it, the default
+tile's time over the fastest, and the default with the column tree (t) added.
   tools/perf/row_tune_summary.py OUT_DIR"""
 import glob, json, os, re, sys
 
@@ -32,6 +33,15 @@ def main(d):
                 if w and wo:
                     bw, bwo = min(w, key=lambda c: c["ms"]), min(wo, key=lambda c: c["ms"])
                     line += f" | {name}: {bwo['ms']/bw['ms']:.3f}x ({bw['tile']})"
+            dpath = os.path.join(d, f"default_{m.group(1)}_{m.group(2)}.txt")
+            default = open(dpath).read().strip() if os.path.exists(dpath) else ""
+            times = {c["tile"]: c["ms"] for c in cands}
+            if default in times:
+                line += f" | default {default} {times[default]/best['ms']:.3f}x"
+                # t sits before k, kr and b in the tile's text
+                tree = re.sub(r"(kr?)?(b)?$", r"t\1\2", default, count=1) if "t" not in default else ""
+                if tree in times:
+                    line += f", +t {times[tree]/best['ms']:.3f}x"
             rows.append((m.group(1), int(m.group(2)), line))
     for _, _, line in sorted(rows):
         print(line)

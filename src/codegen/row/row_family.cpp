@@ -164,7 +164,15 @@ RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec
   // block or two, each thread's columns summed in few registers (layernorm's
   // bf16 backward at 16,384 took 1,024 threads two vectors each, 32 sums in
   // 64 registers, and spilled: 11% slower than one vector on a cluster of two).
-  const int per_thread = vectors >= 512 && vectors <= 2048 ? 1 : 2;
+  // Where one vector a thread needs a cluster (1,024 to 2,048 vectors), a row
+  // writes one [M,N] output and one block of two a thread holds it, that
+  // block, with the column tree in the ring's shared memory (t, below; Note
+  // [Default column tree and keep]).
+  const bool two_stages_hold_tree = bytes * 2 >= std::int64_t{count_ops(spec, OpKind::col_sum)} * 4 &&
+                                    2 * n * bytes * 10 <= shared * 6;
+  const bool one_block = vectors > 1024 && vectors <= 2048 && n * bytes <= 64 * 1024 && full_outputs(spec) == 1 &&
+                         two_stages_hold_tree;
+  const int per_thread = vectors >= 512 && vectors <= 2048 && !one_block ? 1 : 2;
   const int accumulators = count_ops(spec, OpKind::col_sum) * per_thread * vec;
   const int widest = k_registers_besides_sums + accumulators <= k_registers_per_multiprocessor / 1024 ? 1024 : 512;
   RowTile t;
@@ -191,6 +199,33 @@ RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec
   if (t.ring == 1 && pieces > 0 && full_outputs(spec) == 1 && ring / pieces * (pieces + 1) <= shared) {
     t.pieces = pieces;
     t.ring = pieces + 1;
+  }
+  // Note [Default column tree and keep]: measured with `tools/perf/row_tune.sh`
+  // and the old tile against the new in one process, two rounds, on the
+  // example backward chains and the specs Python's grad() makes (H200,
+  // 2026-11-29; docs/perf/backward.md, "Built: the column tree and keep by
+  // default"). Times over the old default:
+  //  - keep (k), on one block or a cluster of two, for a chain with one [M,N]
+  //    output and values to keep: layernorm's backward 0.89-0.95x in bf16 up
+  //    to 8,192, 0.98-0.99x in f32 up to 4,096 and 0.91-0.93x at 16,384;
+  //    add+RMSNorm's (two outputs) took up to 1.3x with it;
+  //  - the one block above with the tree: layernorm's 0.85-0.92x in bf16 at
+  //    16,384 and 0.93-0.95x in f32 at 8,192; add+RMSNorm's f32 1.05x (so one
+  //    output only);
+  //  - 512-thread blocks of two vectors a thread on a cluster of more than
+  //    two: the tree and the registers of two blocks a multiprocessor (m2t),
+  //    bf16 layernorm's at 65,536 0.89-0.94x. The tree alone gave 0.85x on
+  //    one spec and 1.05x on the other; at 1,024 threads or four vectors a
+  //    thread it moved 1-2% either way, and the bound spilled (1.6x).
+  const RowTile r = resolve_row_tile(spec, shape, t);
+  const bool tree_fits = t.ring == 2 && ring_bytes(spec, r) >= col_sum_bytes(spec, r);
+  if (tree_fits && one_block) {
+    t.tree = 1;
+  } else if (tree_fits && t.cluster > 2 && t.threads == 512 && r.regs == 2) {
+    t.tree = 1;
+    t.min_blocks = 2;
+  } else if (t.cluster <= 2 && full_outputs(spec) == 1 && row_keeps_values(spec.graph)) {
+    t.keep = 1;
   }
   return t;
 }
