@@ -1,7 +1,9 @@
 # Sourced by row_bench.sh, row_tune.sh and row_ab.sh: the row family's benchmark chains
 # (the shapes of docs/perf/rows.md), written into "$tmp" as <name>.json, and the default names.
 # Also written, by name only: the norms' backward with their weight gradients (column sums),
-# layernorm_backward_{bf16,f32} and add_rmsnorm_backward_{bf16,f32} (docs/perf/backward.md).
+# layernorm_backward_{bf16,f32} and add_rmsnorm_backward_{bf16,f32} (docs/perf/backward.md),
+# hand-written, and layernorm_grad_{bf16,f32} and add_rmsnorm_grad_{bf16,f32}, the specs
+# `epifuse grad` (and Python's Chain.grad()) makes of the forward chains: what users run.
 row_chain_names=(softmax_bf16 softmax_f32 attention_bf16 add_rmsnorm_bf16 layernorm_bf16)
 write_row_chains() {  # directory
   local ex=examples/chains
@@ -14,5 +16,8 @@ write_row_chains() {  # directory
   for c in layernorm add_rmsnorm; do
     cp examples/backward/${c}_backward.json "$1/${c}_backward_bf16.json"
     sed -e 's/"bf16"/"f32"/g' examples/backward/${c}_backward.json > "$1/${c}_backward_f32.json"
+    "${EPIFUSE_BIN:-build/epifuse}" grad $ex/$c.json --backward "$1/${c}_grad_bf16.json" > /dev/null
+    sed -e 's/"bf16"/"f32"/g' $ex/$c.json > "$1/${c}_f32_forward.json"
+    "${EPIFUSE_BIN:-build/epifuse}" grad "$1/${c}_f32_forward.json" --backward "$1/${c}_grad_f32.json" > /dev/null
   done
 }
