@@ -214,7 +214,7 @@ RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec
   //    output only);
   //  - 512-thread blocks of two vectors a thread on a cluster of more than
   //    two: the tree and the registers of two blocks a multiprocessor (m2t),
-  //    bf16 layernorm's at 65,536 0.89-0.94x. The tree alone gave 0.85x on
+  //    bf16 layernorm's at 65,536 0.89-0.93x. The tree alone gave 0.85x on
   //    one spec and 1.05x on the other; at 1,024 threads or four vectors a
   //    thread it moved 1-2% either way, and the bound spilled (1.6x).
   const RowTile r = resolve_row_tile(spec, shape, t);
