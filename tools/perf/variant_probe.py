@@ -21,6 +21,13 @@ Probes (docs/perf/gemm.md):
   nodraws  the staged quads' draws from one multiply-hash of the position instead of
            Philox (the keep test, select and scale stay): what dropout costs besides
            Philox
+  bits     the staged quads' draws from keep bits read from memory (a static device array
+           of 2^28 bits, 64 columns a word, zero: every element dropped) instead of
+           Philox: the epilogue's side of docs/dropout-mask.md on the staged path
+  fragbits a dropout-FREE chain's fragment epilogue with its accumulator first
+           multiplied by dropout(0.1)'s factor from the same bits: what docs/dropout-mask.md's
+           epilogue would cost where dropout takes the fragment epilogue (time it against
+           the dropout chain's fused kernel, both on the shape and tile of the emit)
   timeline the kernel as it is, with clock64 stamps in the first consumer thread of each
            block (each tile's start and mainloop end, the block's end) printed as one
            `TL` line per block on the 21st launch (summarize with timeline_summary.py)
@@ -135,6 +142,44 @@ def nodraws(s):
                                           "w.w = h ^ 0x94d049bbu;"])
 
 
+BITS_HEAD = """// PROBE: keep bits, 64 columns of a row a word (docs/dropout-mask.md); zero, so every
+// element is dropped: the outputs are wrong, the reads are what is timed.
+__device__ unsigned long long ef_probe_bits[1 << 22];
+"""
+
+
+def with_bits_head(s):
+    kernel = s.index('extern "C" __global__')
+    return s[:kernel] + BITS_HEAD + s[kernel:]
+
+
+def bits(s):
+    if not DRAWS.search(s):
+        raise ValueError("no staged quad draws found (a dropout chain on the staged wgmma epilogue?)")
+    lines = ["const unsigned long long probe_i = (unsigned long long)(row * p.n + col0);",
+             "const unsigned probe_b = (unsigned)(ef_probe_bits[(probe_i >> 6) & ((1u << 22) - 1u)] >> (probe_i & 63u));",
+             "ef_u32x4 w;"] + [f"w.{c} = (probe_b & {1 << j}u) ? 0xFFFFFFFFu : 0u;" for j, c in enumerate("xyzw")]
+    return with_bits_head(replace_draws(s, "bits: keep bits read from memory instead of Philox", lambda k, args: lines))
+
+
+FRAG_ROWS = ("          for (int h = 0; h < 2; ++h) {\n"
+             "            const long long row = m0 + wm + mi * 64 + warp * 16 + (lane >> 2) + h * 8;\n")
+FRAG_CALL = re.compile(r"(ef_[0-9a-f]+_epilogue\(p, )ch\[f\]\[2 \* h \+ e\]")
+
+
+def fragbits(s):
+    if "constexpr bool FRAGMENT_EPILOGUE = true;" not in s or s.count(FRAG_ROWS) != 1 or len(FRAG_CALL.findall(s)) != 1:
+        raise ValueError("no fragment epilogue of this template found (a dropout-free chain?)")
+    # The half of the row's 64-bit word that holds columns f * 8 .. f * 8 + 7: one
+    # 32-bit register a lane instead of two.
+    word = ("            const unsigned probe_w = reinterpret_cast<const unsigned*>(ef_probe_bits)[(((unsigned long long)"
+            "(row * p.n + n0 + c * 64) >> 6) & ((1u << 22) - 1u)) * 2 + (f >> 2)];  // PROBE fragbits\n")
+    s = s.replace(FRAG_ROWS, FRAG_ROWS + word)
+    s = FRAG_CALL.sub(r"\1ch[f][2 * h + e] * ef_dropout_factor((probe_w >> ((f & 3) * 8 + (lane & 3) * 2 + e) & 1u) * "
+                      r"0xFFFFFFFFu, 429496832u, 1.1111112f)", s)
+    return with_bits_head(s)
+
+
 TIMELINE_HEAD = """__device__ unsigned ef_probe_launches;
 __device__ __forceinline__ unsigned long long ef_probe_gtime() {
   unsigned long long t;
@@ -172,7 +217,7 @@ def timeline(s):
 
 
 PROBES = {"noepi": noepi, "sumonly": sumonly, "nostore": nostore, "draws8": draws8, "nodraws": nodraws,
-          "timeline": timeline}
+          "bits": bits, "fragbits": fragbits, "timeline": timeline}
 
 
 def main():
