@@ -167,39 +167,46 @@ RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec
   // Where one vector a thread needs a cluster (1,024 to 2,048 vectors), a row
   // writes one [M,N] output and one block of two a thread holds it, that
   // block, with the column tree in the ring's shared memory (t, below; Note
-  // [Default column tree and keep]).
-  const bool two_stages_hold_tree = bytes * 2 >= std::int64_t{count_ops(spec, OpKind::col_sum)} * 4 &&
-                                    2 * n * bytes * 10 <= shared * 6;
-  const bool one_block = vectors > 1024 && vectors <= 2048 && n * bytes <= 64 * 1024 && full_outputs(spec) == 1 &&
-                         two_stages_hold_tree;
-  const int per_thread = vectors >= 512 && vectors <= 2048 && !one_block ? 1 : 2;
-  const int accumulators = count_ops(spec, OpKind::col_sum) * per_thread * vec;
-  const int widest = k_registers_besides_sums + accumulators <= k_registers_per_multiprocessor / 1024 ? 1024 : 512;
-  RowTile t;
-  t.vec = vec;
-  // With two vectors a thread, a row that one block's ring holds takes no
-  // cluster (as tile_candidates).
-  t.cluster = per_thread == 2 && n * bytes <= 64 * 1024
-                  ? 1
-                  : clusters_at_least(ceil_div(vectors, std::int64_t{widest} * per_thread));
-  const std::int64_t part = vectors / t.cluster;
-  t.threads = block_threads(part / per_thread, 128, t.cluster == 1 ? 1024 : widest);
-  t.regs = static_cast<int>(ceil_div(part, t.threads));
-  const std::int64_t ring = std::int64_t{t.threads} * vec * t.regs * bytes;
-  t.ring = 2 * ring * 10 <= shared * 6 ? 2 : 1;
-  t.persistent = 1;
-  // Where one stage is all that fits and a row writes one [M,N] output, its
-  // copy in quarter-row pieces, five slots (Note [Ring pieces]): a quarter of
-  // the next row lands while this one is reduced. Layernorm's backward took
-  // 0.81x the one-stage ring's time in f32 at 262,144 and 1.00x in bf16 at
-  // 524,288; add+RMSNorm's, which writes two, 1.04x in f32 at 262,144 (and
-  // 0.93x in bf16 at 524,288: one point, left to the tuner). H100, 2026-11-27,
-  // docs/row-reductions.md ("Ring pieces").
-  const int pieces = t.regs % 4 == 0 ? 4 : t.regs % 2 == 0 ? 2 : 0;
-  if (t.ring == 1 && pieces > 0 && full_outputs(spec) == 1 && ring / pieces * (pieces + 1) <= shared) {
-    t.pieces = pieces;
-    t.ring = pieces + 1;
-  }
+  // [Default column tree and keep]), if its two ring stages hold the tree.
+  const bool one_block_rows = vectors > 1024 && vectors <= 2048 && n * bytes <= 64 * 1024 && full_outputs(spec) == 1;
+  auto shaped = [&](int per_thread) {
+    const int accumulators = count_ops(spec, OpKind::col_sum) * per_thread * vec;
+    const int widest = k_registers_besides_sums + accumulators <= k_registers_per_multiprocessor / 1024 ? 1024 : 512;
+    RowTile t;
+    t.vec = vec;
+    // With two vectors a thread, a row that one block's ring holds takes no
+    // cluster (as tile_candidates).
+    t.cluster = per_thread == 2 && n * bytes <= 64 * 1024
+                    ? 1
+                    : clusters_at_least(ceil_div(vectors, std::int64_t{widest} * per_thread));
+    const std::int64_t part = vectors / t.cluster;
+    t.threads = block_threads(part / per_thread, 128, t.cluster == 1 ? 1024 : widest);
+    t.regs = static_cast<int>(ceil_div(part, t.threads));
+    const std::int64_t ring = std::int64_t{t.threads} * vec * t.regs * bytes;
+    t.ring = 2 * ring * 10 <= shared * 6 ? 2 : 1;
+    t.persistent = 1;
+    // Where one stage is all that fits and a row writes one [M,N] output, its
+    // copy in quarter-row pieces, five slots (Note [Ring pieces]): a quarter of
+    // the next row lands while this one is reduced. Layernorm's backward took
+    // 0.81x the one-stage ring's time in f32 at 262,144 and 1.00x in bf16 at
+    // 524,288; add+RMSNorm's, which writes two, 1.04x in f32 at 262,144 (and
+    // 0.93x in bf16 at 524,288: one point, left to the tuner). H100, 2026-11-27,
+    // docs/row-reductions.md ("Ring pieces").
+    const int pieces = t.regs % 4 == 0 ? 4 : t.regs % 2 == 0 ? 2 : 0;
+    if (t.ring == 1 && pieces > 0 && full_outputs(spec) == 1 && ring / pieces * (pieces + 1) <= shared) {
+      t.pieces = pieces;
+      t.ring = pieces + 1;
+    }
+    return t;
+  };
+  // The tree in the ring's bytes: two stages that hold the block's sums.
+  auto tree_fits = [&](const RowTile& t) {
+    const RowTile r = resolve_row_tile(spec, shape, t);
+    return t.ring == 2 && ring_bytes(spec, r) >= col_sum_bytes(spec, r);
+  };
+  RowTile t = shaped(vectors >= 512 && vectors <= 2048 && !one_block_rows ? 1 : 2);
+  const bool one_block = one_block_rows && tree_fits(t);
+  if (one_block_rows && !one_block) t = shaped(1);
   // Note [Default column tree and keep]: measured with `tools/perf/row_tune.sh`
   // and the old tile against the new in one process, two rounds, on the
   // example backward chains and the specs Python's grad() makes (H200,
@@ -217,11 +224,9 @@ RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec
   //    bf16 layernorm's at 65,536 0.89-0.93x. The tree alone gave 0.85x on
   //    one spec and 1.05x on the other; at 1,024 threads or four vectors a
   //    thread it moved 1-2% either way, and the bound spilled (1.6x).
-  const RowTile r = resolve_row_tile(spec, shape, t);
-  const bool tree_fits = t.ring == 2 && ring_bytes(spec, r) >= col_sum_bytes(spec, r);
-  if (tree_fits && one_block) {
+  if (one_block) {
     t.tree = 1;
-  } else if (tree_fits && t.cluster > 2 && t.threads == 512 && r.regs == 2) {
+  } else if (t.cluster > 2 && t.threads == 512 && t.regs == 2 && tree_fits(t)) {
     t.tree = 1;
     t.min_blocks = 2;
   } else if (t.cluster <= 2 && full_outputs(spec) == 1 && row_keeps_values(spec.graph)) {
