@@ -9,6 +9,8 @@ medians on one GPU:
   ef step   epifuse's forward with its saved state and backward, minus the forward
             without it: what the backward costs a training step, as the two
             PyTorch rows are measured (a saved tensor's write is charged to it)
+  op step   the same through epifuse.torch.op (autograd): what a PyTorch user of
+            epifuse runs, with the op's own handling of its gradients
   eager     torch: forward + backward minus forward, as PyTorch users get it
   compile   the same with torch.compile (default mode)
   copy      x.copy_(y) over as many bytes as the epifuse backward reads and writes:
@@ -87,7 +89,7 @@ def main():
                                "layernorm,add_rmsnorm").split(",")
     g = torch.Generator(device="cuda").manual_seed(0)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {dt}, M*N = 2^27")
-    print(f"{'chain':32} {'N':>7} {'epifuse':>9} {'ef step':>9} {'eager':>9} {'compile':>9} {'copy':>9}  "
+    print(f"{'chain':32} {'N':>7} {'epifuse':>9} {'ef step':>9} {'op step':>9} {'eager':>9} {'compile':>9} {'copy':>9}  "
           f"{'%copy':>6} {'vs compile':>10} {'step vs c.':>10} {'vs eager':>9}")
     results = []
     for kind in kinds:
@@ -96,6 +98,7 @@ def main():
         fwd = grad.forward.compile()
         bwd = grad.backward.compile()
         plain = chain.compile()
+        as_op = epifuse.torch.op(chain)
         f = torch_fn(kind)
         fc = torch.compile(f)
         for n in rows:
@@ -141,13 +144,14 @@ def main():
                 step()
                 return (triton.testing.do_bench(step, return_mode="median")
                         - triton.testing.do_bench(fwd_only, return_mode="median"))
+            op_step = train(lambda *a: as_op(*a, seed=1, offset=0))
             eager = train(f)
             compiled = train(fc)
-            row = dict(chain=kind, n=n, m=m, dtype=dt, epifuse_ms=ours, epifuse_step_ms=step_ms, eager_ms=eager,
+            row = dict(chain=kind, n=n, m=m, dtype=dt, epifuse_ms=ours, epifuse_step_ms=step_ms, op_step_ms=op_step, eager_ms=eager,
                        compile_ms=compiled, copy_ms=copy, bytes=moved, pct_copy=100 * copy / ours,
                        saved=[s["name"] for s in grad.saved])
             results.append(row)
-            print(f"{kind:32} {n:>7} {ours:9.4f} {step_ms:9.4f} {eager:9.4f} {compiled:9.4f} {copy:9.4f}  "
+            print(f"{kind:32} {n:>7} {ours:9.4f} {step_ms:9.4f} {op_step:9.4f} {eager:9.4f} {compiled:9.4f} {copy:9.4f}  "
                   f"{row['pct_copy']:6.1f} {compiled / ours:10.2f} {compiled / step_ms:10.2f} {eager / ours:9.2f}",
                   flush=True)
     if "json" in opts:

@@ -12,7 +12,8 @@
 #     bench exits 1 for them; their rows are timed all the same (tools/perf/variant_probe.py).
 #   [EPIFUSE_BIN=build/epifuse] tools/perf/mask_probe.sh OUT_DIR
 #   SHAPES: M,N,K list (default 8192,8192,2048 16384,16384,4096 8192,8192,8192)
-#   TARGET: emit for this target instead of the GPU's (to make the variants elsewhere)
+#   TARGET: the target to emit for (default sm_90a, the wgmma epilogues the design is
+#   about: `epifuse emit` does not ask the GPU, and without it writes sm_80's mma.sync)
 set -u
 cd "$(dirname "$0")/../.."
 bin=${EPIFUSE_BIN:-build/epifuse}
@@ -41,7 +42,7 @@ for shape in ${SHAPES:-8192,8192,2048 16384,16384,4096 8192,8192,8192}; do
   for drop in 1 0; do
     probe=$( ((drop)) && echo bits || echo fragbits)
     k="$out/dgrad_${drop}_$tag.cu"
-    "$bin" emit "$out/dgrad_$drop.json" --shape "$shape" ${TARGET:+--target $TARGET} > "$k"
+    "$bin" emit "$out/dgrad_$drop.json" --shape "$shape" --target "${TARGET:-sm_90a}" > "$k"
     python3 tools/perf/variant_probe.py "$k" "$probe" > /dev/null || continue
     echo "== dgrad $( ((drop)) && echo with || echo without) dropout, $shape, variant $probe"
     "$bin" bench "$out/dgrad_$drop.json" --shape "$shape" --no-tune --no-sweep --no-unfused --repeats 20 \
