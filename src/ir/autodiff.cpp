@@ -264,11 +264,35 @@ class Differentiator {
       const Value full = have == Broadcast::full ? part : b().expand(part);
       switch (cls) {
         case Broadcast::row: plus(b().col_sum(full)); break;
-        case Broadcast::col: plus(row_sum_of(full)); break;
+        case Broadcast::col:
+          if (const Value s = row_sum_of(full); s.valid())
+            plus(s);
+          else if (std::find(wrt_.begin(), wrt_.end(), i) != wrt_.end())
+            plus(b().row_sum(full));  // an asked-for gradient that is zero: the sum as it stands, not nothing
+          break;
         default: throw UserError("grad: the gradient of a scalar value is not supported (make it a row or col vector)");
       }
     }
     return total;
+  }
+
+  // Note [Centered rows sum to zero]
+  // A row of a - row_mean(a) sums to zero. The chain rule through layernorm's
+  // mean reaches the row sum of its centered values times a per-row factor
+  // (the variance's gradient): zero in exact arithmetic, rounding noise in
+  // floats, and in the kernel a third reduction beside the two the gradient
+  // needs, whose values stay live across the row (bf16 layernorm's backward at
+  // 65,536 on r512v8x2c8s2t: 83 registers a thread against the hand-written
+  // backward's 64). row_sum_of gives such a row sum as no value (zero), and
+  // what adds, subtracts, scales or multiplies it passes that on.
+  bool centered(Value v) const {
+    const auto it = forward_of_.find(v.id);
+    if (it == forward_of_.end()) return false;
+    const Node& n = g_.nodes()[it->second];
+    if (n.kind != NodeKind::op || n.op != OpKind::sub) return false;
+    const Node& m = g_.node(n.args[1]);
+    return m.kind == NodeKind::op && m.op == OpKind::row_mean && m.args[0].id == n.args[0].id &&
+           g_.node(n.args[0]).broadcast == Broadcast::full;
   }
 
   // Note [Per-row factors out of row sums]
@@ -277,6 +301,7 @@ class Differentiator {
   // scaled by per-row values that themselves come from row sums (the variance's
   // gradient); summing the full factors instead makes every reduction of the
   // backward independent of the others: one stage of the row family, not two.
+  // No value: zero (Note [Centered rows sum to zero]).
   Value row_sum_of(Value v) {
     if (auto it = row_sums_.find(v.id); it != row_sums_.end()) return it->second;
     Graph& B = b();
@@ -284,16 +309,24 @@ class Differentiator {
     auto full = [&](Value x) { return B.node(x).broadcast == Broadcast::full; };
     auto per_row = [&](Value x) { return B.node(x).broadcast == Broadcast::col; };
     Value r;
-    if (n.kind == NodeKind::op && (n.op == OpKind::add || n.op == OpKind::sub) && full(n.args[0]) && full(n.args[1]))
-      r = B.binary(n.op, row_sum_of(n.args[0]), row_sum_of(n.args[1]));
-    else if (n.kind == NodeKind::op && n.op == OpKind::scale)
-      r = B.scale(row_sum_of(n.args[0]), n.alpha);
-    else if (n.kind == NodeKind::op && n.op == OpKind::mul && per_row(n.args[0]) && full(n.args[1]))
-      r = mul(n.args[0], row_sum_of(n.args[1]));
-    else if (n.kind == NodeKind::op && n.op == OpKind::mul && full(n.args[0]) && per_row(n.args[1]))
-      r = mul(row_sum_of(n.args[0]), n.args[1]);
-    else
+    if (centered(v)) {
+      r = Value{};
+    } else if (n.kind == NodeKind::op && (n.op == OpKind::add || n.op == OpKind::sub) && full(n.args[0]) &&
+               full(n.args[1])) {
+      const Value x = row_sum_of(n.args[0]), y = row_sum_of(n.args[1]);
+      r = !y.valid()                   ? x
+          : x.valid()                  ? B.binary(n.op, x, y)
+          : n.op == OpKind::add        ? y
+                                       : B.scale(y, -1.0);
+    } else if (n.kind == NodeKind::op && n.op == OpKind::scale) {
+      if (const Value x = row_sum_of(n.args[0]); x.valid()) r = B.scale(x, n.alpha);
+    } else if (n.kind == NodeKind::op && n.op == OpKind::mul && per_row(n.args[0]) && full(n.args[1])) {
+      if (const Value x = row_sum_of(n.args[1]); x.valid()) r = mul(n.args[0], x);
+    } else if (n.kind == NodeKind::op && n.op == OpKind::mul && full(n.args[0]) && per_row(n.args[1])) {
+      if (const Value x = row_sum_of(n.args[0]); x.valid()) r = mul(x, n.args[1]);
+    } else {
       r = B.row_sum(v);
+    }
     row_sums_.emplace(v.id, r);
     return r;
   }
@@ -378,6 +411,7 @@ class Differentiator {
       v = recompute(n);
     }
     value_[i] = v;
+    forward_of_.emplace(v.id, i);
     return v;
   }
 
@@ -542,7 +576,8 @@ class Differentiator {
   std::vector<std::vector<std::uint32_t>> user_list_;
   std::vector<bool> stabilizing_, active_;
   std::vector<Composite> composites_;  // by result node
-  std::unordered_map<std::uint32_t, Value> row_sums_;  // backward value -> its row sum
+  std::unordered_map<std::uint32_t, Value> row_sums_;  // backward value -> its row sum (none: zero)
+  std::unordered_map<std::uint32_t, std::uint32_t> forward_of_;  // backward value -> the forward node it is
   std::vector<bool> acc_dep_;  // depends on an accumulator
   std::optional<std::vector<bool>> to_save_;
   // Per node: a ReLU whose rule reads an output, a softmax whose result is saved (choose_reads).

@@ -132,6 +132,40 @@ TEST_CASE("composites: softmax, log_softmax, rmsnorm and layernorm, with rows of
   check_gradients(composite(0), {3, 4, 0}, masked);
 }
 
+TEST_CASE("a centered row sums to zero: layernorm's backward takes the two row sums it needs") {
+  // Note [Centered rows sum to zero]: the chain rule through the mean reaches
+  // row_sum(x - row_mean(x)) times the variance's gradient; grad leaves it out.
+  auto row_reductions = [](const Graph& g) {
+    return std::count_if(g.nodes().begin(), g.nodes().end(),
+                         [](const Node& n) { return n.kind == NodeKind::op && is_row_reduction(n.op); });
+  };
+  KernelSpec ln;
+  {
+    Graph& g = ln.graph;
+    const Value x = g.input("x", DType::f32);
+    g.output("y", g.layernorm(x, g.input("w", DType::f32, Broadcast::row), g.input("b", DType::f32, Broadcast::row),
+                              1e-5),
+             DType::f32);
+  }
+  const GradResult r = grad(ln);
+  CHECK(row_reductions(r.backward.graph) == 2);  // row sums of dy w and of dy w x̂
+  check_gradients(ln, {5, 9, 0});
+  // Centering written out by hand, with a second use of the centered row: a
+  // per-row scale k of it, whose gradient row_sum(dy xc) is no centered sum
+  // (dy varies along the row) and must stay.
+  KernelSpec hand;
+  {
+    Graph& g = hand.graph;
+    const Value x = g.input("x", DType::f32), k = g.input("k", DType::f32, Broadcast::col);
+    const Value xc = g.sub(x, g.row_mean(x));
+    const Value var = g.row_mean(g.mul(xc, xc));
+    g.output("y", g.add(g.mul(xc, g.rsqrt(g.add_scalar(var, 1e-3))), g.mul(k, xc)), DType::f32);
+  }
+  check_gradients(hand, {4, 6, 0});
+  const GradResult h = grad(hand);
+  CHECK(std::find(h.wrt.begin(), h.wrt.end(), "k") != h.wrt.end());
+}
+
 TEST_CASE("every example chain's gradients agree with central differences") {
   const auto dir = std::filesystem::path(EPIFUSE_SOURCE_DIR) / "examples" / "chains";
   int checked = 0;
