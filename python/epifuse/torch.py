@@ -234,24 +234,36 @@ def op(chain: Chain, target=None, tile=None, tune=None):
 
 
 def _without_passthrough(backward):
-    """(kernel chain or None, {output: input}) for a backward spec: outputs that are
-    one of its inputs unchanged (a bias-free Linear's dacc = dy, a residual's
-    gradient) are handed back as that tensor instead of being copied by a kernel; the
+    """(kernel chain or None, {output: input}, {output: output}) for a backward spec:
+    outputs that are one of its inputs unchanged (a bias-free Linear's dacc = dy, a
+    residual's gradient) are handed back as that tensor instead of being copied by a
+    kernel, and an output of the same value and dtype as an earlier one (add+RMSNorm's
+    dx and dresidual) as that output's tensor instead of being stored twice; the
     kernel runs what is left, and none runs when nothing is."""
     doc = json.loads(backward.to_json())
     passthrough = {name: o["value"] for name, o in doc["outputs"].items()
                    if o.get("value", name) in doc["inputs"]
                    and doc["inputs"][o["value"]]["dtype"] == o["dtype"]}
-    if not passthrough:
-        return backward, {}
-    for name in passthrough:
+    first = {}  # (value, dtype) -> the first output storing it
+    aliases = {}
+    for name, o in doc["outputs"].items():
+        if name in passthrough:
+            continue
+        key = (o.get("value", name), o["dtype"])
+        if key in first:
+            aliases[name] = first[key]
+        else:
+            first[key] = name
+    if not passthrough and not aliases:
+        return backward, {}, {}
+    for name in [*passthrough, *aliases]:
         del doc["outputs"][name]
     if not doc["outputs"]:
-        return None, passthrough
+        return None, passthrough, aliases
     read = {a for op in doc.get("ops", []) for a in op.get("args", [])}
     read |= {o.get("value", name) for name, o in doc["outputs"].items()}
     doc["inputs"] = {n: i for n, i in doc["inputs"].items() if n in read}
-    return Chain.from_json(json.dumps(doc)), passthrough
+    return Chain.from_json(json.dumps(doc)), passthrough, aliases
 
 
 def _register_no_grad(qualified, chain_name, why):
@@ -269,7 +281,7 @@ def _register_no_grad(qualified, chain_name, why):
 
 def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, n_out):
     fwd_names = compiled.input_names  # GEMM operands first, then the chain's inputs
-    kernel, passthrough = _without_passthrough(g.backward)
+    kernel, passthrough, aliases = _without_passthrough(g.backward)
     if kernel is not None:
         back = kernel.compile(target, tile, tune)
         back_direct = kernel_call(back)
@@ -324,6 +336,7 @@ def _register_autograd(qualified, name, chain, g, compiled, target, tile, tune, 
         if back_op is not None:
             run = back_direct if direct_backward(ctx) else back_op
             outs.update(zip(grads_out, run([args[n] for n in kernel_names], ctx.seed, ctx.offset, state)))
+        outs.update({o: outs[i] for o, i in aliases.items()})
         result = []
         for n, need in zip(fwd_names, ctx.needs):
             d = outs.get(f"d{n}")

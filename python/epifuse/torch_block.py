@@ -160,8 +160,9 @@ class Plan:
                           + [(o, "upper") for o in upper_outs[1:]])
 
         # The backward's kernels (Note [The block's backward]).
-        self.upper_kernel, self.upper_passthrough = _torch._without_passthrough(gu.backward)
-        self.lower_kernel, self.lower_passthrough = _torch._without_passthrough(gl.backward)
+        self.upper_kernel, up_inputs, up_aliases = _torch._without_passthrough(gu.backward)
+        self.lower_kernel, lo_inputs, lo_aliases = _torch._without_passthrough(gl.backward)
+        self.upper_passthrough, self.lower_passthrough = (up_inputs, up_aliases), (lo_inputs, lo_aliases)
         self.lower_backward = gl.backward
         self.dgrad, self.dgrad_refused = self._dgrad_chain(gl.backward, gu.backward, lo, up)
         # Binding orders, asked once here rather than at every backward.
@@ -334,12 +335,15 @@ class Plan:
     @staticmethod
     def _run(kernel_op, io, passthrough, value, seed, offset, rng_state):
         """{output: tensor} of a backward spec: its kernel's outputs (when it has one;
-        `io` its (inputs, outputs) in binding order) and the outputs that are one of
-        its inputs unchanged."""
-        out = {o: value(i) for o, i in passthrough.items()}
+        `io` its (inputs, outputs) in binding order), the outputs that are one of its
+        inputs unchanged and those that repeat another output (`passthrough`: the two
+        maps of _without_passthrough)."""
+        inputs_of, aliases = passthrough
+        out = {o: value(i) for o, i in inputs_of.items()}
         if io is not None:
             inputs, outputs = io
             out.update(zip(outputs, kernel_op([value(n) for n in inputs], seed, offset, rng_state)))
+        out.update({o: out[i] for o, i in aliases.items()})
         return out
 
 

@@ -3,7 +3,9 @@
 # Also written, by name only: the norms' backward with their weight gradients (column sums),
 # layernorm_backward_{bf16,f32} and add_rmsnorm_backward_{bf16,f32} (docs/perf/backward.md),
 # hand-written, and layernorm_grad_{bf16,f32} and add_rmsnorm_grad_{bf16,f32}, the specs
-# `epifuse grad` (and Python's Chain.grad()) makes of the forward chains: what users run.
+# `epifuse grad` (and Python's Chain.grad()) makes of the forward chains, and
+# add_rmsnorm_grad_once_{bf16,f32}, that spec with dresidual (dx again) left out as the
+# torch op leaves it out: what users run.
 row_chain_names=(softmax_bf16 softmax_f32 attention_bf16 add_rmsnorm_bf16 layernorm_bf16)
 write_row_chains() {  # directory
   local ex=examples/chains
@@ -20,5 +22,11 @@ write_row_chains() {  # directory
     "${EPIFUSE_BIN:-build/epifuse}" grad $ex/$c.json --backward "$1/${c}_grad_bf16.json" > /dev/null &&
       "${EPIFUSE_BIN:-build/epifuse}" grad "$1/${c}_f32_forward.json" --backward "$1/${c}_grad_f32.json" > /dev/null ||
       echo "row_chains: ${c}_grad_* not written (no ${EPIFUSE_BIN:-build/epifuse}?)" >&2
+  done
+  local d
+  for d in bf16 f32; do
+    python3 -c 'import json, sys
+doc = json.load(open(sys.argv[1])); del doc["outputs"]["dresidual"]; json.dump(doc, open(sys.argv[2], "w"), indent=1)' \
+      "$1/add_rmsnorm_grad_$d.json" "$1/add_rmsnorm_grad_once_$d.json"
   done
 }
