@@ -215,7 +215,10 @@ RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec
   //  - keep (k), on one block or a cluster of two, for a chain with one [M,N]
   //    output and values to keep: layernorm's backward 0.89-0.95x in bf16 up
   //    to 8,192, 0.98-0.99x in f32 up to 4,096 and 0.91-0.93x at 16,384;
-  //    add+RMSNorm's (two outputs) took up to 1.3x with it;
+  //    add+RMSNorm's (two outputs) took up to 1.3x with it; not on a ring in
+  //    pieces (below): add+RMSNorm's with dresidual left out, as the torch op
+  //    runs it, took 1.13x the pieces alone in f32 at 16,384 (H200,
+  //    2026-11-29, docs/perf/backward.md, "add+RMSNorm's two equal gradients");
   //  - the one block above with the tree: layernorm's 0.85-0.92x in bf16 at
   //    16,384 and 0.93-0.95x in f32 at 8,192; add+RMSNorm's f32 1.05x (so one
   //    output only);
@@ -229,7 +232,7 @@ RowTile default_col_sum_tile(const KernelSpec& spec, const Shape& shape, int vec
   } else if (t.cluster > 2 && t.threads == 512 && t.regs == 2 && tree_fits(t)) {
     t.tree = 1;
     t.min_blocks = 2;
-  } else if (t.cluster <= 2 && full_outputs(spec) == 1 && row_keeps_values(spec.graph)) {
+  } else if (t.cluster <= 2 && t.pieces == 0 && full_outputs(spec) == 1 && row_keeps_values(spec.graph)) {
     t.keep = 1;
   }
   return t;
