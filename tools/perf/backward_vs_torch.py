@@ -12,6 +12,10 @@ medians on one GPU:
   op step   the same through epifuse.torch.op (autograd): what a PyTorch user of
             epifuse runs, with the op's own handling of its gradients
   eager     torch: forward + backward minus forward, as PyTorch users get it
+The three steps take their gradients with torch.autograd.grad, as a layer inside a
+model hands them on: .backward() into leaves would add a copy wherever two gradients
+are one tensor (add's two operands, in PyTorch's add as in epifuse's add+RMSNorm),
+since a leaf's .grad cannot share another's storage.
   compile   the same with torch.compile (default mode)
   copy      x.copy_(y) over as many bytes as the epifuse backward reads and writes:
             the ceiling (reported as a percentage: copy time / backward time)
@@ -134,9 +138,7 @@ def main():
                 tf = [t for t in leaves if t.requires_grad]
 
                 def step():
-                    for t in tf:
-                        t.grad = None
-                    fn(*leaves).backward(dy)
+                    torch.autograd.grad(fn(*leaves), tf, dy)
 
                 def fwd_only():
                     with torch.no_grad():
