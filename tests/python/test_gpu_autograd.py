@@ -83,3 +83,32 @@ def test_an_input_marked_not_differentiable_raises_instead_of_losing_its_gradien
     mask = torch.zeros(32, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     with pytest.raises(Exception, match="marked not differentiable"):
         f(x, mask, seed=1).sum().backward()
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_two_equal_gradients_accumulate_into_leaves_of_their_own(direct, monkeypatch):
+    # add+RMSNorm gives x and the residual one gradient, which the op stores once and
+    # hands back for both: each leaf's .grad must still be its own tensor, so that a
+    # second backward (gradient accumulation) or an in-place change to one leaves the
+    # other as it was.
+    monkeypatch.setattr(epifuse.torch, "direct", direct)
+    c = epifuse.Chain("add_rmsnorm_leaves")
+    x = c.input("x", "f32")
+    c.output("y", c.rmsnorm(c.add(x, c.input("residual", "f32")), c.input("w", "f32", "row"), eps=1e-6), "f32")
+    f = epifuse.torch.op(c)
+    g = torch.Generator(device="cuda").manual_seed(4)
+    xs, rs = (torch.randn(48, 256, device="cuda", generator=g) for _ in range(2))
+    ws = torch.rand(256, device="cuda", generator=g) + 0.5
+    dy = torch.randn(48, 256, device="cuda", generator=g)
+    ours = [leaf(t) for t in (xs, rs, ws)]
+    ref = [leaf(t) for t in (xs, rs, ws)]
+    for _ in range(2):
+        f(*ours).backward(dy)
+        torch.nn.functional.rms_norm(ref[0] + ref[1], (256,), ref[2], 1e-6).backward(dy)
+    dx, dr = ours[0].grad, ours[1].grad
+    assert dx.untyped_storage().data_ptr() != dr.untyped_storage().data_ptr()
+    for o, r in zip(ours, ref):
+        torch.testing.assert_close(o.grad, r.grad, rtol=1e-4, atol=1e-5)
+    before = dr.clone()
+    dx.mul_(3.0)
+    torch.testing.assert_close(dr, before, rtol=0, atol=0)
