@@ -26,6 +26,7 @@
 #include "runtime/cache_records.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/kernel_cache.hpp"
+#include "runtime/local_gpu.hpp"
 #include "runtime/jit_impl.hpp"
 #include "runtime/tensor_map_cache.hpp"
 
@@ -141,15 +142,7 @@ Jit::Jit(std::string target, int device) : impl_(std::make_unique<Impl>()) {
   d.disk = DiskCache::from_environment();
   if (d.device) d.device_name = d.device->device(d.ordinal).name;
   // The heuristics' view of this GPU; the assumed one where the target cannot run here.
-  d.device_info = assumed_device(d.target_name);
-  if (d.device) {
-    const backend::DeviceInfo& p = d.device->device(d.ordinal);
-    if (p.multiprocessors > 0) d.device_info.multiprocessors = p.multiprocessors;
-    if (p.max_shared_per_block_optin > 0) d.device_info.shared_per_block = static_cast<std::uint32_t>(p.max_shared_per_block_optin);
-    if (p.l2_bytes > 0) d.device_info.l2_bytes = static_cast<std::uint64_t>(p.l2_bytes);
-    if (const std::uint64_t bw = backend::dram_bytes_per_second(p)) d.device_info.dram_bytes_per_second = bw;
-    if (p.clock_khz > 0) d.device_info.clock_khz = p.clock_khz;
-  }
+  d.device_info = d.device ? device_view(d.target_name, d.device->device(d.ordinal)) : assumed_device(d.target_name);
 }
 
 void Jit::Impl::init_nvidia(const std::string& target) {

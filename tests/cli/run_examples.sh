@@ -237,6 +237,16 @@ expect 0 "--batch on the CPU reference, a shared B" -- "$EPIFUSE" run "$CHAINS/g
   --batch 3 --batch-stride b=0 --device cpu --output-dir "$TMP/batched"
 if "$PYTHON" -c "import numpy as np, sys; a = np.load(sys.argv[1]); assert a.shape == (3, 16, 24), a.shape" "$TMP/batched/y.npy"
 then pass "a batched output is written as a (B, M, N) array"; else fail "a batched output is written as a (B, M, N) array"; fi
+# emit without --target: the GPU's, as compile and bench take it, or, without a GPU, none
+# in particular; either way it says which, and --json names it.
+expect_stderr 0 "emit without --target says what it emits for" "emitting for" -- "$EPIFUSE" emit "$CHAINS/gemm_bias_relu.json"
+if grep -qF "no GPU" "$TMP/err"; then want_target=""; else want_target=$(sed -n 's/.*GPU, \([^ ]*\) (.*/\1/p' "$TMP/err"); fi
+if "$EPIFUSE" emit "$CHAINS/gemm_bias_relu.json" --json 2>/dev/null |
+   "$PYTHON" -c "import json, sys; assert json.load(sys.stdin)['target'] == sys.argv[1]" "$want_target" &&
+   "$EPIFUSE" emit "$CHAINS/gemm_bias_relu.json" --target sm_90a --shape 4096,4096,4096 --json 2>"$TMP/err" |
+   "$PYTHON" -c "import json, sys; d = json.load(sys.stdin); assert d['target'] == 'sm_90a' and d['tile'].startswith('h'), d['tile']" &&
+   ! grep -q "emitting for" "$TMP/err"
+then pass "emit --json names the target it emitted for"; else fail "emit --json names the target it emitted for"; fi
 if "$EPIFUSE" emit "$CHAINS/gemm_bias_relu.json" --target sm_80 --ld y=264 | grep -q "p.out0\[row \* p.ld_out0 + col\]"
 then pass "emit --ld prints the strided output's kernel"; else fail "emit --ld prints the strided output's kernel"; fi
 if "$EPIFUSE" emit "$EW" --shape 16,24 --target sm_80 --ld x=40 | grep -qF "p.in0 + r0 * (int)p.ld_in0 + c0"

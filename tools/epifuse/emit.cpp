@@ -1,4 +1,5 @@
-// `epifuse emit CHAIN.json`: print the generated kernel source (no GPU, no NVRTC).
+// `epifuse emit CHAIN.json`: print the generated kernel source (no GPU, no NVRTC
+// needed; where there is a GPU, the kernel the Jit would build for it).
 #include <iostream>
 #include <memory>
 
@@ -11,6 +12,7 @@
 #include "backend/target.hpp"
 #include "backend/header.hpp"
 #include "jit_options.hpp"
+#include "runtime/local_gpu.hpp"
 
 namespace epifuse::cli {
 namespace {
@@ -42,6 +44,21 @@ void emit(const EmitOptions& opt) {
   else if (!opt.target.empty())
     target = backend::parse_target(opt.target).str();
   const KernelSpec spec = load_spec(opt.chain);
+  // As compile, bench and the Python module: without --target, this machine's
+  // GPU's; for the target of the GPU here, its multiprocessors, shared memory
+  // and bandwidth steer the untuned tile, as in the Jit. Elsewhere the target's
+  // assumed device, and without a target or a GPU no particular target (GEMM
+  // chains then take mma.sync tiles).
+  const std::optional<LocalGpu> gpu = local_gpu();
+  DeviceInfo device = assumed_device(target);
+  if (target.empty() && gpu) {
+    target = gpu->target;
+    if (!session().json) std::cerr << fmt::format("epifuse: no --target; emitting for this machine's GPU, {} ({})\n", target, gpu->name);
+  } else if (target.empty() && !session().json) {
+    std::cerr << "epifuse: no --target and no GPU; emitting for no particular target (a GEMM chain takes "
+                 "mma.sync tiles: --target sm_90a for wgmma)\n";
+  }
+  if (gpu && gpu->target == target) device = gpu->device;
   Shape shape;
   if (opt.shape.empty() && !spec.default_shape) {
     // The source depends on the shape only through its class (N % vec).
@@ -52,11 +69,12 @@ void emit(const EmitOptions& opt) {
   }
   apply_lds(opt.lds, spec, shape);
   apply_batch(opt.batch, opt.batch_strides, spec, shape);
-  KernelSource ks = emit_kernel(spec, shape, opt.tile.tile(), KernelPath::fastest, target);
+  KernelSource ks = emit_kernel(spec, shape, opt.tile.tile(), KernelPath::fastest, target, device);
   if (opt.standalone) ks.text = standalone_text(ks.text);
   if (session().json) {
     nlohmann::ordered_json doc;
     doc["name"] = ks.name;
+    doc["target"] = target;  // empty: no particular target
     doc["tile"] = to_string(ks.tile);
     doc["inputs"] = ks.inputs;
     doc["outputs"] = ks.outputs;
@@ -71,11 +89,14 @@ void emit(const EmitOptions& opt) {
 
 void add_emit(CLI::App& app) {
   auto opt = std::make_shared<EmitOptions>();
-  CLI::App* sub = app.add_subcommand("emit", "Print the generated kernel source (needs no GPU and no NVRTC)");
+  CLI::App* sub = app.add_subcommand(
+      "emit", "Print the generated kernel source (needs no GPU and no NVRTC; with a GPU, the kernel built for it)");
   sub->add_option("chain", opt->chain, "JSON op chain")->required()->check(non_empty());
   sub->add_option("--shape", opt->shape, "M,N (elementwise) or M,N,K (GEMM kinds); default the chain's shape")
       ->check(non_empty());
-  sub->add_option("--target", opt->target, "Target (sm_80, sm_90a, gfx90a, gfx1100, ...): which tiles are allowed (wgmma tiles need sm_90a; AMD targets take wave tiles)")
+  sub->add_option("--target", opt->target,
+                  "Target (sm_80, sm_90a, gfx90a, gfx1100, ...): which tiles are allowed (wgmma tiles need sm_90a; AMD "
+                  "targets take wave tiles); default the GPU's, without one no particular target (mma.sync GEMM tiles)")
       ->check(non_empty());
   add_tile_options(*sub, opt->tile);
   sub->add_option("--ld", opt->lds,
