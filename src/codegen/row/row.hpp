@@ -8,11 +8,13 @@
 // registers or streaming; plan_row.cpp), then emit_row (templates/row.cu.in; emit_row.cpp,
 // with the reductions and column sums in emit_row_sums.cpp).
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "codegen/kernel_plan.hpp"
+#include "epifuse/device_info.hpp"
 
 namespace epifuse {
 
@@ -60,6 +62,21 @@ inline Broadcast output_class(const KernelPlan& plan, const TensorPlan& t) {
   return plan.spec->graph.node(t.value).broadcast;
 }
 
+/// Floats of full inputs a thread may hold for the row-in-registers kernel:
+/// beyond this the kernel would spill, and streaming the row again is cheaper.
+inline constexpr int k_register_floats = 64;
+/// Whether every [M,N] input's vector is a multiple of the ring's 16-byte copies
+/// (true without a ring).
+bool ring_vectors_fit(const KernelSpec& spec, const RowTile& resolved);
+/// Thread-block clusters and distributed shared memory: sm_90 and later.
+bool cluster_target(std::string_view target);
+/// Full [M,N] inputs of a spec (at least 1), and its ops of one kind.
+int full_inputs(const KernelSpec& spec);
+int count_ops(const KernelSpec& spec, OpKind op);
+/// The untuned tile (Note [Default row tile], row_default_tile.cpp); nullopt:
+/// the plain default (off sm_90, short rows, a class's tile that does not fit).
+std::optional<RowTile> default_row_tile(const KernelSpec& spec, const Shape& shape, std::string_view target,
+                                        const DeviceInfo& device);
 /// The row family's answer to family_for: whether a spec's graph has a row reduction.
 bool has_row_reduction(const KernelSpec& spec);
 /// Whether a later stage uses a value an earlier one computes (softmax's
