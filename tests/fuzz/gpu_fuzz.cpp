@@ -1,0 +1,697 @@
+// Random chains on a GPU against the CPU reference (docs/fuzzing.md, "On a
+// GPU"). Where the libFuzzer targets stop at emission, this one runs what it
+// generates: a chain drawn at random (elementwise, row, GEMM or dual GEMM; ops,
+// broadcasts, dtypes, dropout, casts, column sums, extra outputs), a shape, a
+// tile (the default or one of the tuner's candidates), sometimes strided
+// tensors or a batch, and, where grad() differentiates the chain, its forward
+// with saved state, its backward and a single GEMM's dgrad epilogue. Each case
+// is checked three ways:
+//   reference: every output within its dtype's tolerance of the CPU reference
+//     (as `epifuse run --verify`: a GEMM's accumulators moved by their
+//     accumulation bound span an interval). An element outside it that the
+//     conditioning of the chain explains is counted, not failed: within its
+//     tolerance of the double-precision value plus 4x the largest error the
+//     reference's own f32 evaluation (and the accumulators' moves) make on
+//     that output. A gross error (a wrong index, a lost write, a race) is far
+//     outside both;
+//   repeat: a second launch gives the same bits (§4's masks, fixed-order sums);
+//   strided: a case with strided tensors gives the bits of its dense copy on
+//     the tile the strided shape resolved to (docs/strided-batched.md).
+// A failure writes a repro (the chain, shape, strides, tile, seeds and the
+// message) to the output folder and the run goes on; the exit status is 1 when
+// any case failed. Before each launch the case is written to current-PID.json,
+// so a hang leaves its repro behind.
+//
+//   build/epifuse_gpu_fuzz [--seed S] [--cases N] [--seconds T] [--out DIR]
+//                          [--dry-run [--target sm_90a]] [--print]
+//
+// --dry-run needs no GPU: it draws the same cases, emits each kernel for
+// --target and evaluates the reference on the smallest of them (the ctest
+// case, which keeps the generator honest in CI). tools/gpu_fuzz.sh runs a
+// process per core on a GPU machine.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "epifuse/autodiff.hpp"
+#include "epifuse/codegen.hpp"
+#include "epifuse/compare.hpp"
+#include "epifuse/dgrad.hpp"
+#include "epifuse/errors.hpp"
+#include "epifuse/jit.hpp"
+#include "epifuse/json.hpp"
+#include "epifuse/reference.hpp"
+#include "epifuse/tile.hpp"
+
+namespace {
+
+using namespace epifuse;
+using Json = nlohmann::ordered_json;
+
+// splitmix64: a case is a pure function of its seed.
+struct Rng {
+  std::uint64_t s;
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  std::int64_t below(std::int64_t n) { return static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(n)); }
+  std::int64_t in(std::int64_t lo, std::int64_t hi) { return lo + below(hi - lo + 1); }
+  bool chance(double p) { return static_cast<double>(next() >> 11) * 0x1p-53 < p; }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * (static_cast<double>(next() >> 11) * 0x1p-53); }
+  template <class T>
+  const T& pick(const std::vector<T>& v) {
+    return v[static_cast<std::size_t>(below(static_cast<std::int64_t>(v.size())))];
+  }
+};
+
+// One kernel to run: a spec, its shape and launch, the tile asked for.
+struct Case {
+  std::string what;  // "forward", "grad forward", "backward", "dgrad"
+  KernelSpec spec;
+  Shape shape;
+  std::optional<TileConfig> tile;
+  LaunchArgs args;
+  std::uint64_t data_seed = 0;
+  TensorMap given;  // inputs bound from an earlier case (a backward's saved state)
+};
+
+// ---------------------------------------------------------------------------
+// The generator. It draws ops whose results stay well conditioned on the
+// reference's random data (uniform in about [-1, 1]): the log, rsqrt and div of
+// arbitrary values are left to the composites that guard them (softmax,
+// log_softmax, the norms), and row sums take values of one sign, so a
+// tolerance failure means the kernel, not cancellation.
+
+const std::vector<DType> k_io = {DType::f32, DType::f16, DType::bf16};
+
+struct Builder {
+  Rng& rng;
+  KernelSpec spec;
+  DType io = DType::f32;
+  int inputs = 0;
+  std::vector<Value> full;  // full [M,N] values made so far (operands for binaries, extra outputs)
+  bool rows = false;        // a row reduction was made
+
+  Value fresh_input(Broadcast b) {
+    const DType dt = rng.chance(0.8) ? io : rng.pick(k_io);
+    return spec.graph.input("in" + std::to_string(inputs++), dt, b);
+  }
+
+  Value activation(Value v) {
+    static const std::vector<OpKind> ops = {OpKind::relu, OpKind::gelu_tanh, OpKind::gelu_erf,
+                                            OpKind::sigmoid, OpKind::silu, OpKind::tanh};
+    return spec.graph.unary(rng.pick(ops), v);
+  }
+
+  Value binary(Value v) {
+    static const std::vector<OpKind> ops = {OpKind::add, OpKind::mul, OpKind::sub, OpKind::max, OpKind::min};
+    const OpKind op = rng.pick(ops);
+    Value other;
+    if (!full.empty() && rng.chance(0.25)) {
+      other = rng.pick(full);
+    } else {
+      static const std::vector<Broadcast> bs = {Broadcast::full, Broadcast::row, Broadcast::row,
+                                                Broadcast::col, Broadcast::scalar};
+      other = fresh_input(rng.pick(bs));
+    }
+    return rng.chance(0.5) ? spec.graph.binary(op, v, other) : spec.graph.binary(op, other, v);
+  }
+
+  // A row reduction's result combined with the row, or a composite.
+  Value row_op(Value v) {
+    rows = true;
+    Graph& g = spec.graph;
+    switch (rng.below(7)) {
+      case 0: return g.softmax(v);
+      case 1: return g.log_softmax(v);
+      case 2: return g.rmsnorm(v, fresh_input(Broadcast::row), rng.pick(std::vector<double>{1e-6, 1e-5, 0.1}));
+      case 3: return g.layernorm(v, fresh_input(Broadcast::row), fresh_input(Broadcast::row), 1e-5);
+      case 4: return g.sub(v, g.row_max(v));
+      case 5: return g.mul(v, g.row_mean(g.sigmoid(v)));  // a row sum of positive values
+      default: return g.add(v, g.row_sum(g.mul(v, v)));
+    }
+  }
+
+  Value step(Value v, bool allow_rows) {
+    Graph& g = spec.graph;
+    const std::int64_t r = rng.below(100);
+    if (r < 22) return activation(v);
+    if (r < 50) return binary(v);
+    if (r < 56) return g.scale(v, rng.uniform(-2.0, 2.0));
+    if (r < 60) return g.add_scalar(v, rng.uniform(-1.0, 1.0));
+    if (r < 72) {
+      static const std::vector<double> ps = {0.0, 0.1, 0.1, 0.25, 0.5, 0.9, 1.0};
+      return g.dropout(v, rng.pick(ps), rng.chance(0.85) ? RngMode::philox4 : RngMode::triton);
+    }
+    if (r < 78) return g.cast(v, rng.chance(0.5) ? DType::bf16 : DType::f16);
+    if (allow_rows && r < 92) return row_op(v);
+    return activation(v);
+  }
+};
+
+KernelSpec random_spec(Rng& rng, std::uint64_t id) {
+  Builder b{rng, {}, rng.pick(k_io)};
+  KernelSpec& spec = b.spec;
+  spec.name = "fuzz" + std::to_string(id);
+  spec.precision = rng.chance(0.25) ? Precision::fast : Precision::accurate;
+  const std::int64_t kind = rng.below(100);
+  Graph& g = spec.graph;
+  Value v;
+  if (kind < 50) {
+    spec.mainloop.kind = MainloopKind::elementwise;
+    v = g.input("x", b.io, Broadcast::full);
+  } else {
+    spec.mainloop.kind = kind < 88 ? MainloopKind::gemm : MainloopKind::dual_gemm;
+    const std::int64_t t = rng.below(10);
+    const DType op = t < 4 ? DType::f16 : t < 8 ? DType::bf16 : DType::f32;
+    spec.mainloop.a = spec.mainloop.b = op;
+    spec.mainloop.math = op == DType::f32 && rng.chance(0.7) ? GemmMath::tf32 : GemmMath::exact;
+    spec.mainloop.a_layout = rng.chance(0.8) ? Layout::row : Layout::col;
+    spec.mainloop.b_layout = rng.chance(0.5) ? Layout::row : Layout::col;
+    if (op != DType::f32) b.io = rng.chance(0.85) ? op : DType::f32;
+    v = g.accumulator(0);
+  }
+  b.full.push_back(v);
+  const bool allow_rows = spec.mainloop.kind == MainloopKind::elementwise;
+  const std::int64_t steps = rng.in(1, 6);
+  for (std::int64_t i = 0; i < steps; ++i) {
+    if (spec.mainloop.kind == MainloopKind::dual_gemm && i == 0) {  // the gate: act(acc0) * acc1, or the other way
+      const Value a1 = g.accumulator(1);
+      v = rng.chance(0.8) ? g.mul(b.activation(v), a1) : g.mul(v, b.activation(a1));
+    } else {
+      v = b.step(v, allow_rows);
+    }
+    if (g.node(v).broadcast == Broadcast::full) b.full.push_back(v);
+  }
+  if (spec.mainloop.kind == MainloopKind::dual_gemm && g.nodes().size() < 4) v = g.mul(v, g.accumulator(1));
+  g.output("y", v, b.io);
+  if (b.full.size() > 2 && rng.chance(0.3)) {  // an intermediate as a second output
+    const Value extra = b.full[static_cast<std::size_t>(rng.in(1, static_cast<std::int64_t>(b.full.size()) - 2))];
+    g.output("h", extra, rng.chance(0.5) ? b.io : DType::f32);
+  }
+  if (rng.chance(0.2)) g.output("cs", g.col_sum(rng.pick(b.full)), rng.chance(0.6) ? DType::f32 : b.io);
+  return spec;
+}
+
+// The tensors of `given` that `spec` binds as inputs.
+TensorMap inputs_of(const KernelSpec& spec, TensorMap given) {
+  TensorMap kept;
+  for (const Node& n : spec.graph.nodes())
+    if (n.kind == NodeKind::input)
+      if (auto it = given.find(n.name); it != given.end()) kept.emplace(n.name, std::move(it->second));
+  return kept;
+}
+
+bool has_row_reduction(const KernelSpec& spec) {
+  for (const Node& n : spec.graph.nodes())
+    if (n.kind == NodeKind::op && (n.op == OpKind::row_max || n.op == OpKind::row_sum || n.op == OpKind::row_mean))
+      return true;
+  return false;
+}
+
+bool has_col_sum(const KernelSpec& spec) {
+  for (const Output& o : spec.graph.outputs())
+    if (spec.graph.node(o.value).kind == NodeKind::op && spec.graph.node(o.value).op == OpKind::col_sum) return true;
+  return false;
+}
+
+// M, N (and K): ragged and round, few rows and many, long rows for row chains.
+// The reference runs on one core, so M*N*K stays under 2^26 and M*N under 2^22.
+Shape random_shape(Rng& rng, const KernelSpec& spec) {
+  auto dim = [&](std::int64_t lo, std::int64_t hi) {
+    const std::int64_t d = rng.in(lo, hi);
+    const std::int64_t r = rng.below(3);
+    if (r == 0) return std::max<std::int64_t>(lo, d / 64 * 64);  // a whole number of tiles
+    if (r == 1) return std::max<std::int64_t>(lo, d / 8 * 8);
+    return d;
+  };
+  Shape s;
+  const bool gemm = spec.mainloop.kind != MainloopKind::elementwise;
+  if (!gemm && has_row_reduction(spec) && rng.chance(0.3)) {
+    s.n = dim(4096, 70000);
+    s.m = dim(1, std::max<std::int64_t>(1, (1 << 21) / s.n));
+  } else {
+    s.m = rng.chance(0.2) ? dim(1, 64) : dim(1, 2048);
+    s.n = rng.chance(0.15) ? dim(1, 64) : dim(1, 4096);
+  }
+  if (gemm) {
+    s.k = rng.chance(0.1) ? dim(1, 32) : dim(1, 1024);
+    while (s.m * s.n * s.k > (1ll << 26) && s.k > 1) s.k /= 2;
+  }
+  while (s.m * s.n > (1ll << 22)) s.m = std::max<std::int64_t>(1, s.m / 2);
+  return s;
+}
+
+// Strided tensors (about one case in four): each full input and output, and
+// a GEMM's operands, a pad of its own from a few elements to a few rows' worth.
+void random_strides(Rng& rng, const KernelSpec& spec, Shape& s) {
+  static const std::vector<std::int64_t> pads = {1, 2, 7, 8, 16, 64, 129};
+  if (s.batch > 1) return;
+  const Graph& g = spec.graph;
+  std::size_t i = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.kind != NodeKind::input) continue;
+    s.ld_inputs.push_back(n.broadcast == Broadcast::full && rng.chance(0.5) ? s.n + rng.pick(pads) : 0);
+    ++i;
+  }
+  for (const Output& o : g.outputs()) {
+    const Node& n = g.node(o.value);
+    const bool column_sum = n.kind == NodeKind::op && n.op == OpKind::col_sum;
+    s.ld_outputs.push_back(!column_sum && n.broadcast == Broadcast::full && rng.chance(0.5) ? s.n + rng.pick(pads) : 0);
+  }
+  if (spec.mainloop.kind != MainloopKind::elementwise) {
+    if (rng.chance(0.5)) s.lda = gemm_operand_extent(spec.mainloop, s, 0) + rng.pick(pads);
+    if (rng.chance(0.5)) s.ldb = gemm_operand_extent(spec.mainloop, s, 1) + rng.pick(pads);
+    if (spec.mainloop.kind == MainloopKind::dual_gemm && rng.chance(0.5))
+      s.ldb1 = gemm_operand_extent(spec.mainloop, s, 2) + rng.pick(pads);
+  }
+}
+
+bool strided(const Shape& s) {
+  auto any = [](const std::vector<std::int64_t>& v) {
+    return std::any_of(v.begin(), v.end(), [](std::int64_t x) { return x != 0; });
+  };
+  return s.lda || s.ldb || s.ldb1 || any(s.ld_inputs) || any(s.ld_outputs);
+}
+
+Shape dense_of(Shape s) {
+  s.lda = s.ldb = s.ldb1 = 0;
+  s.ld_inputs.clear();
+  s.ld_outputs.clear();
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Repro files and reporting.
+
+Json shape_json(const Shape& s) {
+  Json j = {{"m", s.m}, {"n", s.n}, {"k", s.k}};
+  if (s.batch > 1) j["batch"] = s.batch;
+  if (s.lda) j["lda"] = s.lda;
+  if (s.ldb) j["ldb"] = s.ldb;
+  if (s.ldb1) j["ldb1"] = s.ldb1;
+  if (strided(s)) {
+    j["ld_inputs"] = s.ld_inputs;
+    j["ld_outputs"] = s.ld_outputs;
+  }
+  return j;
+}
+
+Json case_json(const Case& c, std::uint64_t case_seed) {
+  return {{"case_seed", case_seed},
+          {"what", c.what},
+          {"shape", shape_json(c.shape)},
+          {"tile", c.tile ? to_string(*c.tile) : "default"},
+          {"seed", c.args.seed},
+          {"offset", c.args.offset},
+          {"data_seed", c.data_seed},
+          {"chain", spec_to_json(c.spec)}};
+}
+
+void write_json(const std::filesystem::path& path, const Json& j) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << j.dump(2) << "\n";
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+struct Stats {
+  std::int64_t drawn = 0, rejected = 0, unsupported = 0, run = 0, strided = 0, batched = 0, tiled = 0;
+  std::int64_t explained = 0, failed = 0;
+  std::map<std::string, std::int64_t> by_what;
+  std::map<std::string, std::int64_t> unsupported_why;
+};
+
+// ---------------------------------------------------------------------------
+// The checks.
+
+// Every output against the reference (see the file's comment). Returns "" when
+// it passes, else the first failure's message. Counts explained elements.
+std::string check_reference(const Case& c, const TensorMap& inputs, const TensorMap& got, std::int64_t& explained) {
+  const TensorMap want = evaluate(c.spec, c.shape, inputs, c.args);
+  std::vector<TensorMap> moved;
+  if (const double bound = accumulation_bound(c.spec, c.shape, inputs); bound > 0) {
+    const bool dual = c.spec.mainloop.kind == MainloopKind::dual_gemm;
+    for (const float s0 : {-1.0f, 1.0f})
+      for (const float s1 : dual ? std::vector<float>{-1.0f, 1.0f} : std::vector<float>{0.0f}) {
+        EvalOptions o;
+        o.accumulator_shift = {static_cast<float>(s0 * bound), static_cast<float>(s1 * bound)};
+        moved.push_back(evaluate(c.spec, c.shape, inputs, c.args, o));
+      }
+  }
+  std::optional<DoubleTensors> exact;  // evaluated once, when an output needs it
+  for (const Output& o : c.spec.graph.outputs()) {
+    const HostTensor& w = want.at(o.name);
+    const HostTensor& x = got.at(o.name);
+    std::vector<const HostTensor*> wants = {&w};
+    for (const TensorMap& m : moved) wants.push_back(&m.at(o.name));
+    const Tolerance tol = tolerance_for(o.dtype, c.spec.precision);
+    const Comparison cmp = compare_within(x, wants, tol);
+    if (cmp.ok) continue;
+    if (x.shape != w.shape) return o.name + ": " + cmp.message;
+    if (!exact) {
+      if (c.shape.batch > 1) return o.name + ": " + cmp.message;  // evaluate_double runs one problem
+      DoubleTensors in;
+      for (const auto& [name, t] : inputs) {
+        std::vector<double> d(static_cast<std::size_t>(t.numel()));
+        for (std::int64_t i = 0; i < t.numel(); ++i) d[static_cast<std::size_t>(i)] = t.get(i);
+        in.emplace(name, std::move(d));
+      }
+      exact = evaluate_double(c.spec, c.shape, in, c.args);
+    }
+    const std::vector<double>& d = exact->at(o.name);
+    double scale = 0;  // the reference's own error on this output, and the accumulators' moves
+    for (std::int64_t i = 0; i < w.numel(); ++i) {
+      const double wi = w.get(i);
+      if (!std::isfinite(wi) || !std::isfinite(d[static_cast<std::size_t>(i)])) continue;
+      scale = std::max(scale, std::fabs(wi - d[static_cast<std::size_t>(i)]));
+      for (const TensorMap& m : moved) scale = std::max(scale, std::fabs(double(m.at(o.name).get(i)) - wi));
+    }
+    std::int64_t bad = 0, first = -1, here = 0;
+    for (std::int64_t i = 0; i < w.numel(); ++i) {
+      const double xi = x.get(i), wi = w.get(i), di = d[static_cast<std::size_t>(i)];
+      bool ok;
+      if (std::isnan(wi) || std::isinf(wi))
+        ok = std::isnan(wi) ? std::isnan(xi) : xi == wi || (std::isfinite(di) && std::fabs(xi - di) <= 4 * scale);
+      else
+        ok = std::isfinite(xi) && (std::fabs(xi - wi) <= tol.atol + tol.rtol * std::fabs(wi) ||
+                                   std::fabs(xi - di) <= tol.atol + tol.rtol * std::fabs(di) + 4 * scale);
+      if (!ok && first < 0) first = i;
+      bad += !ok;
+      here += ok && !(std::isfinite(xi) && std::fabs(xi - wi) <= tol.atol + tol.rtol * std::fabs(wi));
+    }
+    explained += here;
+    if (bad > 0) {
+      char buf[320];
+      std::snprintf(buf, sizeof buf, "%s: %lld of %lld elements off; first at %lld: got %.9g, want %.9g (double %.9g, "
+                    "reference error scale %.3g)",
+                    o.name.c_str(), static_cast<long long>(bad), static_cast<long long>(w.numel()),
+                    static_cast<long long>(first), double(x.get(first)), double(w.get(first)),
+                    d[static_cast<std::size_t>(first)], scale);
+      return buf;
+    }
+  }
+  return "";
+}
+
+std::string differing_bits(const KernelSpec& spec, const TensorMap& a, const TensorMap& b) {
+  for (const Output& o : spec.graph.outputs()) {
+    const HostTensor& x = a.at(o.name);
+    const HostTensor& y = b.at(o.name);
+    if (x.dtype != y.dtype || x.shape != y.shape) return o.name + ": dtype or shape differs";
+    if (x.bytes != y.bytes) {
+      for (std::int64_t i = 0; i < x.numel(); ++i)
+        if (std::memcmp(x.bytes.data() + i * size_of(x.dtype), y.bytes.data() + i * size_of(x.dtype),
+                        size_of(x.dtype)) != 0) {
+          char buf[200];
+          std::snprintf(buf, sizeof buf, "%s: element %lld is %.9g and %.9g", o.name.c_str(),
+                        static_cast<long long>(i), double(x.get(i)), double(y.get(i)));
+          return buf;
+        }
+    }
+  }
+  return "";
+}
+
+struct Runner {
+  Jit* jit = nullptr;  // null: --dry-run
+  std::string target;
+  std::filesystem::path out;
+  bool print = false;  // --print: each case as one JSON line on stdout
+  Stats stats;
+  std::int64_t failures_written = 0;
+
+  void fail(const Case& c, std::uint64_t case_seed, const std::string& check, const std::string& message) {
+    ++stats.failed;
+    Json j = case_json(c, case_seed);
+    j["check"] = check;
+    j["message"] = message;
+    const std::filesystem::path p =
+        out / ("fail-" + std::to_string(::getpid()) + "-" + std::to_string(failures_written++) + ".json");
+    write_json(p, j);
+    std::fprintf(stderr, "gpu_fuzz: FAILED %s (%s, %s, tile %s): %s\n  repro: %s\n", check.c_str(), c.what.c_str(),
+                 c.spec.name.c_str(), c.tile ? to_string(*c.tile).c_str() : "default", message.c_str(),
+                 p.string().c_str());
+  }
+
+  void count(const Case& c) {
+    ++stats.run;
+    ++stats.by_what[c.what];
+    stats.strided += strided(c.shape);
+    stats.batched += c.shape.batch > 1;
+    stats.tiled += c.tile.has_value();
+  }
+
+  // Runs one case; returns the outputs (for a backward's saved state), or
+  // nullopt when the code generator or the device does not take it.
+  std::optional<TensorMap> run(const Case& c, std::uint64_t case_seed) {
+    TensorMap inputs;
+    try {
+      verify_shape(c.spec, c.shape);
+      inputs = make_inputs(c.spec, c.shape, c.data_seed, c.given);
+    } catch (const UserError&) {
+      ++stats.rejected;
+      return std::nullopt;
+    }
+    if (print) std::printf("%s\n", case_json(c, case_seed).dump().c_str());
+    if (!jit) {  // dry: emit, and evaluate the smallest
+      try {
+        emit_kernel(c.spec, c.shape, c.tile, KernelPath::fastest, target);
+      } catch (const UserError& e) {
+        ++stats.unsupported;
+        ++stats.unsupported_why[std::string(e.what()).substr(0, 60)];
+        return std::nullopt;
+      }
+      count(c);
+      if (c.shape.m * c.shape.n * std::max<std::int64_t>(1, c.shape.k) <= (1 << 16))
+        return evaluate(c.spec, c.shape, inputs, c.args);
+      return TensorMap{};
+    }
+    write_json(out / ("current-" + std::to_string(::getpid()) + ".json"), case_json(c, case_seed));
+    TensorMap got;
+    std::optional<TileConfig> resolved;
+    try {
+      resolved = jit->compile(c.spec, c.shape, c.tile)->key().tile;
+      got = run_on_device(*jit, c.spec, c.shape, inputs, c.args, c.tile);
+    } catch (const UserError& e) {
+      ++stats.unsupported;
+      ++stats.unsupported_why[std::string(e.what()).substr(0, 60)];
+      return std::nullopt;
+    } catch (const std::exception& e) {
+      fail(c, case_seed, "launch", e.what());
+      return std::nullopt;
+    }
+    count(c);
+    try {
+      if (std::string m = check_reference(c, inputs, got, stats.explained); !m.empty()) fail(c, case_seed, "reference", m);
+      const TensorMap again = run_on_device(*jit, c.spec, c.shape, inputs, c.args, c.tile);
+      if (std::string m = differing_bits(c.spec, got, again); !m.empty()) fail(c, case_seed, "repeat", m);
+      if (strided(c.shape)) {
+        const TensorMap dense = run_on_device(*jit, c.spec, dense_of(c.shape), inputs, c.args, resolved);
+        if (std::string m = differing_bits(c.spec, got, dense); !m.empty())
+          fail(c, case_seed, "strided", m + " (dense on tile " + to_string(*resolved) + ")");
+      }
+    } catch (const std::exception& e) {
+      fail(c, case_seed, "check", e.what());
+    }
+    return got;
+  }
+
+  std::optional<TileConfig> random_tile(Rng& rng, const KernelSpec& spec, const Shape& shape) {
+    if (rng.chance(0.5)) return std::nullopt;
+    try {
+      const std::vector<TileConfig> tiles =
+          jit ? jit->tile_candidates(spec, shape) : tile_candidates(spec, shape, target);
+      if (tiles.empty()) return std::nullopt;
+      return rng.pick(tiles);
+    } catch (const UserError&) {
+      return std::nullopt;
+    }
+  }
+
+  // One drawn chain and what follows from it.
+  void one(std::uint64_t case_seed) {
+    Rng rng{case_seed};
+    ++stats.drawn;
+    Case c;
+    c.what = "forward";
+    try {
+      c.spec = random_spec(rng, case_seed);
+      verify(c.spec);
+    } catch (const UserError&) {
+      ++stats.rejected;
+      return;
+    }
+    c.shape = random_shape(rng, c.spec);
+    if (c.spec.mainloop.kind != MainloopKind::elementwise && !has_col_sum(c.spec) && rng.chance(0.15)) {
+      c.shape.batch = rng.in(2, 4);
+      while (c.shape.batch * c.shape.m * c.shape.n * c.shape.k > (1ll << 26) && c.shape.m > 1) c.shape.m /= 2;
+    }
+    if (rng.chance(0.25)) random_strides(rng, c.spec, c.shape);
+    c.tile = random_tile(rng, c.spec, c.shape);
+    c.args.seed = rng.next();
+    c.args.offset = rng.chance(0.5) ? 0 : rng.next() >> 20;
+    c.data_seed = rng.next();
+    run(c, case_seed);
+
+    // The backward, where grad() differentiates the chain (unbatched, dense).
+    if (c.shape.batch > 1 || !rng.chance(0.5)) return;
+    GradResult r;
+    try {
+      r = grad(c.spec);
+    } catch (const UserError&) {
+      return;
+    }
+    Case f = c;
+    f.what = "grad forward";
+    f.spec = r.forward;
+    f.shape = dense_of(c.shape);
+    f.tile = random_tile(rng, f.spec, f.shape);
+    const std::optional<TensorMap> saved = run(f, case_seed);
+    if (!saved) return;
+    Case bwd = c;
+    bwd.what = "backward";
+    bwd.spec = r.backward;
+    bwd.shape = {c.shape.m, c.shape.n, 0};
+    if (rng.chance(0.2)) random_strides(rng, bwd.spec, bwd.shape);
+    bwd.tile = random_tile(rng, bwd.spec, bwd.shape);
+    bwd.data_seed = rng.next();
+    // The saved state the forward wrote on the reference: the backward reads
+    // values a forward could have made (rstd > 0, a softmax's sums).
+    const TensorMap fwd_inputs = make_inputs(f.spec, f.shape, f.data_seed, f.given);
+    const TensorMap fwd = evaluate(f.spec, f.shape, fwd_inputs, f.args);
+    for (const SavedTensor& s : r.saved) {
+      if (s.kind == "output") continue;
+      if (auto it = fwd.find(s.name); it != fwd.end()) bwd.given.emplace(s.name, it->second);
+    }
+    for (const auto& [name, t] : fwd_inputs) bwd.given.emplace(name, t);  // the inputs it reads again
+    bwd.given = inputs_of(bwd.spec, std::move(bwd.given));
+    run(bwd, case_seed);
+
+    // A single GEMM's backward as the dgrad epilogue of dy's GEMM.
+    if (c.spec.mainloop.kind != MainloopKind::gemm || c.spec.graph.outputs().size() != 1) return;
+    Case dg = bwd;
+    dg.what = "dgrad";
+    try {
+      Mainloop m = c.spec.mainloop;
+      m.a_layout = Layout::row;
+      m.b_layout = rng.chance(0.5) ? Layout::row : Layout::col;
+      dg.spec = as_gemm_epilogue(r.backward, "dy", m);
+      verify(dg.spec);
+    } catch (const UserError&) {
+      return;
+    }
+    dg.given = inputs_of(dg.spec, bwd.given);
+    dg.shape = {c.shape.m, c.shape.n, rng.chance(0.5) ? c.shape.k : std::max<std::int64_t>(1, c.shape.k / 2 + 3)};
+    dg.tile = random_tile(rng, dg.spec, dg.shape);
+    run(dg, case_seed);
+  }
+};
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: epifuse_gpu_fuzz [--seed S] [--cases N] [--seconds T] [--out DIR] [--dry-run [--target T]] [--print]\n"
+               "  random chains on the GPU against the CPU reference (docs/fuzzing.md, \"On a GPU\");\n"
+               "  defaults: seed 1, 100 cases, no time limit, out gpu-fuzz-out, target sm_90a for --dry-run\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::uint64_t seed = 1;
+  std::int64_t cases = 100;
+  double seconds = 0;
+  bool dry = false, print = false;
+  std::string target = "sm_90a", out = "gpu-fuzz-out";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "epifuse_gpu_fuzz: %s needs a value\n", a.c_str());
+        std::exit(usage());
+      }
+      return argv[++i];
+    };
+    try {
+      if (a == "--seed") seed = std::stoull(value());
+      else if (a == "--cases") cases = std::stoll(value());
+      else if (a == "--seconds") seconds = std::stod(value());
+      else if (a == "--out") out = value();
+      else if (a == "--target") target = value();
+      else if (a == "--dry-run") dry = true;
+      else if (a == "--print") print = true;
+      else if (a == "--help" || a == "-h") return usage(), 0;
+      else {
+        std::fprintf(stderr, "epifuse_gpu_fuzz: unknown option %s\n", a.c_str());
+        return usage();
+      }
+    } catch (const std::logic_error&) {
+      std::fprintf(stderr, "epifuse_gpu_fuzz: %s takes a number\n", a.c_str());
+      return usage();
+    }
+  }
+  if (cases <= 0 && seconds <= 0) {
+    std::fprintf(stderr, "epifuse_gpu_fuzz: give a positive --cases or --seconds\n");
+    return usage();
+  }
+  Runner runner;
+  runner.out = out;
+  runner.target = target;
+  runner.print = print;
+  std::filesystem::create_directories(runner.out);
+  std::unique_ptr<Jit> jit;
+  if (!dry) {
+    if (const std::string why = gpu_unavailable_reason(); !why.empty()) {
+      std::fprintf(stderr, "epifuse_gpu_fuzz: no GPU (%s); --dry-run runs without one\n", why.c_str());
+      return 77;
+    }
+    jit = std::make_unique<Jit>();
+    runner.jit = jit.get();
+    runner.target = jit->target();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  double last_report = 0;
+  for (std::int64_t i = 0; (cases <= 0 || i < cases) && (seconds <= 0 || elapsed() < seconds); ++i) {
+    runner.one(seed * 0x100000001b3ull + static_cast<std::uint64_t>(i));
+    if (elapsed() - last_report >= 30) {
+      last_report = elapsed();
+      std::fprintf(stderr, "gpu_fuzz: %.0f s, %lld chains, %lld kernels run, %lld failed\n", elapsed(),
+                   static_cast<long long>(runner.stats.drawn), static_cast<long long>(runner.stats.run),
+                   static_cast<long long>(runner.stats.failed));
+    }
+  }
+  std::filesystem::remove(runner.out / ("current-" + std::to_string(::getpid()) + ".json"));
+  const Stats& s = runner.stats;
+  std::printf("gpu_fuzz: seed %llu, %s, %.0f s: %lld chains drawn, %lld kernels run (%lld on a tuner's tile, %lld strided, "
+              "%lld batched), %lld rejected, %lld unsupported, %lld elements explained by conditioning, %lld failed\n",
+              static_cast<unsigned long long>(seed), dry ? ("dry run for " + target).c_str() : runner.target.c_str(),
+              elapsed(), static_cast<long long>(s.drawn), static_cast<long long>(s.run),
+              static_cast<long long>(s.tiled), static_cast<long long>(s.strided), static_cast<long long>(s.batched),
+              static_cast<long long>(s.rejected), static_cast<long long>(s.unsupported),
+              static_cast<long long>(s.explained), static_cast<long long>(s.failed));
+  for (const auto& [what, n] : s.by_what) std::printf("  run  %-14s %lld\n", what.c_str(), static_cast<long long>(n));
+  for (const auto& [why, n] : s.unsupported_why)
+    std::printf("  unsupported %5lld  %s\n", static_cast<long long>(n), why.c_str());
+  return s.failed ? 1 : 0;
+}
