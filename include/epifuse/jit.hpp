@@ -15,8 +15,10 @@
 namespace epifuse {
 
 /// Everything that changes a binary (docs/design.md §5). Lookups compare the whole
-/// key; the hash only picks the bucket. Input names are bindings, not code,
-/// so two specs that differ only in names share a key.
+/// key; the hash only picks the bucket. Input names are bindings, not code:
+/// two specs that differ only in names share a binary (one disk record, one
+/// NVRTC compile), but each gets a kernel of its own in memory, whose
+/// KernelSource::inputs and outputs are its own names (Note [Binding names]).
 struct CacheKey {
   std::string signature;       ///< canonical graph signature, binary (signature_bytes)
   std::string shape_class;     ///< what the code is specialised for, e.g. "row_aligned/i32"
@@ -27,6 +29,9 @@ struct CacheKey {
   std::string options;         ///< compile options, space separated
   std::uint64_t templates = 0; ///< hash of the embedded templates
   std::string version;         ///< epifuse's own version
+  /// The spec's binding names (inputs, outputs), hashed: in the memory cache's
+  /// key, not in the disk's (key_bytes) nor in hash() (the bucket).
+  std::uint64_t bindings = 0;
   friend bool operator==(const CacheKey&, const CacheKey&) = default;
   std::uint64_t hash() const;
   std::string str() const;     ///< one line, for `epifuse compile` and logs

@@ -520,8 +520,15 @@ class Differentiator {
       case OpKind::row_mean: contribute(a, B.div_n(d)); return;
       case OpKind::row_max: {
         // To the row's maxima, split evenly among ties (torch.amax's rule):
-        // step(x - max) is 1/2 at a maximum and 0 below it.
-        const Value at_max = B.step(B.sub(fwd(a), fwd(i)));
+        // step(x - max) is 1/2 at a maximum and 0 below it. The max is taken
+        // again over the x the backward has, not read from the forward: a
+        // backward that recomputes x may round it otherwise than the forward
+        // did (another kernel, a fast function the forward's output dtype
+        // allowed, the CPU against a GPU), and an x a rounding below its saved
+        // max would leave a row with no maximum, 0/0, NaN gradients (found by
+        // tests/fuzz/gpu_fuzz.cpp). Over its own x every row has one.
+        const Value x = fwd(a);
+        const Value at_max = B.step(B.sub(x, B.row_max(x)));
         contribute(a, B.div(mul(d, at_max), B.row_sum(at_max)));
         return;
       }

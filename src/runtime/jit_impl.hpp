@@ -145,6 +145,7 @@ struct Jit::Impl {
     k.tile = family.resolve_tile(spec, shape, tile, target_name, device_info);
     k.shape_class = std::string(family.shape_class(spec, k.tile, shape));
     k.path = family.path_for(spec, k.tile, shape);  // the general kernel is asked for at launch
+    k.bindings = binding_names_hash(spec);
     return k;
   }
   // A tuned tile is kept for this GPU model, target, toolkit and epifuse build.

@@ -29,6 +29,19 @@ std::uint64_t CacheKey::hash() const {
   return XXH3_64bits_digest(&state);
 }
 
+std::uint64_t binding_names_hash(const KernelSpec& spec) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  const Graph& g = spec.graph;
+  for (Value v : g.inputs()) {
+    const std::string& name = g.node(v).name;
+    XXH3_64bits_update(&state, name.data(), name.size() + 1);  // with its NUL: names cannot run together
+  }
+  XXH3_64bits_update(&state, "|", 1);
+  for (const Output& o : g.outputs()) XXH3_64bits_update(&state, o.name.data(), o.name.size() + 1);
+  return XXH3_64bits_digest(&state);
+}
+
 std::string CacheKey::str() const {
   return fmt::format("{:016x} tile={} shape_class={} path={} target={} compiler={} templates={:016x} epifuse={}",
                      hash(), to_string(tile), shape_class, path == KernelPath::fastest ? "vector" : "general",

@@ -16,6 +16,20 @@
 
 namespace epifuse {
 
+// Note [Binding names]. A kernel's source names its tensors as the spec it
+// was emitted from does (KernelSource::inputs, outputs), and callers bind by
+// those names (run_on_device, the bench, the C ABI's ef_kernel_bindings that
+// the Python module maps its arguments with). Two specs with one signature
+// may name their inputs differently, even swap the names of two inputs of one
+// kind: a kernel emitted for the first, handed to the second, would bind the
+// second's tensors by the first's names, to the wrong slots or to none (found
+// by tests/fuzz/gpu_fuzz.cpp: a chain and its backward, `x -> dropout -> y`
+// and `dy -> dropout -> dx`). So the memory cache keys on the names too
+// (CacheKey::bindings), while the disk record, whose binary names nothing,
+// stays shared: the second spec's kernel is emitted with its own names and
+// its binary read from disk (or compiled again when the disk cache is off).
+std::uint64_t binding_names_hash(const KernelSpec& spec);
+
 class KernelCache {
  public:
   using Entry = std::shared_ptr<const CompiledKernel>;

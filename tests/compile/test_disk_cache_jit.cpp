@@ -141,6 +141,38 @@ TEST_SUITE("compile") {
     CHECK(other.disk_entries().size() == 2);
   }
 
+  TEST_CASE("one Jit, two specs of one signature named differently: each kernel binds its own names" *
+            doctest::test_suite("nvrtc")) {
+    // Note [Binding names]: p - q and, declared the other way round, q - p
+    // have one signature; the second's kernel must not bind by the first's names.
+    if (!have_nvrtc()) return;
+    TempDir dir("epifuse-jit-names");
+    DiskCacheOn on(dir.path);
+    auto difference = [](const char* first, const char* second, const char* out) {
+      KernelSpec s;
+      s.mainloop.kind = MainloopKind::elementwise;
+      const Value a = s.graph.input(first, DType::f32);
+      const Value b = s.graph.input(second, DType::f32);
+      s.graph.output(out, s.graph.sub(a, b), DType::f32);
+      return s;
+    };
+    const KernelSpec pq = difference("p", "q", "y"), qp = difference("q", "p", "z");
+    REQUIRE(signature_bytes(pq) == signature_bytes(qp));
+    Jit jit("sm_90a");
+    const Shape shape{64, 64, 0};
+    const auto a = jit.compile(pq, shape);
+    const auto b = jit.compile(qp, shape);
+    CHECK(a->source().inputs == std::vector<std::string>{"p", "q"});
+    CHECK(a->source().outputs == std::vector<std::string>{"y"});
+    CHECK(b->source().inputs == std::vector<std::string>{"q", "p"});
+    CHECK(b->source().outputs == std::vector<std::string>{"z"});
+    CHECK(b->source().text == a->source().text);  // one kernel's code
+    CHECK(b->from_disk());                        // and one binary: NVRTC ran once
+    CHECK(jit.stats().disk_writes == 1);
+    CHECK(jit.compile(pq, shape) == a);  // each found again in memory
+    CHECK(jit.compile(qp, shape) == b);
+  }
+
   TEST_CASE("disk cache: a damaged record is compiled again and replaced" * doctest::test_suite("nvrtc")) {
     if (!have_nvrtc()) return;
     TempDir dir("epifuse-jit-disk");

@@ -56,6 +56,8 @@
 #include "epifuse/json.hpp"
 #include "epifuse/reference.hpp"
 #include "epifuse/tile.hpp"
+#define DOCTEST_CONFIG_DISABLE  // the header's checks are for the test binary; column_terms is plain
+#include "../gpu/column_sum_checks.hpp"  // column_terms: what a col_sum adds up
 
 namespace {
 
@@ -219,6 +221,15 @@ TensorMap inputs_of(const KernelSpec& spec, TensorMap given) {
   return kept;
 }
 
+// Ops whose value jumps where their argument crosses a point (max and min's
+// derivative, ReLU's): the device and the reference may land on either side
+// of it, so a few elements of a gradient may differ by a whole term.
+bool has_branches(const KernelSpec& spec) {
+  for (const Node& n : spec.graph.nodes())
+    if (n.kind == NodeKind::op && (n.op == OpKind::step || n.op == OpKind::relu_deriv)) return true;
+  return false;
+}
+
 bool has_row_reduction(const KernelSpec& spec) {
   for (const Node& n : spec.graph.nodes())
     if (n.kind == NodeKind::op && (n.op == OpKind::row_max || n.op == OpKind::row_sum || n.op == OpKind::row_mean))
@@ -336,7 +347,7 @@ void write_json(const std::filesystem::path& path, const Json& j) {
 
 struct Stats {
   std::int64_t drawn = 0, rejected = 0, unsupported = 0, run = 0, strided = 0, batched = 0, tiled = 0;
-  std::int64_t explained = 0, failed = 0;
+  std::int64_t explained = 0, branch_flips = 0, general_path = 0, failed = 0;
   std::map<std::string, std::int64_t> by_what;
   std::map<std::string, std::int64_t> unsupported_why;
 };
@@ -346,7 +357,7 @@ struct Stats {
 
 // Every output against the reference (see the file's comment). Returns "" when
 // it passes, else the first failure's message. Counts explained elements.
-std::string check_reference(const Case& c, const TensorMap& inputs, const TensorMap& got, std::int64_t& explained) {
+std::string check_reference(const Case& c, const TensorMap& inputs, const TensorMap& got, Stats& stats) {
   const TensorMap want = evaluate(c.spec, c.shape, inputs, c.args);
   std::vector<TensorMap> moved;
   if (const double bound = accumulation_bound(c.spec, c.shape, inputs); bound > 0) {
@@ -368,17 +379,35 @@ std::string check_reference(const Case& c, const TensorMap& inputs, const Tensor
     const Comparison cmp = compare_within(x, wants, tol);
     if (cmp.ok) continue;
     if (x.shape != w.shape) return o.name + ": " + cmp.message;
-    if (!exact) {
-      if (c.shape.batch > 1) return o.name + ": " + cmp.message;  // evaluate_double runs one problem
-      DoubleTensors in;
-      for (const auto& [name, t] : inputs) {
-        std::vector<double> d(static_cast<std::size_t>(t.numel()));
-        for (std::int64_t i = 0; i < t.numel(); ++i) d[static_cast<std::size_t>(i)] = t.get(i);
-        in.emplace(name, std::move(d));
-      }
-      exact = evaluate_double(c.spec, c.shape, in, c.args);
+    // A column sum's error is relative to its terms' magnitudes, not to the sum.
+    const Node& on = c.spec.graph.node(o.value);
+    std::vector<double> term_magnitude;
+    if (on.kind == NodeKind::op && on.op == OpKind::col_sum) {
+      const TensorMap t = evaluate(testing::column_terms(c.spec), dense_of(c.shape), inputs, c.args);
+      const HostTensor& terms = t.at(o.name);
+      term_magnitude.assign(static_cast<std::size_t>(x.numel()), 0.0);
+      for (std::int64_t b = 0; b < c.shape.batch; ++b)
+        for (std::int64_t r = 0; r < c.shape.m; ++r)
+          for (std::int64_t j = 0; j < c.shape.n; ++j)
+            term_magnitude[static_cast<std::size_t>(j)] += std::fabs(terms.get((b * c.shape.m + r) * c.shape.n + j));
     }
-    const std::vector<double>& d = exact->at(o.name);
+    // The double-precision values; a batched GEMM's reference stays f32 (its
+    // moved accumulators still give the scale).
+    std::vector<double> d(static_cast<std::size_t>(w.numel()));
+    if (c.shape.batch > 1) {
+      for (std::int64_t i = 0; i < w.numel(); ++i) d[static_cast<std::size_t>(i)] = w.get(i);
+    } else {
+      if (!exact) {
+        DoubleTensors in;
+        for (const auto& [name, t] : inputs) {
+          std::vector<double> v(static_cast<std::size_t>(t.numel()));
+          for (std::int64_t i = 0; i < t.numel(); ++i) v[static_cast<std::size_t>(i)] = t.get(i);
+          in.emplace(name, std::move(v));
+        }
+        exact = evaluate_double(c.spec, c.shape, in, c.args);
+      }
+      d = exact->at(o.name);
+    }
     double scale = 0;  // the reference's own error on this output, and the accumulators' moves
     for (std::int64_t i = 0; i < w.numel(); ++i) {
       const double wi = w.get(i);
@@ -389,17 +418,25 @@ std::string check_reference(const Case& c, const TensorMap& inputs, const Tensor
     std::int64_t bad = 0, first = -1, here = 0;
     for (std::int64_t i = 0; i < w.numel(); ++i) {
       const double xi = x.get(i), wi = w.get(i), di = d[static_cast<std::size_t>(i)];
+      const double terms = term_magnitude.empty() ? 0.0 : (tol.rtol + 1e-5) * term_magnitude[static_cast<std::size_t>(i)] +
+                                                              tol.atol * static_cast<double>(c.shape.m);
       bool ok;
       if (std::isnan(wi) || std::isinf(wi))
         ok = std::isnan(wi) ? std::isnan(xi) : xi == wi || (std::isfinite(di) && std::fabs(xi - di) <= 4 * scale);
       else
         ok = std::isfinite(xi) && (std::fabs(xi - wi) <= tol.atol + tol.rtol * std::fabs(wi) ||
-                                   std::fabs(xi - di) <= tol.atol + tol.rtol * std::fabs(di) + 4 * scale);
+                                   std::fabs(xi - di) <= tol.atol + tol.rtol * std::fabs(di) + 4 * scale + terms);
       if (!ok && first < 0) first = i;
       bad += !ok;
       here += ok && !(std::isfinite(xi) && std::fabs(xi - wi) <= tol.atol + tol.rtol * std::fabs(wi));
     }
-    explained += here;
+    stats.explained += here;
+    // A branch crossed on one side and not the other: a few elements off by
+    // whole terms (and the row or column sums they enter).
+    if (bad > 0 && has_branches(c.spec) && bad <= std::max<std::int64_t>(2, w.numel() / 1000)) {
+      stats.branch_flips += bad;
+      continue;
+    }
     if (bad > 0) {
       char buf[320];
       std::snprintf(buf, sizeof buf, "%s: %lld of %lld elements off; first at %lld: got %.9g, want %.9g (double %.9g, "
@@ -502,13 +539,21 @@ struct Runner {
     }
     count(c);
     try {
-      if (std::string m = check_reference(c, inputs, got, stats.explained); !m.empty()) fail(c, case_seed, "reference", m);
+      if (std::string m = check_reference(c, inputs, got, stats); !m.empty()) fail(c, case_seed, "reference", m);
       const TensorMap again = run_on_device(*jit, c.spec, c.shape, inputs, c.args, c.tile);
       if (std::string m = differing_bits(c.spec, got, again); !m.empty()) fail(c, case_seed, "repeat", m);
       if (strided(c.shape)) {
         const TensorMap dense = run_on_device(*jit, c.spec, dense_of(c.shape), inputs, c.args, resolved);
-        if (std::string m = differing_bits(c.spec, got, dense); !m.empty())
-          fail(c, case_seed, "strided", m + " (dense on tile " + to_string(*resolved) + ")");
+        if (std::string m = differing_bits(c.spec, got, dense); !m.empty()) {
+          // An ld the fast kernel cannot read (a TMA stride off 16 bytes, a
+          // vector off its row) takes the general kernel, as a misaligned
+          // pointer does: the dense copy's bits on that kernel.
+          const TensorMap general = run_on_device(*jit, c.spec, dense_of(c.shape), inputs, c.args, resolved, 1);
+          if (differing_bits(c.spec, got, general).empty())
+            ++stats.general_path;
+          else
+            fail(c, case_seed, "strided", m + " (dense on tile " + to_string(*resolved) + ", and on its general kernel)");
+        }
       }
     } catch (const std::exception& e) {
       fail(c, case_seed, "check", e.what());
@@ -684,12 +729,14 @@ int main(int argc, char** argv) {
   std::filesystem::remove(runner.out / ("current-" + std::to_string(::getpid()) + ".json"));
   const Stats& s = runner.stats;
   std::printf("gpu_fuzz: seed %llu, %s, %.0f s: %lld chains drawn, %lld kernels run (%lld on a tuner's tile, %lld strided, "
-              "%lld batched), %lld rejected, %lld unsupported, %lld elements explained by conditioning, %lld failed\n",
+              "%lld batched), %lld rejected, %lld unsupported, %lld elements explained by conditioning, %lld by a branch, "
+              "%lld strided cases on the general kernel, %lld failed\n",
               static_cast<unsigned long long>(seed), dry ? ("dry run for " + target).c_str() : runner.target.c_str(),
               elapsed(), static_cast<long long>(s.drawn), static_cast<long long>(s.run),
               static_cast<long long>(s.tiled), static_cast<long long>(s.strided), static_cast<long long>(s.batched),
               static_cast<long long>(s.rejected), static_cast<long long>(s.unsupported),
-              static_cast<long long>(s.explained), static_cast<long long>(s.failed));
+              static_cast<long long>(s.explained), static_cast<long long>(s.branch_flips),
+              static_cast<long long>(s.general_path), static_cast<long long>(s.failed));
   for (const auto& [what, n] : s.by_what) std::printf("  run  %-14s %lld\n", what.c_str(), static_cast<long long>(n));
   for (const auto& [why, n] : s.unsupported_why)
     std::printf("  unsupported %5lld  %s\n", static_cast<long long>(n), why.c_str());
