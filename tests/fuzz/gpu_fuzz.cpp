@@ -2,7 +2,8 @@
 // GPU"). Where the libFuzzer targets stop at emission, this one runs what it
 // generates: a chain drawn at random (elementwise, row, GEMM or dual GEMM; ops,
 // broadcasts, dtypes, dropout, casts, column sums, extra outputs), a shape, a
-// tile (the default or one of the tuner's candidates), sometimes strided
+// tile (the default or one of the tuner's candidates), sometimes pointers off their
+// vectors' alignment (the general kernel), strided
 // tensors or a batch, and, where grad() differentiates the chain, its forward
 // with saved state, its backward and a single GEMM's dgrad epilogue. Each case
 // is checked three ways:
@@ -92,6 +93,7 @@ struct Case {
   LaunchArgs args;
   std::uint64_t data_seed = 0;
   TensorMap given;  // inputs bound from an earlier case (a backward's saved state)
+  std::size_t misalign = 0;  // elements every device pointer is shifted by (the general kernel)
 };
 
 // ---------------------------------------------------------------------------
@@ -333,6 +335,7 @@ Json case_json(const Case& c, std::uint64_t case_seed) {
           {"seed", c.args.seed},
           {"offset", c.args.offset},
           {"data_seed", c.data_seed},
+          {"misalign_elements", c.misalign},
           {"chain", spec_to_json(c.spec)}};
 }
 
@@ -346,7 +349,7 @@ void write_json(const std::filesystem::path& path, const Json& j) {
 }
 
 struct Stats {
-  std::int64_t drawn = 0, rejected = 0, unsupported = 0, run = 0, strided = 0, batched = 0, tiled = 0;
+  std::int64_t drawn = 0, rejected = 0, unsupported = 0, run = 0, strided = 0, batched = 0, tiled = 0, misaligned = 0;
   std::int64_t explained = 0, branch_flips = 0, general_path = 0, failed = 0;
   std::map<std::string, std::int64_t> by_what;
   std::map<std::string, std::int64_t> unsupported_why;
@@ -496,6 +499,7 @@ struct Runner {
     stats.strided += strided(c.shape);
     stats.batched += c.shape.batch > 1;
     stats.tiled += c.tile.has_value();
+    stats.misaligned += c.misalign > 0;
   }
 
   // Runs one case; returns the outputs (for a backward's saved state), or
@@ -528,7 +532,7 @@ struct Runner {
     std::optional<TileConfig> resolved;
     try {
       resolved = jit->compile(c.spec, c.shape, c.tile)->key().tile;
-      got = run_on_device(*jit, c.spec, c.shape, inputs, c.args, c.tile);
+      got = run_on_device(*jit, c.spec, c.shape, inputs, c.args, c.tile, c.misalign);
     } catch (const UserError& e) {
       ++stats.unsupported;
       ++stats.unsupported_why[std::string(e.what()).substr(0, 60)];
@@ -540,10 +544,10 @@ struct Runner {
     count(c);
     try {
       if (std::string m = check_reference(c, inputs, got, stats); !m.empty()) fail(c, case_seed, "reference", m);
-      const TensorMap again = run_on_device(*jit, c.spec, c.shape, inputs, c.args, c.tile);
+      const TensorMap again = run_on_device(*jit, c.spec, c.shape, inputs, c.args, c.tile, c.misalign);
       if (std::string m = differing_bits(c.spec, got, again); !m.empty()) fail(c, case_seed, "repeat", m);
       if (strided(c.shape)) {
-        const TensorMap dense = run_on_device(*jit, c.spec, dense_of(c.shape), inputs, c.args, resolved);
+        const TensorMap dense = run_on_device(*jit, c.spec, dense_of(c.shape), inputs, c.args, resolved, c.misalign);
         if (std::string m = differing_bits(c.spec, got, dense); !m.empty()) {
           // An ld the fast kernel cannot read (a TMA stride off 16 bytes, a
           // vector off its row) takes the general kernel, as a misaligned
@@ -596,6 +600,7 @@ struct Runner {
     c.args.seed = rng.next();
     c.args.offset = rng.chance(0.5) ? 0 : rng.next() >> 20;
     c.data_seed = rng.next();
+    c.misalign = rng.chance(0.1) ? 1 : 0;  // a pointer off its vector: the general kernel
     run(c, case_seed);
 
     // The backward, where grad() differentiates the chain (unbatched, dense).
@@ -729,11 +734,12 @@ int main(int argc, char** argv) {
   std::filesystem::remove(runner.out / ("current-" + std::to_string(::getpid()) + ".json"));
   const Stats& s = runner.stats;
   std::printf("gpu_fuzz: seed %llu, %s, %.0f s: %lld chains drawn, %lld kernels run (%lld on a tuner's tile, %lld strided, "
-              "%lld batched), %lld rejected, %lld unsupported, %lld elements explained by conditioning, %lld by a branch, "
+              "%lld batched, %lld misaligned), %lld rejected, %lld unsupported, %lld elements explained by conditioning, %lld by a branch, "
               "%lld strided cases on the general kernel, %lld failed\n",
               static_cast<unsigned long long>(seed), dry ? ("dry run for " + target).c_str() : runner.target.c_str(),
               elapsed(), static_cast<long long>(s.drawn), static_cast<long long>(s.run),
               static_cast<long long>(s.tiled), static_cast<long long>(s.strided), static_cast<long long>(s.batched),
+              static_cast<long long>(s.misaligned),
               static_cast<long long>(s.rejected), static_cast<long long>(s.unsupported),
               static_cast<long long>(s.explained), static_cast<long long>(s.branch_flips),
               static_cast<long long>(s.general_path), static_cast<long long>(s.failed));
