@@ -610,3 +610,36 @@ TEST_CASE("a softmax result no output stores is saved where recomputing it reads
   CHECK(scale > 0);
   CHECK(worst <= scale / 64);  // p rounded to bf16 (2^-9) and dx's own rounding, through the row sum
 }
+
+TEST_CASE("row_max's gradient reaches every row when the backward rounds the row below the forward's saved max") {
+  // A backward that recomputes the row (another kernel, a fast function the
+  // forward's output dtype allowed, the CPU against a GPU) may land a rounding
+  // under the max the forward saved. The rule takes the max again over the row
+  // it has, so no row is left without a maximum (0/0: NaN in every element).
+  KernelSpec spec;
+  {
+    Graph& g = spec.graph;
+    const Value v = g.tanh(g.input("x", DType::f32));
+    g.output("y", g.mul(v, g.row_max(v)), DType::f32);  // mul's rule reads the saved max
+  }
+  const GradResult r = grad(spec);
+  const auto saved = std::find_if(r.saved.begin(), r.saved.end(), [](const SavedTensor& s) { return s.kind == "row statistic"; });
+  REQUIRE(saved != r.saved.end());
+  const Shape shape{6, 9, 0};
+  const TensorMap fin = make_inputs(r.forward, shape, 77);
+  const TensorMap fout = evaluate(r.forward, shape, fin, {});
+  HostTensor above = fout.at(saved->name);  // the forward's max, a rounding higher
+  for (std::int64_t i = 0; i < above.numel(); ++i)
+    above.set(i, std::nextafter(above.get(i), std::numeric_limits<float>::infinity()));
+  auto backward = [&](const HostTensor& max) {
+    TensorMap given = {{"x", fin.at("x")}, {saved->name, max}};
+    return evaluate(r.backward, shape, make_inputs(r.backward, shape, 78, given), {}).at("dx");
+  };
+  const HostTensor exact = backward(fout.at(saved->name)), lifted = backward(above);
+  for (std::int64_t i = 0; i < exact.numel(); ++i) {
+    CAPTURE(i);
+    REQUIRE(std::isfinite(lifted.get(i)));
+    CHECK(lifted.get(i) == doctest::Approx(exact.get(i)).epsilon(1e-5));
+  }
+  check_gradients(spec, {5, 7, 0});
+}
