@@ -361,6 +361,7 @@ struct Runner {
     c.shape = random_shape(rng, c.spec);
     if (c.spec.mainloop.kind != MainloopKind::elementwise && !has_col_sum(c.spec) && rng.chance(0.15)) {
       c.shape.batch = rng.in(2, 4);
+      if (rng.chance(0.35)) c.shape.batch_stride_b = 0;  // one B for every batch (a shared weight)
       while (c.shape.batch * c.shape.m * c.shape.n * c.shape.k > (1ll << 26) && c.shape.m > 1) c.shape.m /= 2;
     }
     if (rng.chance(0.25)) random_strides(rng, c.spec, c.shape);

@@ -66,6 +66,22 @@ struct Builder {
     }
   }
 
+  // exp, log, rsqrt and div where they stay well conditioned: of bounded or
+  // positive values (x*x + 1/2).
+  Value guarded(Value v) {
+    Graph& g = spec.graph;
+    auto positive = [&](Value a) { return g.add_scalar(g.mul(a, a), 0.5); };
+    switch (rng.below(4)) {
+      case 0: return g.exp(g.tanh(v));
+      case 1: return g.log(positive(v));
+      case 2: return g.rsqrt(positive(v));
+      default: {
+        static const std::vector<Broadcast> bs = {Broadcast::full, Broadcast::row, Broadcast::col};
+        return g.div(v, positive(fresh_input(rng.pick(bs))));
+      }
+    }
+  }
+
   Value step(Value v, bool allow_rows) {
     Graph& g = spec.graph;
     const std::int64_t r = rng.below(100);
@@ -78,7 +94,8 @@ struct Builder {
       return g.dropout(v, rng.pick(ps), rng.chance(0.85) ? RngMode::philox4 : RngMode::triton);
     }
     if (r < 78) return g.cast(v, rng.chance(0.5) ? DType::bf16 : DType::f16);
-    if (allow_rows && r < 92) return row_op(v);
+    if (r < 84) return guarded(v);
+    if (allow_rows && r < 96) return row_op(v);
     return activation(v);
   }
 };
@@ -112,7 +129,11 @@ KernelSpec random_spec(Rng& rng, std::uint64_t id) {
   const std::int64_t steps = rng.in(1, 6);
   for (std::int64_t i = 0; i < steps; ++i) {
     if (spec.mainloop.kind == MainloopKind::dual_gemm && i == 0) {  // the gate: act(acc0) * acc1, or the other way
-      const Value a1 = g.accumulator(1);
+      Value a1 = g.accumulator(1);
+      if (rng.chance(0.3)) {  // each accumulator with a bias of its own (gating)
+        v = g.add(v, b.fresh_input(Broadcast::row));
+        a1 = g.add(a1, b.fresh_input(Broadcast::row));
+      }
       v = rng.chance(0.8) ? g.mul(b.activation(v), a1) : g.mul(v, b.activation(a1));
     } else {
       v = b.step(v, allow_rows);
