@@ -398,10 +398,11 @@ struct Runner {
     // values a forward could have made (rstd > 0, a softmax's sums).
     const TensorMap fwd_inputs = make_inputs(f.spec, f.shape, f.data_seed, f.given);
     const TensorMap fwd = evaluate(f.spec, f.shape, fwd_inputs, f.args);
-    for (const SavedTensor& s : r.saved) {
-      if (s.kind == "output") continue;
+    // Every saved tensor, the forward's own outputs read back included: a
+    // log_softmax's output drawn at random would make exp(h) no softmax and
+    // the backward's row sums as ill-conditioned as the checker's bounds.
+    for (const SavedTensor& s : r.saved)
       if (auto it = fwd.find(s.name); it != fwd.end()) bwd.given.emplace(s.name, it->second);
-    }
     for (const auto& [name, t] : fwd_inputs) bwd.given.emplace(name, t);  // the inputs it reads again
     bwd.given = inputs_of(bwd.spec, std::move(bwd.given));
     run(bwd, case_seed);
