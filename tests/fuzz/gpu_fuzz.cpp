@@ -24,7 +24,10 @@
 // so a hang leaves its repro behind.
 //
 //   build/epifuse_gpu_fuzz [--seed S] [--cases N] [--seconds T] [--out DIR]
-//                          [--dry-run [--target sm_90a]] [--print]
+//                          [--dry-run [--target sm_90a]] [--print] [--case CASE_SEED]
+//
+// --case runs the one case of a repro's "case_seed" (the chain, its backward and
+// dgrad as this build draws them).
 //
 // --dry-run needs no GPU: it draws the same cases, emits each kernel for
 // --target and evaluates the reference on the smallest of them (the ctest
@@ -429,7 +432,7 @@ struct Runner {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: epifuse_gpu_fuzz [--seed S] [--cases N] [--seconds T] [--out DIR] [--dry-run [--target T]] [--print]\n"
+               "usage: epifuse_gpu_fuzz [--seed S] [--cases N] [--seconds T] [--out DIR] [--dry-run [--target T]] [--print] [--case CASE_SEED]\n"
                "  random chains on the GPU against the CPU reference (docs/fuzzing.md, \"On a GPU\");\n"
                "  defaults: seed 1, 100 cases, no time limit, out gpu-fuzz-out, target sm_90a for --dry-run\n");
   return 2;
@@ -442,6 +445,7 @@ int main(int argc, char** argv) {
   std::int64_t cases = 100;
   double seconds = 0;
   bool dry = false, print = false;
+  std::optional<std::uint64_t> one_case;
   std::string target = "sm_90a", out = "gpu-fuzz-out";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -460,6 +464,7 @@ int main(int argc, char** argv) {
       else if (a == "--target") target = value();
       else if (a == "--dry-run") dry = true;
       else if (a == "--print") print = true;
+      else if (a == "--case") one_case = std::stoull(value());
       else if (a == "--help" || a == "-h") return usage(), 0;
       else {
         std::fprintf(stderr, "epifuse_gpu_fuzz: unknown option %s\n", a.c_str());
@@ -492,8 +497,9 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   double last_report = 0;
+  if (one_case) cases = 1;
   for (std::int64_t i = 0; (cases <= 0 || i < cases) && (seconds <= 0 || elapsed() < seconds); ++i) {
-    runner.one(seed * 0x100000001b3ull + static_cast<std::uint64_t>(i));
+    runner.one(one_case ? *one_case : seed * 0x100000001b3ull + static_cast<std::uint64_t>(i));
     if (elapsed() - last_report >= 30) {
       last_report = elapsed();
       std::fprintf(stderr, "gpu_fuzz: %.0f s, %lld chains, %lld kernels run, %lld failed\n", elapsed(),
