@@ -397,13 +397,16 @@ struct Runner {
     if (rng.chance(0.2)) random_strides(rng, bwd.spec, bwd.shape);
     bwd.tile = random_tile(rng, bwd.spec, bwd.shape);
     bwd.data_seed = rng.next();
-    // The saved state the forward wrote on the reference: the backward reads
-    // values a forward could have made (rstd > 0, a softmax's sums).
+    // The saved state a forward wrote, so the backward reads values a forward
+    // could have made (rstd > 0, a softmax's sums): half the time the GPU
+    // forward's, as in training (what the backward recomputes must agree with
+    // what another kernel saved), else the reference's. Every saved tensor, the
+    // forward's own outputs read back included: a log_softmax's output drawn at
+    // random would make exp(h) no softmax and the backward's row sums as
+    // ill-conditioned as the checker's bounds.
     const TensorMap fwd_inputs = make_inputs(f.spec, f.shape, f.data_seed, f.given);
-    const TensorMap fwd = evaluate(f.spec, f.shape, fwd_inputs, f.args);
-    // Every saved tensor, the forward's own outputs read back included: a
-    // log_softmax's output drawn at random would make exp(h) no softmax and
-    // the backward's row sums as ill-conditioned as the checker's bounds.
+    const bool from_device = rng.chance(0.5) && jit;  // the draw first: a dry run draws the same cases
+    const TensorMap fwd = from_device ? *saved : evaluate(f.spec, f.shape, fwd_inputs, f.args);
     for (const SavedTensor& s : r.saved)
       if (auto it = fwd.find(s.name); it != fwd.end()) bwd.given.emplace(s.name, it->second);
     for (const auto& [name, t] : fwd_inputs) bwd.given.emplace(name, t);  // the inputs it reads again
