@@ -2,7 +2,8 @@
 # Sets up and builds (tools/setup.sh), then checks that every reference points inside
 # the repository and that no words of work history remain (tools/check_repo_docs.sh),
 # and runs the doctest suite, checks that the GPU tier's groups run every GPU case once
-# (tools/check_gpu_groups.sh), the CLI tests, the installed package's checks (tools/test_install.sh: install to a temporary
+# (tools/check_gpu_groups.sh), draws and emits the GPU fuzz's random chains without a
+# GPU (build/epifuse_gpu_fuzz --dry-run, docs/fuzzing.md), the CLI tests, the installed package's checks (tools/test_install.sh: install to a temporary
 # prefix, build and run tests/consumer against it) and the fuzzers (tools/fuzz.sh:
 # their own clang build in build-fuzz/, then FUZZ_SECONDS of fuzzing the chain
 # reader, default 60, and FUZZ_C_API_SECONDS of fuzzing the C ABI, default 420).
@@ -27,6 +28,9 @@ echo "== doctest suite ($BUILD_DIR/epifuse_tests)"
 echo
 echo "== every GPU test case in one group of the GPU tier (tools/check_gpu_groups.sh)"
 tools/check_gpu_groups.sh "$BUILD_DIR/epifuse_tests" || failed+=("GPU test groups")
+echo
+echo "== the GPU fuzz's random chains, drawn and emitted without a GPU (epifuse_gpu_fuzz --dry-run)"
+"$BUILD_DIR/epifuse_gpu_fuzz" --dry-run --cases 150 --out "$BUILD_DIR/gpu-fuzz-dry" || failed+=("GPU fuzz dry run")
 echo
 echo "== CLI tests (tests/cli/run_examples.sh)"
 tests/cli/run_examples.sh "$BUILD_DIR/epifuse" || failed+=("CLI tests")
