@@ -286,6 +286,43 @@ TEST_CASE("C ABI: strided operands through ef_jit_compile_ld and ef_launch's app
   ef_spec_free(s);
 }
 
+TEST_CASE("C ABI: one jit, two chains of one signature named differently: each kernel's bindings are its own") {
+  // Note [Binding names]: the Python module binds its arguments by these names.
+  ef_spec* pq = nullptr;
+  ef_spec* qp = nullptr;
+  REQUIRE(ef_spec_from_json(R"({"epifuse": 1, "inputs": {"p": {"dtype": "f32"}, "q": {"dtype": "f32"}},
+    "ops": [{"name": "y", "op": "sub", "args": ["p", "q"]}], "outputs": {"y": {"dtype": "f32"}}})",
+                            "pq.json", &pq) == EF_OK);
+  REQUIRE(ef_spec_from_json(R"({"epifuse": 1, "inputs": {"q": {"dtype": "f32"}, "p": {"dtype": "f32"}},
+    "ops": [{"name": "z", "op": "sub", "args": ["q", "p"]}], "outputs": {"z": {"dtype": "f32"}}})",
+                            "qp.json", &qp) == EF_OK);
+  ef_jit* jit = nullptr;
+  if (ef_jit_new("sm_80", &jit) != EF_OK) {
+    MESSAGE("C ABI binding names skipped: " << last_error());
+    ef_spec_free(pq);
+    ef_spec_free(qp);
+    return;
+  }
+  ef_kernel* first = nullptr;
+  ef_kernel* second = nullptr;
+  REQUIRE(ef_jit_compile(jit, pq, 64, 64, 0, nullptr, &first) == EF_OK);
+  REQUIRE(ef_jit_compile(jit, qp, 64, 64, 0, nullptr, &second) == EF_OK);
+  char* a = nullptr;
+  char* b = nullptr;
+  REQUIRE(ef_kernel_bindings(first, &a) == EF_OK);
+  REQUIRE(ef_kernel_bindings(second, &b) == EF_OK);
+  const std::string first_json = a, second_json = b;
+  CHECK(first_json.find(R"("inputs":["p","q"],"outputs":["y"])") != std::string::npos);
+  CHECK(second_json.find(R"("inputs":["q","p"],"outputs":["z"])") != std::string::npos);
+  ef_string_free(a);
+  ef_string_free(b);
+  ef_kernel_free(first);
+  ef_kernel_free(second);
+  ef_jit_free(jit);
+  ef_spec_free(pq);
+  ef_spec_free(qp);
+}
+
 TEST_CASE("C ABI: strided chain inputs and outputs through the same ld record (inputs, then outputs)") {
   ef_spec* s = nullptr;
   REQUIRE(ef_spec_from_json(R"({"epifuse": 1, "mainloop": {"kind": "gemm", "a": "f16", "b": "f16", "b_layout": "col"},
