@@ -7,6 +7,7 @@
 #include "epifuse/errors.hpp"
 #include "ir/limits.hpp"
 #include "ir/names.hpp"
+#include "runtime/bindings_overlap.hpp"
 #include "runtime/jit_impl.hpp"
 
 namespace epifuse {
@@ -158,6 +159,8 @@ void Jit::Impl::launch(const CompiledKernel& compiled, const DeviceBindings& b, 
       }
     return;
   }
+  if (std::string overlap = overlapping_bindings(*kernel.spec, shape, b, ks.inputs, ks.outputs); !overlap.empty())
+    throw UserError("launch: " + overlap);  // Note [Overlapping bindings]
   EPIFUSE_CHECK(family.shape_class(*kernel.spec, ks.tile, shape) == kernel.k.shape_class,
                 "launch: shape {}x{}x{} is of class {}, not {} that this kernel was compiled for", shape.m,
                 shape.n, shape.k, family.shape_class(*kernel.spec, ks.tile, shape), kernel.k.shape_class);

@@ -212,10 +212,11 @@ int main(int argc, char** argv) try {
   kernel.ordinal = 0;
   kernel.function = &runtime;  // any handle but null: the dry runtime reads none
 
-  // 256-byte aligned device addresses, as an allocator gives them (the fast path).
+  // 256-byte aligned device addresses, as an allocator gives them (the fast path), 4 GiB
+  // apart so that no two share memory (Note [Overlapping bindings]).
   std::vector<std::uint64_t> ins, outs;
-  for (std::size_t i = 0; i < kernel.src.inputs.size(); ++i) ins.push_back(0x7f0000000000ull + (i << 24));
-  for (std::size_t i = 0; i < kernel.src.outputs.size(); ++i) outs.push_back(0x7f8000000000ull + (i << 24));
+  for (std::size_t i = 0; i < kernel.src.inputs.size(); ++i) ins.push_back(0x7f0000000000ull + (i << 32));
+  for (std::size_t i = 0; i < kernel.src.outputs.size(); ++i) outs.push_back(0x7f8000000000ull + (i << 32));
   const DeviceBindings bound{ins, outs};
   const LaunchArgs largs{1, 2, 0};
 
